@@ -1,0 +1,175 @@
+package webhooks
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// Sentinel errors returned by Store implementations. Match them with errors.Is.
+var (
+	ErrSubscriptionNotFound = errors.New("webhooks: subscription not found")
+	ErrSubscriptionExists   = errors.New("webhooks: subscription already exists")
+	ErrConsumerNotFound     = errors.New("webhooks: consumer not found")
+	ErrConsumerExists       = errors.New("webhooks: consumer already exists")
+)
+
+// Store keeps subscriptions and consumer state. The engine holds no consumer
+// state in memory: every transition is one UpdateConsumer call, so a Store
+// that is durable makes the engine crash-safe, and a Store shared by several
+// engine instances lets them cooperate.
+//
+// Implementations must be safe for concurrent use. Values passed in and
+// returned are owned by the caller: a Store must copy what it keeps.
+type Store interface {
+	// CreateSubscription stores sub. It returns ErrSubscriptionExists if a
+	// subscription with the same ID exists.
+	CreateSubscription(ctx context.Context, sub *Subscription) error
+	// GetSubscription returns ErrSubscriptionNotFound if there is no such
+	// subscription.
+	GetSubscription(ctx context.Context, id string) (*Subscription, error)
+	// ListSubscriptions returns every subscription, ordered by ID.
+	ListSubscriptions(ctx context.Context) ([]*Subscription, error)
+	// DeleteSubscription removes the subscription and, atomically with it,
+	// every consumer it owns. It returns ErrSubscriptionNotFound if there is
+	// no such subscription.
+	DeleteSubscription(ctx context.Context, id string) error
+
+	// CreateConsumer stores c. It returns ErrConsumerExists if the ID is taken
+	// and ErrSubscriptionNotFound if c's subscription does not exist, so that
+	// a consumer never outlives a concurrent subscription delete.
+	CreateConsumer(ctx context.Context, c *Consumer) error
+	// GetConsumer returns ErrConsumerNotFound if there is no such consumer.
+	GetConsumer(ctx context.Context, id string) (*Consumer, error)
+	// UpdateConsumer is an atomic read-modify-write of one consumer. It calls
+	// fn with a private copy of the stored consumer and then stores, keeps or
+	// deletes it as fn's action says. No other UpdateConsumer or delete of the
+	// same consumer may take effect between the read fn sees and the write:
+	// implementations lock the consumer (or its row) for the duration of fn.
+	// If fn returns an error nothing changes and UpdateConsumer returns that
+	// error. It returns ErrConsumerNotFound, without calling fn, if there is
+	// no such consumer. It returns the consumer as stored afterwards, or nil
+	// if it was deleted.
+	UpdateConsumer(ctx context.Context, id string, fn func(c *Consumer) (UpdateAction, error)) (*Consumer, error)
+	// ConsumersByStream returns every consumer whose primary stream is path
+	// or whose Streams include path, ordered by ID.
+	ConsumersByStream(ctx context.Context, path string) ([]*Consumer, error)
+	// DueConsumers returns up to limit consumers whose Deadline is set and not
+	// after now, earliest deadline first.
+	DueConsumers(ctx context.Context, now time.Time, limit int) ([]*Consumer, error)
+	// NextDeadline returns the earliest set Deadline of any consumer, and
+	// false if no consumer has one.
+	NextDeadline(ctx context.Context) (time.Time, bool, error)
+	// CountConsumers returns how many consumers are in each state.
+	CountConsumers(ctx context.Context) (map[ConsumerState]int, error)
+
+	// LoadOrStoreSigningKey returns the stored callback-token signing key,
+	// storing key first if none is stored. Engines that share a Store thereby
+	// share one key, and tokens survive restarts of a durable Store.
+	LoadOrStoreSigningKey(ctx context.Context, key []byte) ([]byte, error)
+}
+
+// UpdateAction tells Store.UpdateConsumer what to do with the consumer after
+// the update function returns.
+type UpdateAction int
+
+const (
+	// UpdateNone leaves the stored consumer as it was.
+	UpdateNone UpdateAction = iota
+	// UpdateSave stores the modified consumer.
+	UpdateSave
+	// UpdateDelete deletes the consumer.
+	UpdateDelete
+)
+
+// Subscription maps a glob pattern of stream paths to a webhook URL.
+// Subscriptions are immutable.
+type Subscription struct {
+	ID          string
+	Pattern     string
+	Webhook     string
+	Description string
+	// Secret signs webhook notifications. It is returned to the client only
+	// when the subscription is created.
+	Secret    string
+	CreatedAt time.Time
+}
+
+// ConsumerState is a consumer's place in the wake cycle.
+type ConsumerState string
+
+// The consumer states of the spec's state machine.
+const (
+	StateIdle   ConsumerState = "IDLE"
+	StateWaking ConsumerState = "WAKING"
+	StateLive   ConsumerState = "LIVE"
+)
+
+// StreamOffset pairs a stream path with an offset. In Consumer.Streams the
+// offset is the last acknowledged one; OffsetNone means nothing is acked.
+type StreamOffset struct {
+	Path   string `json:"path"`
+	Offset string `json:"offset"`
+}
+
+// OffsetNone is the acked offset of a stream of which nothing has been
+// processed.
+const OffsetNone = "-1"
+
+// Consumer is one consumer instance: a subscription applied to one primary
+// stream, with its offsets and its place in the wake cycle. Every deadline
+// lives here so that a restarted or second engine can act on it.
+type Consumer struct {
+	// ID is "{subscription_id}:{url-encoded primary stream}"; see ConsumerID.
+	ID             string
+	SubscriptionID string
+	PrimaryStream  string
+	State          ConsumerState
+	// Epoch increases on every wake and fences callbacks of older cycles.
+	Epoch int64
+	// WakeID identifies the current wake cycle; retries reuse it.
+	WakeID string
+	// Streams are the subscribed streams with their acked offsets.
+	Streams []StreamOffset
+	// WakeTails are the stream tails when the current wake began. A
+	// synchronous {"done":true} webhook response acks up to these, never
+	// beyond: the consumer cannot have seen later events.
+	WakeTails []StreamOffset
+	// TriggeredBy lists the streams that had pending work at the wake.
+	TriggeredBy []string
+	// Attempt counts delivery attempts in the current wake cycle.
+	Attempt int
+	// InFlight is set while the latest attempt awaits its outcome.
+	InFlight bool
+	// Failures counts consecutive failed deliveries; a 2xx resets it.
+	Failures int
+	// FailingSince is when the current run of failures began; zero if none.
+	FailingSince time.Time
+	// Deadline is when the engine must next act on this consumer: send or
+	// retry a delivery, expire a WAKING or LIVE consumer, or collect it. Zero
+	// means nothing is scheduled.
+	Deadline  time.Time
+	CreatedAt time.Time
+	UpdatedAt time.Time
+}
+
+// Clone returns a deep copy of c.
+func (c *Consumer) Clone() *Consumer {
+	if c == nil {
+		return nil
+	}
+	out := *c
+	out.Streams = append([]StreamOffset(nil), c.Streams...)
+	out.WakeTails = append([]StreamOffset(nil), c.WakeTails...)
+	out.TriggeredBy = append([]string(nil), c.TriggeredBy...)
+	return &out
+}
+
+// Clone returns a copy of s.
+func (s *Subscription) Clone() *Subscription {
+	if s == nil {
+		return nil
+	}
+	out := *s
+	return &out
+}
