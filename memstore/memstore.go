@@ -1,0 +1,485 @@
+// Package memstore is an in-memory webhooks.Store, for tests and for
+// embedding the engine in a single process. Nothing survives a restart.
+package memstore
+
+import (
+	"container/heap"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	webhooks "github.com/streamhooks/webhooks"
+)
+
+var _ webhooks.Store = (*Store)(nil)
+
+// Store is an in-memory webhooks.Store. The zero value is not usable; call
+// New.
+//
+// Locks are taken in the order subscription, consumer, store. The store lock
+// is never held while an UpdateConsumer function runs, so consumers update in
+// parallel; only the index maintenance afterwards is serialized.
+//
+// Contexts are ignored: no operation does I/O, though UpdateConsumer and
+// DeleteSubscription wait for update functions running on the same consumers.
+type Store struct {
+	mu        sync.RWMutex
+	subs      map[string]*subEntry
+	consumers map[string]*entry
+	// byStream holds, for every path, the consumers whose primary stream or
+	// Streams include it, sorted by ID so reads need no sort.
+	byStream  map[string][]*entry
+	deadlines deadlineHeap
+	counts    map[webhooks.ConsumerState]int
+	key       []byte
+}
+
+// subEntry is a stored subscription. Its mu is read-locked by CreateConsumer
+// and write-locked by DeleteSubscription, so no consumer can be created while
+// a delete is collecting the consumer locks.
+type subEntry struct {
+	mu        sync.RWMutex
+	sub       webhooks.Subscription
+	consumers []*entry // unordered; entry.subPos is the index
+	deleted   bool     // written under mu and Store.mu
+}
+
+// entry is a stored consumer, kept small because idle consumers may number
+// in the millions. c and deleted change only under both mu and Store.mu, so
+// either lock suffices to read them; subPos and heapPos belong to Store.mu.
+type entry struct {
+	mu      sync.Mutex
+	subPos  int32
+	heapPos int32 // -1 while c.Deadline is zero
+	deleted bool
+	c       webhooks.Consumer
+}
+
+// New returns an empty Store.
+func New() *Store {
+	return &Store{
+		subs:      make(map[string]*subEntry),
+		consumers: make(map[string]*entry),
+		byStream:  make(map[string][]*entry),
+		counts:    make(map[webhooks.ConsumerState]int),
+	}
+}
+
+// CreateSubscription implements webhooks.Store.
+func (s *Store) CreateSubscription(_ context.Context, sub *webhooks.Subscription) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, ok := s.subs[sub.ID]; ok {
+		return webhooks.ErrSubscriptionExists
+	}
+	s.subs[sub.ID] = &subEntry{sub: *sub}
+	return nil
+}
+
+// GetSubscription implements webhooks.Store.
+func (s *Store) GetSubscription(_ context.Context, id string) (*webhooks.Subscription, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	se, ok := s.subs[id]
+	if !ok {
+		return nil, webhooks.ErrSubscriptionNotFound
+	}
+	return se.sub.Clone(), nil
+}
+
+// ListSubscriptions implements webhooks.Store.
+func (s *Store) ListSubscriptions(_ context.Context) ([]*webhooks.Subscription, error) {
+	s.mu.RLock()
+	out := make([]*webhooks.Subscription, 0, len(s.subs))
+	for _, se := range s.subs {
+		out = append(out, se.sub.Clone())
+	}
+	s.mu.RUnlock()
+	slices.SortFunc(out, func(a, b *webhooks.Subscription) int { return strings.Compare(a.ID, b.ID) })
+	return out, nil
+}
+
+// DeleteSubscription implements webhooks.Store. It waits for update
+// functions running on the subscription's consumers, so that each of them
+// either commits before the delete or finds its consumer gone.
+func (s *Store) DeleteSubscription(_ context.Context, id string) error {
+	s.mu.RLock()
+	se, ok := s.subs[id]
+	s.mu.RUnlock()
+	if !ok {
+		return webhooks.ErrSubscriptionNotFound
+	}
+	se.mu.Lock()
+	defer se.mu.Unlock()
+
+	// With se.mu held the consumer list can only shrink, so a snapshot
+	// covers every consumer the delete must take.
+	s.mu.RLock()
+	if se.deleted {
+		s.mu.RUnlock()
+		return webhooks.ErrSubscriptionNotFound
+	}
+	doomed := slices.Clone(se.consumers)
+	s.mu.RUnlock()
+	for _, e := range doomed {
+		e.mu.Lock()
+	}
+	s.mu.Lock()
+	s.removeAll(doomed)
+	se.deleted = true
+	se.consumers = nil
+	delete(s.subs, id)
+	s.mu.Unlock()
+	for _, e := range doomed {
+		e.mu.Unlock()
+	}
+	return nil
+}
+
+// removeAll deletes the consumers of a subscription being deleted, skipping
+// any already deleted. The caller holds s.mu and every entry's mu.
+func (s *Store) removeAll(doomed []*entry) {
+	paths := make(map[string]struct{})
+	for _, e := range doomed {
+		if e.deleted { // deleted by UpdateConsumer while we waited
+			continue
+		}
+		e.deleted = true
+		delete(s.consumers, e.c.ID)
+		s.count(e.c.State, -1)
+		if e.heapPos >= 0 {
+			heap.Remove(&s.deadlines, int(e.heapPos))
+		}
+		forEachPath(&e.c, func(p string) { paths[p] = struct{}{} })
+	}
+	// One pass per path, not one per consumer: a path shared by many of the
+	// doomed consumers would otherwise cost quadratic time.
+	for p := range paths {
+		rest := slices.DeleteFunc(s.byStream[p], func(e *entry) bool { return e.deleted })
+		if len(rest) == 0 {
+			delete(s.byStream, p)
+		} else {
+			s.byStream[p] = rest
+		}
+	}
+}
+
+// CreateConsumer implements webhooks.Store.
+func (s *Store) CreateConsumer(_ context.Context, c *webhooks.Consumer) error {
+	s.mu.RLock()
+	se, ok := s.subs[c.SubscriptionID]
+	s.mu.RUnlock()
+	if !ok {
+		return webhooks.ErrSubscriptionNotFound
+	}
+	se.mu.RLock()
+	defer se.mu.RUnlock()
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if se.deleted {
+		return webhooks.ErrSubscriptionNotFound
+	}
+	if _, ok := s.consumers[c.ID]; ok {
+		return webhooks.ErrConsumerExists
+	}
+	e := &entry{subPos: int32(len(se.consumers)), heapPos: -1}
+	e.set(c)
+	se.consumers = append(se.consumers, e)
+	s.consumers[c.ID] = e
+	s.count(c.State, 1)
+	if !c.Deadline.IsZero() {
+		heap.Push(&s.deadlines, e)
+	}
+	forEachPath(c, func(p string) { s.indexStream(p, e) })
+	return nil
+}
+
+// GetConsumer implements webhooks.Store.
+func (s *Store) GetConsumer(_ context.Context, id string) (*webhooks.Consumer, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	e, ok := s.consumers[id]
+	if !ok {
+		return nil, webhooks.ErrConsumerNotFound
+	}
+	return e.c.Clone(), nil
+}
+
+// UpdateConsumer implements webhooks.Store. fn must not change the
+// consumer's ID, SubscriptionID or PrimaryStream: they are its identity, and
+// UpdateConsumer returns an error rather than save such a change.
+func (s *Store) UpdateConsumer(_ context.Context, id string, fn func(c *webhooks.Consumer) (webhooks.UpdateAction, error)) (*webhooks.Consumer, error) {
+	s.mu.RLock()
+	e, ok := s.consumers[id]
+	s.mu.RUnlock()
+	if !ok {
+		return nil, webhooks.ErrConsumerNotFound
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.deleted { // deleted while we waited for the lock
+		return nil, webhooks.ErrConsumerNotFound
+	}
+
+	c := e.c.Clone()
+	action, err := fn(c)
+	if err != nil {
+		return nil, err
+	}
+	switch action {
+	case webhooks.UpdateNone:
+		return e.c.Clone(), nil
+	case webhooks.UpdateSave:
+		if c.ID != e.c.ID || c.SubscriptionID != e.c.SubscriptionID || c.PrimaryStream != e.c.PrimaryStream {
+			return nil, fmt.Errorf("memstore: update of consumer %q changed its ID, SubscriptionID or PrimaryStream", id)
+		}
+		s.mu.Lock()
+		s.save(e, c)
+		s.mu.Unlock()
+		// fn may have kept c; hand back a copy it cannot reach.
+		return e.c.Clone(), nil
+	case webhooks.UpdateDelete:
+		s.mu.Lock()
+		s.remove(e)
+		s.mu.Unlock()
+		return nil, nil
+	default:
+		return nil, fmt.Errorf("memstore: update of consumer %q returned unknown action %d", id, action)
+	}
+}
+
+// ConsumersByStream implements webhooks.Store.
+func (s *Store) ConsumersByStream(_ context.Context, path string) ([]*webhooks.Consumer, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	es := s.byStream[path]
+	out := make([]*webhooks.Consumer, len(es))
+	for i, e := range es {
+		out[i] = e.c.Clone()
+	}
+	return out, nil
+}
+
+// DueConsumers implements webhooks.Store. Equal deadlines are ordered by ID.
+// A limit below one returns nothing. It costs O(limit·log limit), however
+// many consumers are due.
+func (s *Store) DueConsumers(_ context.Context, now time.Time, limit int) ([]*webhooks.Consumer, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	var out []*webhooks.Consumer
+	// Walk the heap best-first: a frontier of heap positions whose parents
+	// were taken yields the due entries in order without popping them.
+	f := &frontier{h: s.deadlines}
+	if len(s.deadlines) > 0 {
+		f.pos = append(f.pos, 0)
+	}
+	for len(out) < limit && f.Len() > 0 {
+		i := heap.Pop(f).(int)
+		e := s.deadlines[i]
+		if e.c.Deadline.After(now) {
+			break
+		}
+		out = append(out, e.c.Clone())
+		for child := 2*i + 1; child <= 2*i+2 && child < len(s.deadlines); child++ {
+			heap.Push(f, child)
+		}
+	}
+	return out, nil
+}
+
+// NextDeadline implements webhooks.Store.
+func (s *Store) NextDeadline(_ context.Context) (time.Time, bool, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if len(s.deadlines) == 0 {
+		return time.Time{}, false, nil
+	}
+	return s.deadlines[0].c.Deadline, true, nil
+}
+
+// CountConsumers implements webhooks.Store. States with no consumers are
+// absent from the map.
+func (s *Store) CountConsumers(_ context.Context) (map[webhooks.ConsumerState]int, error) {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	out := make(map[webhooks.ConsumerState]int, len(s.counts))
+	for st, n := range s.counts {
+		out[st] = n
+	}
+	return out, nil
+}
+
+// LoadOrStoreSigningKey implements webhooks.Store. It rejects an empty key,
+// which would make every token forgeable.
+func (s *Store) LoadOrStoreSigningKey(_ context.Context, key []byte) ([]byte, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.key == nil {
+		if len(key) == 0 {
+			return nil, errors.New("memstore: empty signing key")
+		}
+		s.key = slices.Clone(key)
+	}
+	return slices.Clone(s.key), nil
+}
+
+// set copies c into e so that the caller keeps sole ownership of c.
+func (e *entry) set(c *webhooks.Consumer) {
+	e.c = *c
+	e.c.Streams = slices.Clone(c.Streams)
+	e.c.WakeTails = slices.Clone(c.WakeTails)
+	e.c.TriggeredBy = slices.Clone(c.TriggeredBy)
+}
+
+// save stores c as e's new value and brings the indexes up to date. The
+// caller holds e.mu and s.mu.
+func (s *Store) save(e *entry, c *webhooks.Consumer) {
+	old := &e.c
+	forEachPath(old, func(p string) {
+		if !hasPath(c, p) {
+			s.unindexStream(p, e)
+		}
+	})
+	forEachPath(c, func(p string) {
+		if !hasPath(old, p) {
+			s.indexStream(p, e)
+		}
+	})
+	if c.State != old.State {
+		s.count(old.State, -1)
+		s.count(c.State, 1)
+	}
+	wasScheduled, deadlineChanged := !old.Deadline.IsZero(), !c.Deadline.Equal(old.Deadline)
+	e.set(c)
+	switch {
+	case !deadlineChanged:
+	case e.c.Deadline.IsZero():
+		heap.Remove(&s.deadlines, int(e.heapPos))
+	case wasScheduled:
+		heap.Fix(&s.deadlines, int(e.heapPos))
+	default:
+		heap.Push(&s.deadlines, e)
+	}
+}
+
+// remove deletes e from the store and every index. The caller holds e.mu and
+// s.mu.
+func (s *Store) remove(e *entry) {
+	e.deleted = true
+	delete(s.consumers, e.c.ID)
+	s.count(e.c.State, -1)
+	if e.heapPos >= 0 {
+		heap.Remove(&s.deadlines, int(e.heapPos))
+	}
+	forEachPath(&e.c, func(p string) { s.unindexStream(p, e) })
+	// Swap-delete from the subscription's list; order there is irrelevant.
+	se := s.subs[e.c.SubscriptionID]
+	last := se.consumers[len(se.consumers)-1]
+	se.consumers[e.subPos] = last
+	last.subPos = e.subPos
+	se.consumers[len(se.consumers)-1] = nil
+	se.consumers = se.consumers[:len(se.consumers)-1]
+}
+
+func (s *Store) count(st webhooks.ConsumerState, delta int) {
+	if n := s.counts[st] + delta; n == 0 {
+		delete(s.counts, st)
+	} else {
+		s.counts[st] = n
+	}
+}
+
+func (s *Store) indexStream(path string, e *entry) {
+	es := s.byStream[path]
+	i, _ := slices.BinarySearchFunc(es, e.c.ID, cmpID)
+	s.byStream[path] = slices.Insert(es, i, e)
+}
+
+func (s *Store) unindexStream(path string, e *entry) {
+	es := s.byStream[path]
+	i, found := slices.BinarySearchFunc(es, e.c.ID, cmpID)
+	if !found {
+		return
+	}
+	if es = slices.Delete(es, i, i+1); len(es) == 0 {
+		delete(s.byStream, path)
+	} else {
+		s.byStream[path] = es
+	}
+}
+
+func cmpID(e *entry, id string) int { return strings.Compare(e.c.ID, id) }
+
+// forEachPath calls fn once for every distinct stream path of c: its primary
+// stream and the paths in Streams.
+func forEachPath(c *webhooks.Consumer, fn func(path string)) {
+	fn(c.PrimaryStream)
+	for i, so := range c.Streams {
+		if so.Path != c.PrimaryStream && !slices.ContainsFunc(c.Streams[:i], func(prev webhooks.StreamOffset) bool { return prev.Path == so.Path }) {
+			fn(so.Path)
+		}
+	}
+}
+
+func hasPath(c *webhooks.Consumer, path string) bool {
+	return path == c.PrimaryStream || slices.ContainsFunc(c.Streams, func(so webhooks.StreamOffset) bool { return so.Path == path })
+}
+
+// deadlineHeap orders scheduled consumers by deadline, then ID, and keeps
+// each entry's heapPos current so it can be fixed or removed in O(log n).
+type deadlineHeap []*entry
+
+func (h deadlineHeap) Len() int { return len(h) }
+
+func (h deadlineHeap) Less(i, j int) bool { return earlier(h[i], h[j]) }
+
+func (h deadlineHeap) Swap(i, j int) {
+	h[i], h[j] = h[j], h[i]
+	h[i].heapPos = int32(i)
+	h[j].heapPos = int32(j)
+}
+
+func (h *deadlineHeap) Push(x any) {
+	e := x.(*entry)
+	e.heapPos = int32(len(*h))
+	*h = append(*h, e)
+}
+
+func (h *deadlineHeap) Pop() any {
+	old := *h
+	e := old[len(old)-1]
+	old[len(old)-1] = nil
+	*h = old[:len(old)-1]
+	e.heapPos = -1
+	return e
+}
+
+func earlier(a, b *entry) bool {
+	if !a.c.Deadline.Equal(b.c.Deadline) {
+		return a.c.Deadline.Before(b.c.Deadline)
+	}
+	return a.c.ID < b.c.ID
+}
+
+// frontier is a min-heap of positions in a deadlineHeap, used by
+// DueConsumers to read the deadline heap in order without changing it.
+type frontier struct {
+	h   deadlineHeap
+	pos []int
+}
+
+func (f *frontier) Len() int           { return len(f.pos) }
+func (f *frontier) Less(i, j int) bool { return earlier(f.h[f.pos[i]], f.h[f.pos[j]]) }
+func (f *frontier) Swap(i, j int)      { f.pos[i], f.pos[j] = f.pos[j], f.pos[i] }
+func (f *frontier) Push(x any)         { f.pos = append(f.pos, x.(int)) }
+
+func (f *frontier) Pop() any {
+	i := f.pos[len(f.pos)-1]
+	f.pos = f.pos[:len(f.pos)-1]
+	return i
+}
