@@ -1,0 +1,135 @@
+package webhooks
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+)
+
+const testSecret = "whsec_0123456789abcdef"
+
+var (
+	testSignTime = time.Unix(1704067200, 0)
+	testBody     = []byte(`{"consumer_id":"sub:%2Fa","epoch":7,"note":"héllo"}`)
+)
+
+func TestSignPayloadKnownAnswer(t *testing.T) {
+	// Computed independently:
+	// printf '1704067200.%s' "$body" | openssl dgst -sha256 -hmac "$secret"
+	const want = "t=1704067200,sha256=95c9a7f01d065fb7756902e611bb112a1aa5e191b5b3a0da1f619557c2feb71f"
+	if got := SignPayload(testSecret, testSignTime, testBody); got != want {
+		t.Fatalf("SignPayload = %q, want %q", got, want)
+	}
+}
+
+func TestVerifySignatureRoundTrip(t *testing.T) {
+	h := SignPayload(testSecret, testSignTime, testBody)
+	if err := VerifySignature(testSecret, h, testBody, testSignTime, DefaultSignatureTolerance); err != nil {
+		t.Fatalf("VerifySignature: %v", err)
+	}
+}
+
+func TestVerifySignatureRejects(t *testing.T) {
+	good := SignPayload(testSecret, testSignTime, testBody)
+	hexSig := strings.TrimPrefix(good, "t=1704067200,sha256=")
+	tests := []struct {
+		name   string
+		secret string
+		header string
+		body   []byte
+		now    time.Time
+	}{
+		{"empty header", testSecret, "", testBody, testSignTime},
+		{"no comma", testSecret, "t=1704067200", testBody, testSignTime},
+		{"missing t", testSecret, "sha256=" + hexSig, testBody, testSignTime},
+		{"parts swapped", testSecret, "sha256=" + hexSig + ",t=1704067200", testBody, testSignTime},
+		{"empty t", testSecret, "t=,sha256=" + hexSig, testBody, testSignTime},
+		{"negative t", testSecret, "t=-1704067200,sha256=" + hexSig, testBody, testSignTime},
+		{"plus t", testSecret, "t=+1704067200,sha256=" + hexSig, testBody, testSignTime},
+		{"fractional t", testSecret, "t=1704067200.0,sha256=" + hexSig, testBody, testSignTime},
+		{"t overflows int64", testSecret, "t=99999999999999999999,sha256=" + hexSig, testBody, testSignTime},
+		{"space after comma", testSecret, "t=1704067200, sha256=" + hexSig, testBody, testSignTime},
+		{"other algorithm", testSecret, "t=1704067200,sha1=" + hexSig, testBody, testSignTime},
+		{"uppercase hex", testSecret, "t=1704067200,sha256=" + strings.ToUpper(hexSig), testBody, testSignTime},
+		{"short hex", testSecret, "t=1704067200,sha256=" + hexSig[:62], testBody, testSignTime},
+		{"long hex", testSecret, good + "00", testBody, testSignTime},
+		{"odd hex", testSecret, good + "0", testBody, testSignTime},
+		{"non-hex", testSecret, "t=1704067200,sha256=" + strings.Repeat("zz", 32), testBody, testSignTime},
+		{"trailing part", testSecret, good + ",v=1", testBody, testSignTime},
+		{"tampered body", testSecret, good, append(bytes.Clone(testBody), ' '), testSignTime},
+		{"wrong secret", "whsec_other", good, testBody, testSignTime},
+		{"secret without prefix", strings.TrimPrefix(testSecret, "whsec_"), good, testBody, testSignTime},
+		{"empty secret", "", SignPayload("", testSignTime, testBody), testBody, testSignTime},
+		{"too old", testSecret, good, testBody, testSignTime.Add(DefaultSignatureTolerance + time.Second)},
+		{"too new", testSecret, good, testBody, testSignTime.Add(-DefaultSignatureTolerance - time.Second)},
+		{"signed at other time", testSecret, strings.Replace(good, "t=1704067200", "t=1704067201", 1), testBody, testSignTime},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := VerifySignature(tt.secret, tt.header, tt.body, tt.now, DefaultSignatureTolerance)
+			if !errors.Is(err, ErrInvalidSignature) {
+				t.Fatalf("VerifySignature = %v, want ErrInvalidSignature", err)
+			}
+		})
+	}
+}
+
+func TestVerifySignatureToleranceEdge(t *testing.T) {
+	const tol = 30 * time.Second
+	h := SignPayload(testSecret, testSignTime, testBody)
+	tests := []struct {
+		offset time.Duration
+		ok     bool
+	}{
+		{-tol - time.Second, false},
+		{-tol, true},
+		{0, true},
+		{tol, true},
+		// Seconds are compared whole, as the reference verifier does.
+		{tol + 999*time.Millisecond, true},
+		{tol + time.Second, false},
+	}
+	for _, tt := range tests {
+		err := VerifySignature(testSecret, h, testBody, testSignTime.Add(tt.offset), tol)
+		if (err == nil) != tt.ok {
+			t.Errorf("now = t%+v: err = %v, want ok = %v", tt.offset, err, tt.ok)
+		}
+	}
+}
+
+// TestReferenceVerifierAcceptsSignature runs the RFC's TypeScript verifier
+// on our signatures. It uses the real clock because the verifier does.
+func TestReferenceVerifierAcceptsSignature(t *testing.T) {
+	node, err := exec.LookPath("node")
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal("node is required in CI: ", err)
+		}
+		t.Skip("node not on PATH")
+	}
+	header := SignPayload(testSecret, time.Now(), testBody)
+	run := func(body []byte) (int, string) {
+		t.Helper()
+		cmd := exec.Command(node, "testdata/verify_signature.mjs", header, testSecret)
+		cmd.Stdin = bytes.NewReader(body)
+		var stderr bytes.Buffer
+		cmd.Stderr = &stderr
+		err := cmd.Run()
+		var exit *exec.ExitError
+		if err != nil && !errors.As(err, &exit) {
+			t.Fatalf("running node: %v", err)
+		}
+		return cmd.ProcessState.ExitCode(), stderr.String()
+	}
+	if code, stderr := run(testBody); code != 0 {
+		t.Fatalf("reference verifier rejected our signature: exit %d, stderr %q", code, stderr)
+	}
+	// A clean exit 1 is the verifier returning false, not a crash.
+	if code, stderr := run(append(bytes.Clone(testBody), ' ')); code != 1 || stderr != "" {
+		t.Fatalf("reference verifier on tampered body: exit %d, stderr %q; want exit 1", code, stderr)
+	}
+}
