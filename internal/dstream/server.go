@@ -1,0 +1,149 @@
+// Package dstream is a compact in-memory Durable Streams server for examples
+// and end-to-end tests of the webhook engine.
+//
+// It serves the core HTTP protocol (create, append, catch-up and long-poll
+// reads, HEAD, DELETE) for JSON and byte streams, implements
+// webhooks.StreamSource, and reports stream changes to an Observer.
+//
+// Not supported, and rejected with 400 rather than silently ignored: SSE
+// reads, stream TTL and expiry, closing streams, Stream-Seq and idempotent
+// producer headers.
+package dstream
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/benbjohnson/clock"
+)
+
+// Defaults used when the corresponding Options field is zero.
+const (
+	DefaultLongPollTimeout       = 30 * time.Second
+	DefaultMaxBodyBytes    int64 = 8 << 20
+)
+
+// Observer is told about stream changes, typically the webhook engine.
+//
+// Calls happen after the server has released its locks, so an observer may
+// call back into the Server (Stream, MatchStreams) synchronously. The HTTP
+// response is written only after the observer returns. Calls caused by
+// concurrent requests may overlap or arrive in any order, so treat them as
+// hints and read the current state back through Stream.
+//
+// A PUT that creates a stream with a non-empty initial body calls only
+// StreamCreated: creation means "the stream may now hold data". A PUT for an
+// existing stream calls nothing. Errors are logged and never fail the
+// request that caused the change.
+type Observer interface {
+	StreamCreated(ctx context.Context, path string) error
+	StreamAppended(ctx context.Context, path string) error
+	StreamDeleted(ctx context.Context, path string) error
+}
+
+// Options configures a Server. The zero value is usable.
+type Options struct {
+	// Clock drives long-poll timeouts and Stream-Cursor values; defaults to
+	// the wall clock. Tests inject a mock.
+	Clock clock.Clock
+	// LongPollTimeout is how long a long-poll waits for data before answering
+	// 204; defaults to DefaultLongPollTimeout.
+	LongPollTimeout time.Duration
+	// MaxBodyBytes bounds PUT and POST bodies (413 above it); defaults to
+	// DefaultMaxBodyBytes.
+	MaxBodyBytes int64
+	// Logger receives observer errors; defaults to slog.Default().
+	Logger *slog.Logger
+	// Observer, if set, is notified of changes. It can also be set later with
+	// SetObserver, which is what a host does when the observer is built from
+	// the Server.
+	Observer Observer
+}
+
+// Server is an in-memory Durable Streams server. It is an http.Handler and a
+// webhooks.StreamSource. Use New to create one.
+type Server struct {
+	clock    clock.Clock
+	timeout  time.Duration
+	maxBody  int64
+	log      *slog.Logger
+	observer atomic.Pointer[observerRef]
+
+	closed    chan struct{}
+	closeOnce sync.Once
+
+	mu      sync.RWMutex
+	streams map[string]*stream
+	gen     uint64 // counts creations so a re-created stream never reuses ETags
+
+	// testHookWaiting, when set by tests, runs when a long-poll starts
+	// waiting, so a test can append strictly after the wait began.
+	testHookWaiting func()
+}
+
+// observerRef wraps an Observer for atomic.Pointer.
+type observerRef struct{ o Observer }
+
+// New returns a Server configured by opts.
+func New(opts Options) *Server {
+	s := &Server{
+		clock:   opts.Clock,
+		timeout: opts.LongPollTimeout,
+		maxBody: opts.MaxBodyBytes,
+		log:     opts.Logger,
+		closed:  make(chan struct{}),
+		streams: make(map[string]*stream),
+	}
+	if s.clock == nil {
+		s.clock = clock.New()
+	}
+	if s.timeout <= 0 {
+		s.timeout = DefaultLongPollTimeout
+	}
+	if s.maxBody <= 0 {
+		s.maxBody = DefaultMaxBodyBytes
+	}
+	if s.log == nil {
+		s.log = slog.Default()
+	}
+	s.SetObserver(opts.Observer)
+	return s
+}
+
+// SetObserver replaces the observer; nil removes it. It is safe to call while
+// requests are being served, so a host can build its engine from the Server
+// and then register the engine.
+func (s *Server) SetObserver(o Observer) {
+	if o == nil {
+		s.observer.Store(nil)
+		return
+	}
+	s.observer.Store(&observerRef{o: o})
+}
+
+// Close ends pending long-polls (they answer 204) and makes later long-polls
+// answer at once, so an http.Server or httptest.Server can shut down without
+// waiting for long-poll timeouts. Call it just before that shutdown: clients
+// that keep polling get immediate 204s from then on. Other requests keep
+// working.
+func (s *Server) Close() {
+	s.closeOnce.Do(func() { close(s.closed) })
+}
+
+// notify calls one Observer method with locks released. The request context
+// loses its cancellation because the change happened whether or not the
+// client is still there.
+func (s *Server) notify(r *http.Request, event, path string, call func(Observer, context.Context, string) error) {
+	ref := s.observer.Load()
+	if ref == nil {
+		return
+	}
+	if err := call(ref.o, context.WithoutCancel(r.Context()), path); err != nil {
+		s.log.LogAttrs(r.Context(), slog.LevelError, "dstream: observer failed",
+			slog.String("event", event), slog.String("path", path), slog.Any("error", err))
+	}
+}
