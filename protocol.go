@@ -24,13 +24,21 @@ type CallbackRequest struct {
 }
 
 // CallbackResponse is the JSON body of every callback response. On success
-// OK is true and Streams lists the subscribed streams; on failure Error says
-// why. Token is the bearer token for the next callback.
+// OK is true and Streams lists the subscribed streams, always present; on
+// failure Error says why. Token is the bearer token for the next callback.
 type CallbackResponse struct {
 	OK      bool           `json:"ok"`
 	Token   string         `json:"token,omitempty"`
 	Streams []StreamOffset `json:"streams,omitempty"`
 	Error   *ErrorBody     `json:"error,omitempty"`
+}
+
+// successResponse is the wire form of a successful callback: streams is
+// always included, even when empty.
+type successResponse struct {
+	OK      bool           `json:"ok"`
+	Token   string         `json:"token"`
+	Streams []StreamOffset `json:"streams"`
 }
 
 // ErrorBody is the "error" member of every JSON error response.

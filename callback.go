@@ -1,0 +1,351 @@
+package webhooks
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"slices"
+	"strings"
+)
+
+// Limits on callback requests, so that no request can grow memory without
+// bound.
+const (
+	// MaxCallbackBodyBytes bounds a callback request body.
+	MaxCallbackBodyBytes = 64 << 10
+	// MaxCallbackListLength bounds each of acks, subscribe and unsubscribe.
+	MaxCallbackListLength = 256
+	// MaxStreamsPerConsumer bounds the streams one consumer subscribes to.
+	MaxStreamsPerConsumer = 1024
+	// MaxStreamPathLength bounds a stream path in a callback.
+	MaxStreamPathLength = 1024
+	// MaxOffsetLength bounds an offset in a callback.
+	MaxOffsetLength = 256
+)
+
+// callbackSegment precedes the consumer ID in every callback URL.
+const callbackSegment = "/callback/"
+
+// apiError is an error answered to the client with the spec's status, code
+// and message.
+type apiError struct {
+	status  int
+	code    ErrorCode
+	message string
+	token   string // only for TOKEN_EXPIRED
+	allow   string // the Allow header of a 405
+}
+
+func (e *apiError) Error() string { return string(e.code) + ": " + e.message }
+
+func newAPIError(status int, code ErrorCode, format string, args ...any) *apiError {
+	return &apiError{status: status, code: code, message: fmt.Sprintf(format, args...)}
+}
+
+// CallbackHandler returns the handler of the callback API. Mount it so that
+// it sees the callback URLs the engine hands out: base + "/callback/{id}".
+// It reads the consumer ID from the raw, percent-encoded path, so the host's
+// router must not rewrite the path.
+func (e *Engine) CallbackHandler() http.Handler {
+	return http.HandlerFunc(e.serveCallback)
+}
+
+func (e *Engine) serveCallback(w http.ResponseWriter, r *http.Request) {
+	ctx, span := e.tel.tracer.Start(r.Context(), "webhooks.callback")
+	defer span.End()
+	resp, err := e.callback(ctx, r)
+	code := "OK"
+	var ae *apiError
+	if errors.As(err, &ae) {
+		code = string(ae.code)
+	} else if err != nil {
+		code = string(CodeInternal)
+	}
+	e.tel.callbackDone(ctx, span, code)
+	if err != nil {
+		e.writeError(w, r, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, resp)
+}
+
+// callback authenticates, decodes and applies one callback request.
+func (e *Engine) callback(ctx context.Context, r *http.Request) (*successResponse, error) {
+	if r.Method != http.MethodPost {
+		ae := newAPIError(http.StatusMethodNotAllowed, CodeInvalidRequest, "callbacks must use POST")
+		ae.allow = http.MethodPost
+		return nil, ae
+	}
+	id, err := callbackConsumerID(r.URL.EscapedPath())
+	if err != nil {
+		return nil, newAPIError(http.StatusBadRequest, CodeInvalidRequest, "%v", err)
+	}
+	raw, ok := bearerToken(r)
+	if !ok {
+		return nil, newAPIError(http.StatusUnauthorized, CodeTokenInvalid, "missing bearer token")
+	}
+	claims, terr := e.tokens.verify(raw)
+	if errors.Is(terr, errTokenInvalid) {
+		return nil, newAPIError(http.StatusUnauthorized, CodeTokenInvalid, "%v", terr)
+	}
+	if claims.Subject != id {
+		return nil, newAPIError(http.StatusUnauthorized, CodeTokenInvalid, "token was not issued for this consumer")
+	}
+	req, err := decodeCallbackRequest(http.MaxBytesReader(nil, r.Body, MaxCallbackBodyBytes))
+	if err != nil {
+		return nil, err
+	}
+	expired := errors.Is(terr, errTokenExpired)
+	c, err := e.update(ctx, id, func(c *Consumer) (UpdateAction, error) {
+		return e.applyCallback(ctx, c, claims, expired, req)
+	})
+	if errors.Is(err, ErrConsumerNotFound) {
+		return nil, newAPIError(http.StatusGone, CodeConsumerGone, "consumer %s no longer exists", id)
+	}
+	if err != nil {
+		return nil, err
+	}
+	token, err := e.tokens.renew(raw, claims)
+	if err != nil {
+		return nil, err
+	}
+	resp := &successResponse{OK: true, Token: token, Streams: []StreamOffset{}}
+	if c != nil {
+		resp.Streams = c.Streams
+	}
+	return resp, nil
+}
+
+// applyCallback is the transition a callback makes, atomic in one
+// UpdateConsumer: it fails as a whole or applies as a whole.
+func (e *Engine) applyCallback(ctx context.Context, c *Consumer, claims *tokenClaims, expired bool, req *CallbackRequest) (UpdateAction, error) {
+	for _, epoch := range []int64{claims.Epoch, *req.Epoch} {
+		if epoch < c.Epoch {
+			return UpdateNone, newAPIError(http.StatusConflict, CodeStaleEpoch, "epoch %d is stale; current epoch is %d", epoch, c.Epoch)
+		}
+		if epoch > c.Epoch {
+			return UpdateNone, newAPIError(http.StatusConflict, CodeStaleEpoch, "epoch %d is ahead of the current epoch %d", epoch, c.Epoch)
+		}
+	}
+	if expired {
+		token, err := e.tokens.issue(c.ID, c.Epoch)
+		if err != nil {
+			return UpdateNone, err
+		}
+		ae := newAPIError(http.StatusUnauthorized, CodeTokenExpired, "token has expired; retry with the new token")
+		ae.token = token
+		return UpdateNone, ae
+	}
+	if req.WakeID != "" && req.WakeID != c.WakeID {
+		return UpdateNone, newAPIError(http.StatusConflict, CodeAlreadyClaimed, "wake_id %q is not the current wake", req.WakeID)
+	}
+	t, err := e.readTails(ctx, append(streamPaths(c), req.Subscribe...))
+	if err != nil {
+		return UpdateNone, err
+	}
+	now := e.clock.Now()
+	if c.State == StateWaking {
+		// A current-epoch token reaches only the woken consumer, so any
+		// callback from it claims the wake, with or without wake_id.
+		e.m.goLive(c, now)
+	}
+	for _, p := range req.Subscribe {
+		if slices.ContainsFunc(c.Streams, func(s StreamOffset) bool { return s.Path == p }) {
+			continue
+		}
+		offset := OffsetNone
+		if info, ok := t[p]; ok {
+			offset = info.Tail
+		}
+		c.Streams = append(c.Streams, StreamOffset{Path: p, Offset: offset})
+	}
+	if len(c.Streams) > MaxStreamsPerConsumer {
+		return UpdateNone, newAPIError(http.StatusBadRequest, CodeInvalidRequest, "a consumer may subscribe to at most %d streams", MaxStreamsPerConsumer)
+	}
+	for _, a := range req.Acks {
+		if err := ack(c, a, t); err != nil {
+			return UpdateNone, err
+		}
+	}
+	c.Streams = slices.DeleteFunc(c.Streams, func(s StreamOffset) bool { return slices.Contains(req.Unsubscribe, s.Path) })
+	if len(c.Streams) == 0 {
+		return UpdateDelete, nil
+	}
+	if req.Done && c.State == StateLive {
+		e.m.finish(c, t, now)
+	}
+	e.m.touch(c, now)
+	return UpdateSave, nil
+}
+
+// ack moves one stream's acked offset forward. An older offset is accepted
+// and changes nothing, so retried acks are idempotent and offsets never move
+// backwards (S4).
+func ack(c *Consumer, a StreamOffset, t tails) error {
+	i := slices.IndexFunc(c.Streams, func(s StreamOffset) bool { return s.Path == a.Path })
+	if i < 0 {
+		return newAPIError(http.StatusConflict, CodeInvalidOffset, "cannot ack %s: the consumer is not subscribed to it", a.Path)
+	}
+	if a.Offset == OffsetNone {
+		return nil
+	}
+	info, ok := t[a.Path]
+	if !ok {
+		return newAPIError(http.StatusConflict, CodeInvalidOffset, "cannot ack %s: the stream does not exist", a.Path)
+	}
+	if len(a.Offset) != len(info.Tail) {
+		return newAPIError(http.StatusConflict, CodeInvalidOffset, "offset %q is not an offset of %s", a.Offset, a.Path)
+	}
+	if compareOffsets(a.Offset, info.Tail) > 0 {
+		return newAPIError(http.StatusConflict, CodeInvalidOffset, "offset %q is beyond the tail %q of %s", a.Offset, info.Tail, a.Path)
+	}
+	if compareOffsets(a.Offset, c.Streams[i].Offset) > 0 {
+		c.Streams[i].Offset = a.Offset
+	}
+	return nil
+}
+
+// decodeCallbackRequest decodes a callback body strictly: one JSON object,
+// no unknown fields, epoch present, every list and string within limits.
+func decodeCallbackRequest(body io.Reader) (*CallbackRequest, error) {
+	data, err := io.ReadAll(body)
+	if err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			return nil, newAPIError(http.StatusBadRequest, CodeInvalidRequest, "request body exceeds %d bytes", MaxCallbackBodyBytes)
+		}
+		return nil, newAPIError(http.StatusBadRequest, CodeInvalidRequest, "cannot read request body")
+	}
+	var req CallbackRequest
+	if err := decodeStrict(data, &req); err != nil {
+		return nil, newAPIError(http.StatusBadRequest, CodeInvalidRequest, "%v", err)
+	}
+	if req.Epoch == nil {
+		return nil, newAPIError(http.StatusBadRequest, CodeInvalidRequest, "epoch is required")
+	}
+	if err := validateCallbackRequest(&req); err != nil {
+		return nil, newAPIError(http.StatusBadRequest, CodeInvalidRequest, "%v", err)
+	}
+	return &req, nil
+}
+
+func validateCallbackRequest(req *CallbackRequest) error {
+	for name, n := range map[string]int{"acks": len(req.Acks), "subscribe": len(req.Subscribe), "unsubscribe": len(req.Unsubscribe)} {
+		if n > MaxCallbackListLength {
+			return fmt.Errorf("%s has %d entries; at most %d are allowed", name, n, MaxCallbackListLength)
+		}
+	}
+	for _, a := range req.Acks {
+		if err := validateStreamPath(a.Path); err != nil {
+			return fmt.Errorf("acks: %w", err)
+		}
+		if a.Offset == "" || len(a.Offset) > MaxOffsetLength {
+			return fmt.Errorf("acks: offset of %s must be 1 to %d characters", a.Path, MaxOffsetLength)
+		}
+	}
+	for _, p := range append(slices.Clip(req.Subscribe), req.Unsubscribe...) {
+		if err := validateStreamPath(p); err != nil {
+			return fmt.Errorf("subscribe/unsubscribe: %w", err)
+		}
+	}
+	return nil
+}
+
+func validateStreamPath(p string) error {
+	if !strings.HasPrefix(p, "/") || len(p) > MaxStreamPathLength {
+		return fmt.Errorf("stream path %.64q must start with '/' and be at most %d characters", p, MaxStreamPathLength)
+	}
+	return nil
+}
+
+// decodeStrict decodes exactly one JSON value with no unknown fields.
+func decodeStrict(data []byte, v any) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return fmt.Errorf("malformed JSON body: %v", err)
+	}
+	if dec.More() {
+		return errors.New("malformed JSON body: data after the object")
+	}
+	return nil
+}
+
+// callbackConsumerID returns the canonical consumer ID from the escaped path
+// of a callback URL. The ID contains no raw '/', so the last "/callback/"
+// starts it, wherever the host mounts the handler.
+func callbackConsumerID(escapedPath string) (string, error) {
+	i := strings.LastIndex(escapedPath, callbackSegment)
+	if i < 0 {
+		return "", errors.New("callback URL has no consumer id")
+	}
+	sub, path, err := ParseConsumerID(escapedPath[i+len(callbackSegment):])
+	if err != nil {
+		return "", err
+	}
+	return ConsumerID(sub, path), nil
+}
+
+func bearerToken(r *http.Request) (string, bool) {
+	scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") || token == "" {
+		return "", false
+	}
+	return strings.TrimSpace(token), true
+}
+
+// writeJSON answers with v as JSON.
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// writeError answers with the one JSON error shape. Errors that are not
+// apiErrors are logged and answered with a generic 500: internal error text
+// never reaches clients.
+func (e *Engine) writeError(w http.ResponseWriter, r *http.Request, err error) {
+	var ae *apiError
+	if !errors.As(err, &ae) {
+		e.log.ErrorContext(r.Context(), "webhooks: request failed", "method", r.Method, "path", r.URL.Path, "error", err)
+		ae = newAPIError(http.StatusInternalServerError, CodeInternal, "internal error")
+	}
+	if ae.allow != "" {
+		w.Header().Set("Allow", ae.allow)
+	}
+	writeJSON(w, ae.status, CallbackResponse{OK: false, Error: &ErrorBody{Code: ae.code, Message: ae.message}, Token: ae.token})
+}
+
+// readTails asks the source about each path once. Paths with no stream are
+// left out.
+func (e *Engine) readTails(ctx context.Context, paths []string) (tails, error) {
+	t := make(tails, len(paths))
+	for _, p := range paths {
+		if _, seen := t[p]; seen {
+			continue
+		}
+		info, err := e.source.Stream(ctx, p)
+		if errors.Is(err, ErrStreamNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("reading stream %s: %w", p, err)
+		}
+		t[p] = info
+	}
+	return t, nil
+}
+
+// streamPaths lists the paths of c's subscribed streams.
+func streamPaths(c *Consumer) []string {
+	paths := make([]string, len(c.Streams))
+	for i, s := range c.Streams {
+		paths[i] = s.Path
+	}
+	return paths
+}

@@ -1,0 +1,280 @@
+package webhooks
+
+import (
+	"encoding/hex"
+	"slices"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// machine holds the rules of the consumer state machine. Its methods change
+// a consumer in place and run inside Store.UpdateConsumer, so each is one
+// atomic transition; none does I/O. Stream tails are passed in as a map of
+// the consumer's existing streams, read inside the same update so that an
+// append racing with a transition to IDLE cannot be missed.
+type machine struct {
+	wakingTimeout   time.Duration
+	livenessTimeout time.Duration
+	failureGCAfter  time.Duration
+	backoff         func(retry int) time.Duration
+}
+
+// tails maps a stream path to what the source said of it; missing paths have
+// no stream.
+type tails map[string]StreamInfo
+
+// newConsumer returns the IDLE consumer that subscription sub spawns for the
+// stream at path, positioned at offset.
+func newConsumer(sub, path, offset string, now time.Time) *Consumer {
+	return &Consumer{
+		ID:             ConsumerID(sub, path),
+		SubscriptionID: sub,
+		PrimaryStream:  path,
+		State:          StateIdle,
+		Streams:        []StreamOffset{{Path: path, Offset: offset}},
+		CreatedAt:      now,
+		UpdatedAt:      now,
+	}
+}
+
+// compareOffsets orders two offsets of one stream. OffsetNone sorts before
+// every real offset; real offsets are fixed-width and compare as strings.
+func compareOffsets(a, b string) int {
+	switch {
+	case a == b:
+		return 0
+	case a == OffsetNone:
+		return -1
+	case b == OffsetNone:
+		return 1
+	case a < b:
+		return -1
+	default:
+		return 1
+	}
+}
+
+// hasPending reports whether a stream acked at offset has unprocessed events.
+func hasPending(offset string, s StreamInfo) bool {
+	if offset == OffsetNone {
+		return !s.Empty
+	}
+	return compareOffsets(s.Tail, offset) > 0
+}
+
+// pendingStreams lists the subscribed streams with pending work.
+func pendingStreams(c *Consumer, t tails) []string {
+	var out []string
+	for _, s := range c.Streams {
+		if info, ok := t[s.Path]; ok && hasPending(s.Offset, info) {
+			out = append(out, s.Path)
+		}
+	}
+	return out
+}
+
+func newWakeID() string {
+	id := uuid.New()
+	return "w_" + hex.EncodeToString(id[:])
+}
+
+// wake starts a new wake cycle: IDLE → WAKING (or LIVE → WAKING on done with
+// pending work). The delivery is due at once.
+func (m *machine) wake(c *Consumer, t tails, triggeredBy []string, now time.Time) {
+	c.State = StateWaking
+	c.Epoch++
+	c.WakeID = newWakeID()
+	c.TriggeredBy = triggeredBy
+	c.WakeTails = c.WakeTails[:0]
+	for _, s := range c.Streams {
+		if info, ok := t[s.Path]; ok {
+			c.WakeTails = append(c.WakeTails, StreamOffset{Path: s.Path, Offset: info.Tail})
+		}
+	}
+	c.Attempt = 0
+	c.InFlight = false
+	c.Deadline = now
+}
+
+// wakeIfPending wakes an IDLE consumer that has pending work. It reports
+// whether the consumer changed.
+func (m *machine) wakeIfPending(c *Consumer, t tails, now time.Time) bool {
+	if c.State != StateIdle {
+		return false
+	}
+	pending := pendingStreams(c, t)
+	if len(pending) == 0 {
+		return false
+	}
+	m.wake(c, t, pending, now)
+	return true
+}
+
+// finish ends a wake cycle: to IDLE, or straight into a new wake if work is
+// pending (L3; the same rule keeps L1 after a liveness timeout).
+func (m *machine) finish(c *Consumer, t tails, now time.Time) {
+	c.State = StateIdle
+	c.InFlight = false
+	c.Deadline = time.Time{}
+	m.wakeIfPending(c, t, now)
+}
+
+// goLive moves a WAKING consumer to LIVE and starts its liveness timeout.
+// Both ways in, a 2xx and a claim, prove the notification arrived, so the
+// failure run ends.
+func (m *machine) goLive(c *Consumer, now time.Time) {
+	c.State = StateLive
+	c.InFlight = false
+	deliveryOK(c)
+	m.touch(c, now)
+}
+
+// touch restarts the liveness timeout of a LIVE consumer.
+func (m *machine) touch(c *Consumer, now time.Time) {
+	if c.State == StateLive {
+		c.Deadline = now.Add(m.livenessTimeout)
+	}
+}
+
+// deliveryOK clears the failure run: a 2xx breaks it.
+func deliveryOK(c *Consumer) {
+	c.Failures = 0
+	c.FailingSince = time.Time{}
+}
+
+// startAttempt marks a delivery attempt as sent. It returns false if the
+// consumer is not due for one, so that of several engines sharing a Store
+// exactly one sends it.
+func (m *machine) startAttempt(c *Consumer, now time.Time) bool {
+	if c.State != StateWaking || c.InFlight || c.Deadline.IsZero() || c.Deadline.After(now) {
+		return false
+	}
+	c.Attempt++
+	c.InFlight = true
+	c.Deadline = m.gcCap(c, now.Add(m.wakingTimeout))
+	return true
+}
+
+// deliveryResult is the outcome of one webhook POST.
+type deliveryResult struct {
+	epoch   int64
+	wakeID  string
+	attempt int
+	ok      bool // 2xx
+	done    bool // 2xx with {"done": true}
+}
+
+// applyDelivery applies a webhook outcome. It reports whether the consumer
+// changed and whether it must be deleted (failure GC). A response from a
+// wake cycle that has ended changes nothing.
+func (m *machine) applyDelivery(c *Consumer, r deliveryResult, t tails, now time.Time) (changed, remove bool) {
+	if c.Epoch != r.epoch || c.WakeID != r.wakeID {
+		return false, false
+	}
+	switch {
+	case r.ok && r.done:
+		if c.State == StateIdle {
+			return false, false
+		}
+		deliveryOK(c)
+		m.autoAck(c)
+		m.finish(c, t, now)
+		return true, false
+	case r.ok:
+		if c.State != StateWaking && c.Failures == 0 {
+			return false, false
+		}
+		deliveryOK(c)
+		if c.State == StateWaking {
+			m.goLive(c, now)
+		}
+		return true, false
+	default:
+		if c.State != StateWaking || !c.InFlight || c.Attempt != r.attempt {
+			return false, false
+		}
+		return true, m.fail(c, now)
+	}
+}
+
+// autoAck acks every stream up to its tail when the wake began: the
+// synchronous-done shortcut, which cannot have seen anything newer.
+func (m *machine) autoAck(c *Consumer) {
+	for _, wt := range c.WakeTails {
+		i := slices.IndexFunc(c.Streams, func(s StreamOffset) bool { return s.Path == wt.Path })
+		if i >= 0 && compareOffsets(wt.Offset, c.Streams[i].Offset) > 0 {
+			c.Streams[i].Offset = wt.Offset
+		}
+	}
+}
+
+// fail records a failed attempt and schedules the retry. It reports whether
+// the failures have lasted long enough to collect the consumer.
+func (m *machine) fail(c *Consumer, now time.Time) (remove bool) {
+	c.InFlight = false
+	c.Failures++
+	if c.FailingSince.IsZero() {
+		c.FailingSince = now
+	}
+	if m.gcDue(c, now) {
+		return true
+	}
+	c.Deadline = m.gcCap(c, now.Add(m.backoff(c.Failures)))
+	return false
+}
+
+func (m *machine) gcCap(c *Consumer, t time.Time) time.Time {
+	if c.FailingSince.IsZero() {
+		return t
+	}
+	if gc := c.FailingSince.Add(m.failureGCAfter); gc.Before(t) {
+		return gc
+	}
+	return t
+}
+
+func (m *machine) gcDue(c *Consumer, now time.Time) bool {
+	return !c.FailingSince.IsZero() && !now.Before(c.FailingSince.Add(m.failureGCAfter))
+}
+
+// dueAction is what the scheduler must do for a consumer whose deadline
+// has passed.
+type dueAction int
+
+const (
+	dueNone    dueAction = iota // nothing; another engine got there first
+	dueSend                     // send a delivery attempt
+	dueChanged                  // the consumer changed; save it
+	dueRemove                   // failure GC: delete the consumer
+)
+
+// onDue handles a passed deadline: sends the next attempt, times out a
+// WAKING attempt (a failure) or a LIVE consumer, or collects the consumer.
+func (m *machine) onDue(c *Consumer, t tails, now time.Time) dueAction {
+	if c.Deadline.IsZero() || c.Deadline.After(now) {
+		return dueNone
+	}
+	switch c.State {
+	case StateWaking:
+		if m.gcDue(c, now) {
+			return dueRemove
+		}
+		if c.InFlight {
+			if m.fail(c, now) {
+				return dueRemove
+			}
+			return dueChanged
+		}
+		if m.startAttempt(c, now) {
+			return dueSend
+		}
+		return dueNone
+	case StateLive:
+		m.finish(c, t, now)
+		return dueChanged
+	default:
+		c.Deadline = time.Time{}
+		return dueChanged
+	}
+}

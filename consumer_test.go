@@ -1,0 +1,91 @@
+package webhooks
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+func testMachine() *machine {
+	return &machine{
+		wakingTimeout:   DefaultWakingTimeout,
+		livenessTimeout: DefaultLivenessTimeout,
+		failureGCAfter:  DefaultFailureGCAfter,
+		backoff:         func(n int) time.Duration { return time.Duration(n) * time.Second },
+	}
+}
+
+func TestCompareOffsets(t *testing.T) {
+	a, b := "0000000000000000_0000000000000005", "0000000000000000_0000000000000010"
+	require.Equal(t, -1, compareOffsets(a, b))
+	require.Equal(t, 1, compareOffsets(b, a))
+	require.Equal(t, 0, compareOffsets(a, a))
+	require.Equal(t, -1, compareOffsets(OffsetNone, a))
+	require.Equal(t, 1, compareOffsets(a, OffsetNone))
+	// OffsetNone sorts first even against offsets that sort below '-'.
+	require.Equal(t, -1, compareOffsets(OffsetNone, "!"))
+}
+
+func TestHasPending(t *testing.T) {
+	tail := StreamInfo{Tail: "0000000000000000_0000000000000010"}
+	require.True(t, hasPending("0000000000000000_0000000000000005", tail))
+	require.False(t, hasPending(tail.Tail, tail))
+	require.True(t, hasPending(OffsetNone, tail))
+	require.False(t, hasPending(OffsetNone, StreamInfo{Tail: tail.Tail, Empty: true}))
+}
+
+func TestWakeIfPendingOnlyFromIdle(t *testing.T) {
+	m := testMachine()
+	tl := tails{"/a": {Path: "/a", Tail: "0000000000000000_0000000000000010"}}
+	for _, st := range []ConsumerState{StateWaking, StateLive} {
+		c := newConsumer("s", "/a", OffsetNone, t0)
+		c.State = st
+		require.False(t, m.wakeIfPending(c, tl, t0), st)
+		require.Zero(t, c.Epoch)
+	}
+	c := newConsumer("s", "/a", OffsetNone, t0)
+	require.True(t, m.wakeIfPending(c, tl, t0))
+	require.Equal(t, StateWaking, c.State)
+	require.Equal(t, int64(1), c.Epoch)
+	require.Equal(t, t0, c.Deadline)
+	require.Equal(t, []StreamOffset{{Path: "/a", Offset: "0000000000000000_0000000000000010"}}, c.WakeTails)
+}
+
+func TestStartAttemptIsExclusive(t *testing.T) {
+	m := testMachine()
+	c := newConsumer("s", "/a", OffsetNone, t0)
+	m.wake(c, tails{}, nil, t0)
+	require.True(t, m.startAttempt(c, t0))
+	require.Equal(t, 1, c.Attempt)
+	require.Equal(t, t0.Add(DefaultWakingTimeout), c.Deadline)
+	require.False(t, m.startAttempt(c, t0), "a second engine must not send the same attempt")
+}
+
+func TestStaleFailureIsIgnored(t *testing.T) {
+	m := testMachine()
+	c := newConsumer("s", "/a", OffsetNone, t0)
+	m.wake(c, tails{}, nil, t0)
+	m.startAttempt(c, t0)
+	r := deliveryResult{epoch: c.Epoch, wakeID: c.WakeID, attempt: 1}
+	// Attempt 1 timed out; attempt 2 is in flight when attempt 1's failure
+	// finally arrives: it must not count twice.
+	require.Equal(t, dueChanged, m.onDue(c, nil, t0.Add(DefaultWakingTimeout)))
+	require.Equal(t, 1, c.Failures)
+	require.True(t, m.startAttempt(c, c.Deadline))
+	changed, remove := m.applyDelivery(c, r, nil, c.Deadline)
+	require.False(t, changed)
+	require.False(t, remove)
+	require.Equal(t, 1, c.Failures)
+}
+
+func TestOnDueIgnoresFutureDeadlines(t *testing.T) {
+	m := testMachine()
+	c := newConsumer("s", "/a", OffsetNone, t0)
+	c.State = StateLive
+	c.Deadline = t0.Add(time.Second)
+	require.Equal(t, dueNone, m.onDue(c, nil, t0))
+	require.Equal(t, StateLive, c.State)
+}

@@ -1,0 +1,270 @@
+package webhooks
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+)
+
+const (
+	// MaxWebhookResponseBytes bounds how much of a webhook response is read.
+	MaxWebhookResponseBytes = 64 << 10
+	// dueBatch is how many due consumers one Store query returns.
+	dueBatch = 256
+	// storeErrorRetry is how long the scheduler waits after a Store error.
+	storeErrorRetry = time.Second
+)
+
+// errRequestTimeout cancels a webhook POST that outlived the request timeout.
+var errRequestTimeout = errors.New("webhook request timed out")
+
+// kickScheduler makes the scheduler look at the Store again. The channel
+// holds one element, so kicks that arrive while it works merge into one.
+func (e *Engine) kickScheduler() {
+	select {
+	case e.kick <- struct{}{}:
+	default:
+	}
+}
+
+// schedule is the engine's one scheduling loop. It keeps a single timer at
+// the earliest deadline in the Store and acts on what is due; there is no
+// goroutine or timer per consumer, so a durable Store resumes every deadline
+// after a restart and several engines can share one Store.
+func (e *Engine) schedule(ctx context.Context) {
+	timer := e.clock.Timer(time.Hour)
+	defer timer.Stop()
+	for {
+		wait := e.runDue(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		if wait == 0 {
+			// Due already: a timer set to zero would wait for the next tick
+			// of a mock clock.
+			continue
+		}
+		if wait > 0 {
+			timer.Reset(wait)
+		} else {
+			timer.Stop()
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-e.kick:
+		case <-timer.C:
+		}
+	}
+}
+
+// runDue handles every consumer whose deadline has passed and returns how
+// long to wait for the next deadline, or -1 if there is none.
+func (e *Engine) runDue(ctx context.Context) time.Duration {
+	for {
+		due, err := e.store.DueConsumers(ctx, e.clock.Now(), dueBatch)
+		if err != nil {
+			if ctx.Err() == nil {
+				e.log.ErrorContext(ctx, "webhooks: listing due consumers", "error", err)
+			}
+			return storeErrorRetry
+		}
+		for _, c := range due {
+			if err := e.handleDue(ctx, c); err != nil {
+				if ctx.Err() != nil {
+					return 0
+				}
+				e.log.ErrorContext(ctx, "webhooks: handling due consumer", "consumer_id", c.ID, "error", err)
+				return storeErrorRetry
+			}
+		}
+		if len(due) < dueBatch {
+			break
+		}
+	}
+	next, ok, err := e.store.NextDeadline(ctx)
+	switch {
+	case err != nil:
+		if ctx.Err() == nil {
+			e.log.ErrorContext(ctx, "webhooks: reading next deadline", "error", err)
+		}
+		return storeErrorRetry
+	case !ok:
+		return -1
+	default:
+		return max(e.clock.Until(next), 0)
+	}
+}
+
+// handleDue acts on one consumer whose deadline has passed, as seen in
+// snapshot.
+func (e *Engine) handleDue(ctx context.Context, snapshot *Consumer) error {
+	// Take a delivery slot before marking an attempt as sent, so that a full
+	// pipeline delays attempts instead of starting their timeouts.
+	slot := snapshot.State == StateWaking && !snapshot.InFlight
+	if slot {
+		select {
+		case e.slots <- struct{}{}:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	var action dueAction
+	c, err := e.update(ctx, snapshot.ID, func(c *Consumer) (UpdateAction, error) {
+		var t tails
+		if c.State == StateLive {
+			var err error
+			if t, err = e.readTails(ctx, streamPaths(c)); err != nil {
+				return UpdateNone, err
+			}
+		}
+		switch action = e.m.onDue(c, t, e.clock.Now()); action {
+		case dueNone:
+			return UpdateNone, nil
+		case dueRemove:
+			return UpdateDelete, nil
+		default:
+			return UpdateSave, nil
+		}
+	})
+	if action == dueSend && err == nil {
+		e.deliveries.Add(1)
+		go func() {
+			defer e.deliveries.Done()
+			defer func() { <-e.slots }()
+			e.deliver(ctx, c)
+		}()
+		return nil
+	}
+	if slot {
+		<-e.slots
+	}
+	if errors.Is(err, ErrConsumerNotFound) {
+		return nil
+	}
+	if action == dueRemove && err == nil {
+		e.log.InfoContext(ctx, "webhooks: consumer removed after continuous delivery failure",
+			"consumer_id", snapshot.ID, "failing_since", snapshot.FailingSince)
+	}
+	return err
+}
+
+// deliver sends one delivery attempt for c, a consumer just marked as
+// sending, and applies its outcome.
+func (e *Engine) deliver(ctx context.Context, c *Consumer) {
+	ctx, span := e.tel.tracer.Start(ctx, "webhooks.deliver", trace.WithAttributes(consumerAttrs(c)...))
+	defer span.End()
+	sub, err := e.store.GetSubscription(ctx, c.SubscriptionID)
+	if err != nil {
+		// A deleted subscription took the consumer with it.
+		if !errors.Is(err, ErrSubscriptionNotFound) && ctx.Err() == nil {
+			e.log.ErrorContext(ctx, "webhooks: loading subscription", "consumer_id", c.ID, "error", err)
+		}
+		return
+	}
+	body, err := e.notification(c)
+	if err != nil {
+		e.log.ErrorContext(ctx, "webhooks: building notification", "consumer_id", c.ID, "error", err)
+		return
+	}
+	start := e.clock.Now()
+	outcome, done := e.post(ctx, sub, body)
+	if ctx.Err() != nil {
+		// Shutting down: the attempt stays in flight in the Store and times
+		// out like any other after a restart.
+		return
+	}
+	e.tel.delivered(ctx, span, outcome, e.clock.Since(start))
+	result := deliveryResult{
+		epoch:   c.Epoch,
+		wakeID:  c.WakeID,
+		attempt: c.Attempt,
+		ok:      outcome == outcomeOK || outcome == outcomeDone,
+		done:    done,
+	}
+	_, err = e.update(ctx, c.ID, func(cur *Consumer) (UpdateAction, error) {
+		var t tails
+		if result.done {
+			var err error
+			if t, err = e.readTails(ctx, streamPaths(cur)); err != nil {
+				return UpdateNone, err
+			}
+		}
+		changed, remove := e.m.applyDelivery(cur, result, t, e.clock.Now())
+		switch {
+		case remove:
+			return UpdateDelete, nil
+		case changed:
+			return UpdateSave, nil
+		default:
+			return UpdateNone, nil
+		}
+	})
+	if err != nil && !errors.Is(err, ErrConsumerNotFound) {
+		e.log.ErrorContext(ctx, "webhooks: recording delivery outcome", "consumer_id", c.ID, "error", err)
+	}
+}
+
+// notification builds the signed body of a wake-up POST. Every attempt gets
+// a fresh token; the wake_id stays that of the cycle (S2).
+func (e *Engine) notification(c *Consumer) ([]byte, error) {
+	token, err := e.tokens.issue(c.ID, c.Epoch)
+	if err != nil {
+		return nil, err
+	}
+	return json.Marshal(Notification{
+		ConsumerID:    c.ID,
+		Epoch:         c.Epoch,
+		WakeID:        c.WakeID,
+		PrimaryStream: c.PrimaryStream,
+		Streams:       c.Streams,
+		TriggeredBy:   c.TriggeredBy,
+		Callback:      e.callbackURL(c.ID),
+		Token:         token,
+	})
+}
+
+// post sends one signed webhook POST and classifies the outcome. The timeout
+// runs on the engine's clock; it cancels the request rather than setting a
+// context deadline, which the dialer would read against the real clock.
+func (e *Engine) post(ctx context.Context, sub *Subscription, body []byte) (outcome string, done bool) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	timer := e.clock.AfterFunc(e.cfg.requestTimeout, func() { cancel(errRequestTimeout) })
+	defer timer.Stop()
+
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, sub.Webhook, bytes.NewReader(body))
+	if err != nil {
+		return outcomeError, false
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("User-Agent", "streamhooks")
+	req.Header.Set(SignatureHeader, SignPayload(sub.Secret, e.clock.Now(), body))
+	resp, err := e.client.Do(req)
+	if err != nil {
+		if errors.Is(context.Cause(ctx), errRequestTimeout) {
+			return outcomeTimeout, false
+		}
+		trace.SpanFromContext(ctx).SetAttributes(attribute.String("webhooks.error", err.Error()))
+		return outcomeError, false
+	}
+	defer resp.Body.Close()
+	data, _ := io.ReadAll(io.LimitReader(resp.Body, MaxWebhookResponseBytes))
+	trace.SpanFromContext(ctx).SetAttributes(attribute.Int("http.response.status_code", resp.StatusCode))
+	if resp.StatusCode < 200 || resp.StatusCode > 299 {
+		return outcomeHTTPError, false
+	}
+	// A 2xx proves receipt even if the body is cut short or is not JSON.
+	var d DoneResponse
+	if json.Unmarshal(data, &d) == nil && d.Done {
+		return outcomeDone, true
+	}
+	return outcomeOK, false
+}

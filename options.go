@@ -1,0 +1,277 @@
+package webhooks
+
+import (
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"net/url"
+	"time"
+
+	"github.com/benbjohnson/clock"
+	"go.opentelemetry.io/otel"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// Defaults, as the spec gives them where it gives them.
+const (
+	// DefaultWakingTimeout is how long a WAKING consumer has to answer a
+	// webhook with 2xx or claim the wake before the delivery is retried.
+	DefaultWakingTimeout = 10 * time.Second
+	// DefaultLivenessTimeout is how long a LIVE consumer may go without a
+	// callback before it returns to IDLE.
+	DefaultLivenessTimeout = 45 * time.Second
+	// DefaultRequestTimeout bounds one webhook POST.
+	DefaultRequestTimeout = 30 * time.Second
+	// DefaultTokenTTL is the lifetime of a callback token.
+	DefaultTokenTTL = time.Hour
+	// DefaultFailureGCAfter is how long deliveries to a consumer must fail
+	// without a break before the consumer is removed.
+	DefaultFailureGCAfter = 72 * time.Hour
+	// DefaultMaxConcurrentDeliveries bounds webhook POSTs in flight.
+	DefaultMaxConcurrentDeliveries = 512
+)
+
+// MinTokenKeyLength is the shortest accepted token signing key, in bytes.
+const MinTokenKeyLength = 32
+
+// Option configures an Engine. Pass options to New.
+type Option func(*config) error
+
+// WebhookPolicy decides which webhook URLs the engine accepts and dials.
+// By default webhooks must be https and may not reach loopback, private,
+// link-local or cloud metadata addresses; the check is made again on every
+// dial, after DNS, so DNS rebinding cannot bypass it. Redirects are never
+// followed.
+type WebhookPolicy struct {
+	// AllowLoopback permits webhooks on loopback addresses, over plain http
+	// as well as https. It is meant for development.
+	AllowLoopback bool
+}
+
+type config struct {
+	clock                   clock.Clock
+	logger                  *slog.Logger
+	tracerProvider          trace.TracerProvider
+	meterProvider           metric.MeterProvider
+	transport               http.RoundTripper
+	callbackBase            *url.URL
+	tokenKey                []byte
+	wakingTimeout           time.Duration
+	livenessTimeout         time.Duration
+	requestTimeout          time.Duration
+	tokenTTL                time.Duration
+	failureGCAfter          time.Duration
+	backoff                 func(retry int) time.Duration
+	webhookPolicy           WebhookPolicy
+	maxConcurrentDeliveries int
+}
+
+func defaultConfig() config {
+	return config{
+		clock:                   clock.New(),
+		logger:                  slog.Default(),
+		tracerProvider:          otel.GetTracerProvider(),
+		meterProvider:           otel.GetMeterProvider(),
+		wakingTimeout:           DefaultWakingTimeout,
+		livenessTimeout:         DefaultLivenessTimeout,
+		requestTimeout:          DefaultRequestTimeout,
+		tokenTTL:                DefaultTokenTTL,
+		failureGCAfter:          DefaultFailureGCAfter,
+		backoff:                 DefaultBackoff,
+		maxConcurrentDeliveries: DefaultMaxConcurrentDeliveries,
+	}
+}
+
+// WithCallbackBaseURL sets the public base URL under which the host serves
+// the callback API: a consumer's callback URL is base + "/callback/" + its
+// ID. It is required.
+func WithCallbackBaseURL(base string) Option {
+	return func(c *config) error {
+		u, err := url.Parse(base)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return fmt.Errorf("WithCallbackBaseURL: %q is not an absolute http(s) URL", base)
+		}
+		if u.RawQuery != "" || u.Fragment != "" {
+			return fmt.Errorf("WithCallbackBaseURL: %q must not have a query or fragment", base)
+		}
+		u.Path = trimTrailingSlash(u.Path)
+		u.RawPath = ""
+		c.callbackBase = u
+		return nil
+	}
+}
+
+// WithClock sets the clock every timer and timestamp comes from.
+func WithClock(clk clock.Clock) Option {
+	return func(c *config) error {
+		if clk == nil {
+			return fmt.Errorf("WithClock: clock is nil")
+		}
+		c.clock = clk
+		return nil
+	}
+}
+
+// WithLogger sets the logger. The default is slog.Default().
+func WithLogger(l *slog.Logger) Option {
+	return func(c *config) error {
+		if l == nil {
+			return fmt.Errorf("WithLogger: logger is nil")
+		}
+		c.logger = l
+		return nil
+	}
+}
+
+// WithTracerProvider sets the OpenTelemetry tracer provider. The default is
+// the global one.
+func WithTracerProvider(tp trace.TracerProvider) Option {
+	return func(c *config) error {
+		if tp == nil {
+			return fmt.Errorf("WithTracerProvider: provider is nil")
+		}
+		c.tracerProvider = tp
+		return nil
+	}
+}
+
+// WithMeterProvider sets the OpenTelemetry meter provider. The default is
+// the global one.
+func WithMeterProvider(mp metric.MeterProvider) Option {
+	return func(c *config) error {
+		if mp == nil {
+			return fmt.Errorf("WithMeterProvider: provider is nil")
+		}
+		c.meterProvider = mp
+		return nil
+	}
+}
+
+// WithHTTPTransport sets the transport webhook POSTs go through. The
+// default transport enforces the WebhookPolicy on every dial; a transport
+// given here replaces that check, so it must make its own. The engine still
+// applies the request timeout and never follows redirects.
+func WithHTTPTransport(rt http.RoundTripper) Option {
+	return func(c *config) error {
+		if rt == nil {
+			return fmt.Errorf("WithHTTPTransport: transport is nil")
+		}
+		c.transport = rt
+		return nil
+	}
+}
+
+// WithTokenKey sets the HMAC key that signs callback tokens. Engines that
+// share a Store must share the key. Without this option the engine uses the
+// key kept in the Store, creating one on first use.
+func WithTokenKey(key []byte) Option {
+	return func(c *config) error {
+		if len(key) < MinTokenKeyLength {
+			return fmt.Errorf("WithTokenKey: key has %d bytes, want at least %d", len(key), MinTokenKeyLength)
+		}
+		c.tokenKey = append([]byte(nil), key...)
+		return nil
+	}
+}
+
+// WithTimeouts sets the WAKING, liveness and webhook request timeouts. A
+// zero value keeps the default.
+func WithTimeouts(waking, liveness, request time.Duration) Option {
+	return func(c *config) error {
+		for _, d := range []struct {
+			name  string
+			value time.Duration
+			dst   *time.Duration
+		}{
+			{"waking", waking, &c.wakingTimeout},
+			{"liveness", liveness, &c.livenessTimeout},
+			{"request", request, &c.requestTimeout},
+		} {
+			if d.value < 0 {
+				return fmt.Errorf("WithTimeouts: %s timeout %v is negative", d.name, d.value)
+			}
+			if d.value > 0 {
+				*d.dst = d.value
+			}
+		}
+		return nil
+	}
+}
+
+// WithTokenTTL sets how long a callback token is valid. A token is renewed
+// in callback responses once a quarter of its TTL remains.
+func WithTokenTTL(ttl time.Duration) Option {
+	return func(c *config) error {
+		if ttl < time.Minute {
+			return fmt.Errorf("WithTokenTTL: %v is shorter than a minute", ttl)
+		}
+		c.tokenTTL = ttl
+		return nil
+	}
+}
+
+// WithFailureGCAfter sets how long deliveries to a consumer must fail
+// without a break before the consumer is removed.
+func WithFailureGCAfter(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return fmt.Errorf("WithFailureGCAfter: %v is not positive", d)
+		}
+		c.failureGCAfter = d
+		return nil
+	}
+}
+
+// WithBackoff sets the wait before delivery retry number retry (1 for the
+// first retry). The default is DefaultBackoff.
+func WithBackoff(backoff func(retry int) time.Duration) Option {
+	return func(c *config) error {
+		if backoff == nil {
+			return fmt.Errorf("WithBackoff: function is nil")
+		}
+		c.backoff = backoff
+		return nil
+	}
+}
+
+// WithWebhookPolicy sets which webhook URLs are accepted and dialed.
+func WithWebhookPolicy(p WebhookPolicy) Option {
+	return func(c *config) error {
+		c.webhookPolicy = p
+		return nil
+	}
+}
+
+// WithMaxConcurrentDeliveries bounds the webhook POSTs in flight at once.
+func WithMaxConcurrentDeliveries(n int) Option {
+	return func(c *config) error {
+		if n < 1 {
+			return fmt.Errorf("WithMaxConcurrentDeliveries: %d is less than 1", n)
+		}
+		c.maxConcurrentDeliveries = n
+		return nil
+	}
+}
+
+// DefaultBackoff is the spec's retry schedule: retries 1 to 10 wait
+// min(2^n × 100ms, 30s) plus up to 1s of jitter; later retries wait 60s plus
+// up to 5s of jitter.
+func DefaultBackoff(retry int) time.Duration {
+	if retry < 1 {
+		retry = 1
+	}
+	if retry > 10 {
+		return 60*time.Second + rand.N(5*time.Second)
+	}
+	wait := min(time.Duration(1<<retry)*100*time.Millisecond, 30*time.Second)
+	return wait + rand.N(time.Second)
+}
+
+func trimTrailingSlash(p string) string {
+	for len(p) > 0 && p[len(p)-1] == '/' {
+		p = p[:len(p)-1]
+	}
+	return p
+}

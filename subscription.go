@@ -1,0 +1,271 @@
+package webhooks
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+)
+
+// MaxSubscriptionIDLength bounds subscription IDs, and so consumer IDs.
+const MaxSubscriptionIDLength = 128
+
+// ValidateSubscriptionID reports whether id may name a subscription: 1 to
+// MaxSubscriptionIDLength characters from A-Z, a-z, 0-9, '-', '_' and '.'.
+// ':' is excluded because it separates the parts of a consumer ID.
+func ValidateSubscriptionID(id string) error {
+	if id == "" {
+		return fmt.Errorf("subscription id is empty")
+	}
+	if len(id) > MaxSubscriptionIDLength {
+		return fmt.Errorf("subscription id is longer than %d characters", MaxSubscriptionIDLength)
+	}
+	for _, r := range id {
+		switch {
+		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '-', r == '_', r == '.':
+		default:
+			return fmt.Errorf("subscription id %q may use only letters, digits, '-', '_' and '.'", id)
+		}
+	}
+	return nil
+}
+
+// Limits on subscription API requests.
+const (
+	// MaxSubscriptionBodyBytes bounds a subscription API request body.
+	MaxSubscriptionBodyBytes = 16 << 10
+	// MaxDescriptionLength bounds a subscription's description.
+	MaxDescriptionLength = 1024
+	// MaxWebhookURLLength bounds a webhook URL.
+	MaxWebhookURLLength = 2048
+)
+
+// subscriptionJSON is a subscription as the API shows it. The secret is
+// shown only in the response that creates the subscription.
+type subscriptionJSON struct {
+	SubscriptionID string `json:"subscription_id"`
+	Pattern        string `json:"pattern"`
+	Webhook        string `json:"webhook"`
+	WebhookSecret  string `json:"webhook_secret,omitempty"`
+	Description    string `json:"description,omitempty"`
+}
+
+func toJSON(s *Subscription) subscriptionJSON {
+	return subscriptionJSON{SubscriptionID: s.ID, Pattern: s.Pattern, Webhook: s.Webhook, Description: s.Description}
+}
+
+// createRequest is the body of a create request.
+type createRequest struct {
+	Webhook     string `json:"webhook"`
+	Description string `json:"description"`
+}
+
+// isSubscriptionRequest reports whether r is for the subscription API: its
+// path is a pattern and its query names a subscription or asks for a list.
+func isSubscriptionRequest(r *http.Request) bool {
+	q := r.URL.Query()
+	return q.Has("subscription") || q.Has("subscriptions")
+}
+
+// SubscriptionHandler returns the handler of the subscription API. The
+// request path is the glob pattern, and the query says what to do:
+//
+//	PUT    {pattern}?subscription={id}   create (201), or 200 if identical
+//	GET    {pattern}?subscription={id}   get one
+//	DELETE {pattern}?subscription={id}   delete (204) with its consumers
+//	GET    {pattern}?subscriptions       list those whose pattern matches
+//
+// GET and DELETE find a subscription only if the request pattern matches
+// its pattern, so "/**" reaches every subscription.
+func (e *Engine) SubscriptionHandler() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ctx, span := e.tel.tracer.Start(r.Context(), "webhooks.subscription."+strings.ToLower(r.Method))
+		defer span.End()
+		status, body, err := e.serveSubscription(ctx, r)
+		span.SetAttributes(attribute.Int("http.response.status_code", status))
+		if err != nil {
+			span.SetStatus(codes.Error, err.Error())
+			e.writeError(w, r, err)
+			return
+		}
+		if body == nil {
+			w.WriteHeader(status)
+			return
+		}
+		writeJSON(w, status, body)
+	})
+}
+
+func (e *Engine) serveSubscription(ctx context.Context, r *http.Request) (int, any, error) {
+	pattern, err := ParsePattern(r.URL.Path)
+	if err != nil {
+		return 0, nil, newAPIError(http.StatusBadRequest, CodeInvalidRequest, "%v", err)
+	}
+	q := r.URL.Query()
+	if !q.Has("subscription") {
+		if r.Method != http.MethodGet {
+			return 0, nil, methodNotAllowed(http.MethodGet)
+		}
+		return e.listSubscriptions(ctx, pattern)
+	}
+	id := q.Get("subscription")
+	if err := ValidateSubscriptionID(id); err != nil {
+		return 0, nil, newAPIError(http.StatusBadRequest, CodeInvalidRequest, "%v", err)
+	}
+	switch r.Method {
+	case http.MethodPut:
+		return e.createSubscription(ctx, pattern, id, r.Body)
+	case http.MethodGet:
+		sub, err := e.findSubscription(ctx, pattern, id)
+		if err != nil {
+			return 0, nil, err
+		}
+		return http.StatusOK, toJSON(sub), nil
+	case http.MethodDelete:
+		return e.deleteSubscription(ctx, pattern, id)
+	default:
+		return 0, nil, methodNotAllowed("GET, PUT, DELETE")
+	}
+}
+
+func methodNotAllowed(allow string) *apiError {
+	ae := newAPIError(http.StatusMethodNotAllowed, CodeInvalidRequest, "method not allowed; use %s", allow)
+	ae.allow = allow
+	return ae
+}
+
+func (e *Engine) createSubscription(ctx context.Context, pattern *Pattern, id string, body io.Reader) (int, any, error) {
+	data, err := io.ReadAll(http.MaxBytesReader(nil, io.NopCloser(body), MaxSubscriptionBodyBytes))
+	if err != nil {
+		return 0, nil, newAPIError(http.StatusBadRequest, CodeInvalidRequest, "request body is unreadable or exceeds %d bytes", MaxSubscriptionBodyBytes)
+	}
+	var req createRequest
+	if err := decodeStrict(data, &req); err != nil {
+		return 0, nil, newAPIError(http.StatusBadRequest, CodeInvalidRequest, "%v", err)
+	}
+	if req.Webhook == "" {
+		return 0, nil, newAPIError(http.StatusBadRequest, CodeInvalidRequest, "webhook is required")
+	}
+	sub := &Subscription{ID: id, Pattern: pattern.String(), Webhook: req.Webhook, Description: req.Description}
+	// An existing subscription is compared before the webhook is validated,
+	// so a repeated create is answered the same way whatever the policy.
+	if status, body, err, found := e.compareExisting(ctx, sub); found {
+		return status, body, err
+	}
+	if len(req.Description) > MaxDescriptionLength {
+		return 0, nil, newAPIError(http.StatusBadRequest, CodeInvalidRequest, "description is longer than %d characters", MaxDescriptionLength)
+	}
+	if len(req.Webhook) > MaxWebhookURLLength {
+		return 0, nil, newAPIError(http.StatusBadRequest, CodeInvalidRequest, "webhook URL is longer than %d characters", MaxWebhookURLLength)
+	}
+	if _, err := e.policy.CheckURL(req.Webhook); err != nil {
+		return 0, nil, newAPIError(http.StatusBadRequest, CodeInvalidRequest, "webhook URL rejected: %v", err)
+	}
+	sub.Secret = newWebhookSecret()
+	sub.CreatedAt = e.clock.Now()
+	if err := e.store.CreateSubscription(ctx, sub); err != nil {
+		if errors.Is(err, ErrSubscriptionExists) {
+			if status, body, err, found := e.compareExisting(ctx, sub); found {
+				return status, body, err
+			}
+		}
+		return 0, nil, err
+	}
+	// Index first: a stream created during the scan below then gets its
+	// consumer from StreamCreated, and the scan's create finds it exists.
+	e.index.add(pattern, id)
+	if err := e.adoptExistingStreams(ctx, pattern, id); err != nil {
+		return 0, nil, err
+	}
+	created := toJSON(sub)
+	created.WebhookSecret = sub.Secret
+	return http.StatusCreated, created, nil
+}
+
+// compareExisting answers a create for an ID that is taken: 200 if the
+// configuration is the same, 409 if not. found is false if the ID is free.
+func (e *Engine) compareExisting(ctx context.Context, want *Subscription) (status int, body any, err error, found bool) {
+	have, err := e.store.GetSubscription(ctx, want.ID)
+	if errors.Is(err, ErrSubscriptionNotFound) {
+		return 0, nil, nil, false
+	}
+	if err != nil {
+		return 0, nil, err, true
+	}
+	if have.Pattern != want.Pattern || have.Webhook != want.Webhook || have.Description != want.Description {
+		return 0, nil, newAPIError(http.StatusConflict, CodeSubscriptionConflict,
+			"subscription %s exists with a different configuration; delete it to change it", want.ID), true
+	}
+	return http.StatusOK, toJSON(have), nil, true
+}
+
+// adoptExistingStreams gives each existing stream that matches a new
+// subscription an IDLE consumer at its current tail: existing events are
+// assumed handled, and only new ones wake it.
+func (e *Engine) adoptExistingStreams(ctx context.Context, pattern *Pattern, id string) error {
+	streams, err := e.source.MatchStreams(ctx, pattern)
+	if err != nil {
+		return fmt.Errorf("listing streams matching %s: %w", pattern, err)
+	}
+	for _, s := range streams {
+		err := e.store.CreateConsumer(ctx, newConsumer(id, s.Path, s.Tail, e.clock.Now()))
+		if err != nil && !errors.Is(err, ErrConsumerExists) {
+			return fmt.Errorf("creating consumer for %s: %w", s.Path, err)
+		}
+	}
+	return nil
+}
+
+// findSubscription returns subscription id if pattern matches its pattern.
+func (e *Engine) findSubscription(ctx context.Context, pattern *Pattern, id string) (*Subscription, error) {
+	sub, err := e.store.GetSubscription(ctx, id)
+	if errors.Is(err, ErrSubscriptionNotFound) || (err == nil && !pattern.Match(sub.Pattern)) {
+		return nil, newAPIError(http.StatusNotFound, CodeSubscriptionNotFound, "no subscription %s under %s", id, pattern)
+	}
+	return sub, err
+}
+
+func (e *Engine) deleteSubscription(ctx context.Context, pattern *Pattern, id string) (int, any, error) {
+	sub, err := e.findSubscription(ctx, pattern, id)
+	if err != nil {
+		return 0, nil, err
+	}
+	if err := e.store.DeleteSubscription(ctx, id); err != nil {
+		if errors.Is(err, ErrSubscriptionNotFound) {
+			return 0, nil, newAPIError(http.StatusNotFound, CodeSubscriptionNotFound, "no subscription %s under %s", id, pattern)
+		}
+		return 0, nil, err
+	}
+	if p, err := ParsePattern(sub.Pattern); err == nil {
+		e.index.remove(p, id)
+	}
+	return http.StatusNoContent, nil, nil
+}
+
+func (e *Engine) listSubscriptions(ctx context.Context, pattern *Pattern) (int, any, error) {
+	subs, err := e.store.ListSubscriptions(ctx)
+	if err != nil {
+		return 0, nil, err
+	}
+	out := []subscriptionJSON{}
+	for _, s := range subs {
+		if pattern.Match(s.Pattern) {
+			out = append(out, toJSON(s))
+		}
+	}
+	return http.StatusOK, map[string]any{"subscriptions": out}, nil
+}
+
+// newWebhookSecret returns "whsec_" and 32 random bytes in hex.
+func newWebhookSecret() string {
+	b := make([]byte, 32)
+	_, _ = rand.Read(b)
+	return "whsec_" + hex.EncodeToString(b)
+}

@@ -1,0 +1,105 @@
+package webhooks
+
+import (
+	"context"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// instrumentationName names the engine's tracer and meter.
+const instrumentationName = "github.com/streamhooks/webhooks"
+
+// Delivery outcomes, as recorded on spans and metrics.
+const (
+	outcomeOK        = "ok"         // 2xx
+	outcomeDone      = "done"       // 2xx with {"done": true}
+	outcomeHTTPError = "http_error" // non-2xx
+	outcomeTimeout   = "timeout"    // no response within the request timeout
+	outcomeError     = "error"      // network error, refused dial, ...
+)
+
+// telemetry holds the engine's OpenTelemetry instruments.
+type telemetry struct {
+	tracer          trace.Tracer
+	wakes           metric.Int64Counter
+	deliveries      metric.Int64Counter
+	deliveryLatency metric.Float64Histogram
+	callbacks       metric.Int64Counter
+	consumers       metric.Int64ObservableGauge
+	registration    metric.Registration
+}
+
+func newTelemetry(tp trace.TracerProvider, mp metric.MeterProvider, store Store) (*telemetry, error) {
+	meter := mp.Meter(instrumentationName)
+	t := &telemetry{tracer: tp.Tracer(instrumentationName)}
+	var err error
+	if t.wakes, err = meter.Int64Counter("webhooks.wakes",
+		metric.WithDescription("Wake cycles started.")); err != nil {
+		return nil, err
+	}
+	if t.deliveries, err = meter.Int64Counter("webhooks.delivery.attempts",
+		metric.WithDescription("Webhook delivery attempts, by outcome.")); err != nil {
+		return nil, err
+	}
+	if t.deliveryLatency, err = meter.Float64Histogram("webhooks.delivery.duration",
+		metric.WithDescription("Time from sending a webhook to its outcome."), metric.WithUnit("s")); err != nil {
+		return nil, err
+	}
+	if t.callbacks, err = meter.Int64Counter("webhooks.callbacks",
+		metric.WithDescription("Callback requests, by response code.")); err != nil {
+		return nil, err
+	}
+	if t.consumers, err = meter.Int64ObservableGauge("webhooks.consumers",
+		metric.WithDescription("Consumers, by state.")); err != nil {
+		return nil, err
+	}
+	t.registration, err = meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		counts, err := store.CountConsumers(ctx)
+		if err != nil {
+			return err
+		}
+		for _, state := range []ConsumerState{StateIdle, StateWaking, StateLive} {
+			o.ObserveInt64(t.consumers, int64(counts[state]), metric.WithAttributes(attribute.String("state", string(state))))
+		}
+		return nil
+	}, t.consumers)
+	if err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+func (t *telemetry) woke(ctx context.Context) {
+	t.wakes.Add(ctx, 1)
+}
+
+func (t *telemetry) delivered(ctx context.Context, span trace.Span, outcome string, took time.Duration) {
+	attrs := metric.WithAttributes(attribute.String("outcome", outcome))
+	t.deliveries.Add(ctx, 1, attrs)
+	t.deliveryLatency.Record(ctx, took.Seconds(), attrs)
+	span.SetAttributes(attribute.String("webhooks.outcome", outcome))
+	if outcome != outcomeOK && outcome != outcomeDone {
+		span.SetStatus(codes.Error, outcome)
+	}
+}
+
+func (t *telemetry) callbackDone(ctx context.Context, span trace.Span, code string) {
+	t.callbacks.Add(ctx, 1, metric.WithAttributes(attribute.String("code", code)))
+	span.SetAttributes(attribute.String("webhooks.code", code))
+	if code != "OK" {
+		span.SetStatus(codes.Error, code)
+	}
+}
+
+func consumerAttrs(c *Consumer) []attribute.KeyValue {
+	return []attribute.KeyValue{
+		attribute.String("webhooks.consumer_id", c.ID),
+		attribute.Int64("webhooks.epoch", c.Epoch),
+		attribute.String("webhooks.wake_id", c.WakeID),
+		attribute.Int("webhooks.attempt", c.Attempt),
+	}
+}

@@ -1,0 +1,325 @@
+// Package webhooks adds webhook push delivery to a Durable Streams server.
+//
+// A host stream server creates an Engine with a Store, where subscriptions
+// and consumer state live, and a StreamSource, through which the engine sees
+// the host's streams. The host tells the engine when a stream is created,
+// appended to or deleted, and mounts the engine's handlers: the subscription
+// API and the callback API. When a stream that matches a subscription's glob
+// pattern has pending work, the engine wakes that stream's consumer with a
+// signed POST to the subscription's webhook; the consumer reads events over
+// the ordinary stream protocol and calls back to ack, subscribe, unsubscribe
+// and say it is done.
+package webhooks
+
+import (
+	"context"
+	"crypto/rand"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/benbjohnson/clock"
+
+	"github.com/streamhooks/webhooks/internal/netguard"
+)
+
+// ErrStopped is returned by Start after Stop.
+var ErrStopped = errors.New("webhooks: engine stopped")
+
+// Engine delivers webhooks for one host stream server. Create it with New,
+// mount its handlers, and call Start. Its methods are safe for concurrent
+// use.
+type Engine struct {
+	store  Store
+	source StreamSource
+	cfg    config
+	clock  clock.Clock
+	log    *slog.Logger
+	m      machine
+	tokens *tokens
+	index  *patternIndex
+	client *http.Client
+	policy netguard.Policy
+	tel    *telemetry
+
+	kick       chan struct{}
+	slots      chan struct{}
+	deliveries sync.WaitGroup
+
+	mu      sync.Mutex
+	running bool
+	stopped bool
+	cancel  context.CancelFunc
+	done    chan struct{}
+}
+
+// New returns an engine over store and source. It reads the subscriptions
+// and the token signing key from store. WithCallbackBaseURL is required.
+func New(store Store, source StreamSource, opts ...Option) (*Engine, error) {
+	if store == nil {
+		return nil, errors.New("webhooks: New: store is nil")
+	}
+	if source == nil {
+		return nil, errors.New("webhooks: New: source is nil")
+	}
+	cfg := defaultConfig()
+	for _, opt := range opts {
+		if err := opt(&cfg); err != nil {
+			return nil, fmt.Errorf("webhooks: %w", err)
+		}
+	}
+	if cfg.callbackBase == nil {
+		return nil, errors.New("webhooks: WithCallbackBaseURL is required")
+	}
+	ctx := context.Background()
+	key := cfg.tokenKey
+	if key == nil {
+		fresh := make([]byte, MinTokenKeyLength)
+		_, _ = rand.Read(fresh)
+		var err error
+		if key, err = store.LoadOrStoreSigningKey(ctx, fresh); err != nil {
+			return nil, fmt.Errorf("webhooks: loading the token signing key: %w", err)
+		}
+	}
+	tel, err := newTelemetry(cfg.tracerProvider, cfg.meterProvider, store)
+	if err != nil {
+		return nil, fmt.Errorf("webhooks: setting up telemetry: %w", err)
+	}
+	policy := netguard.Policy{AllowLoopback: cfg.webhookPolicy.AllowLoopback}
+	transport := cfg.transport
+	if transport == nil {
+		transport = policy.Transport()
+	}
+	e := &Engine{
+		store:  store,
+		source: source,
+		cfg:    cfg,
+		clock:  cfg.clock,
+		log:    cfg.logger,
+		m: machine{
+			wakingTimeout:   cfg.wakingTimeout,
+			livenessTimeout: cfg.livenessTimeout,
+			failureGCAfter:  cfg.failureGCAfter,
+			backoff:         cfg.backoff,
+		},
+		tokens: newTokens(key, cfg.tokenTTL, cfg.clock),
+		index:  newPatternIndex(),
+		client: &http.Client{
+			Transport: transport,
+			// Redirects are not followed: a 3xx is a failed delivery, and
+			// cannot steer the engine to an address the policy forbids.
+			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+		},
+		policy: policy,
+		tel:    tel,
+		kick:   make(chan struct{}, 1),
+		slots:  make(chan struct{}, cfg.maxConcurrentDeliveries),
+		done:   make(chan struct{}),
+	}
+	subs, err := store.ListSubscriptions(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("webhooks: loading subscriptions: %w", err)
+	}
+	for _, sub := range subs {
+		p, err := ParsePattern(sub.Pattern)
+		if err != nil {
+			return nil, fmt.Errorf("webhooks: stored subscription %s: %w", sub.ID, err)
+		}
+		e.index.add(p, sub.ID)
+	}
+	return e, nil
+}
+
+// Start starts delivering webhooks and does not block. Calling it again
+// while the engine runs does nothing; after Stop it returns ErrStopped.
+func (e *Engine) Start(ctx context.Context) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	switch {
+	case e.stopped:
+		return ErrStopped
+	case e.running:
+		return nil
+	}
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	e.cancel = cancel
+	e.running = true
+	go func() {
+		defer close(e.done)
+		e.schedule(runCtx)
+		e.deliveries.Wait()
+	}()
+	return nil
+}
+
+// Stop stops the engine and waits, until ctx ends, for its goroutines to
+// exit. Deliveries in flight are abandoned; their attempts time out and are
+// retried by the next engine on the Store. Stop is idempotent.
+func (e *Engine) Stop(ctx context.Context) error {
+	e.mu.Lock()
+	running := e.running
+	e.stopped = true
+	if e.cancel != nil {
+		e.cancel()
+	}
+	e.mu.Unlock()
+	if !running {
+		return nil
+	}
+	select {
+	case <-e.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// StreamCreated tells the engine that the stream at path was created. The
+// engine gives it a consumer for every matching subscription, positioned
+// before the first event, and wakes those with pending work, so a stream
+// created with an initial body needs no separate StreamAppended.
+func (e *Engine) StreamCreated(ctx context.Context, path string) error {
+	return e.streamChanged(ctx, path)
+}
+
+// StreamAppended tells the engine that events were appended to the stream
+// at path. Call it after the append is durable: the engine reads the new
+// tail from the StreamSource.
+func (e *Engine) StreamAppended(ctx context.Context, path string) error {
+	return e.streamChanged(ctx, path)
+}
+
+// streamChanged spawns the consumers path lacks and wakes the IDLE ones
+// subscribed to it that now have pending work.
+func (e *Engine) streamChanged(ctx context.Context, path string) error {
+	existing, err := e.store.ConsumersByStream(ctx, path)
+	if err != nil {
+		return fmt.Errorf("webhooks: consumers of %s: %w", path, err)
+	}
+	var ids []string
+	for _, c := range existing {
+		if slices.ContainsFunc(c.Streams, func(s StreamOffset) bool { return s.Path == path }) {
+			ids = append(ids, c.ID)
+		}
+	}
+	var errs []error
+	for _, sub := range e.index.match(path) {
+		id := ConsumerID(sub, path)
+		if slices.ContainsFunc(existing, func(c *Consumer) bool { return c.ID == id }) {
+			continue
+		}
+		err := e.store.CreateConsumer(ctx, newConsumer(sub, path, OffsetNone, e.clock.Now()))
+		switch {
+		case err == nil, errors.Is(err, ErrConsumerExists):
+			ids = append(ids, id)
+		case errors.Is(err, ErrSubscriptionNotFound):
+		default:
+			errs = append(errs, fmt.Errorf("webhooks: creating consumer %s: %w", id, err))
+		}
+	}
+	for _, id := range ids {
+		_, err := e.update(ctx, id, func(c *Consumer) (UpdateAction, error) {
+			if c.State != StateIdle {
+				return UpdateNone, nil
+			}
+			t, err := e.readTails(ctx, streamPaths(c))
+			if err != nil {
+				return UpdateNone, err
+			}
+			if e.m.wakeIfPending(c, t, e.clock.Now()) {
+				return UpdateSave, nil
+			}
+			return UpdateNone, nil
+		})
+		if err != nil && !errors.Is(err, ErrConsumerNotFound) {
+			errs = append(errs, fmt.Errorf("webhooks: waking consumer %s: %w", id, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// StreamDeleted tells the engine that the stream at path was deleted. The
+// consumers whose primary stream it was are removed; others drop it from
+// their streams, and are removed if it was their last.
+func (e *Engine) StreamDeleted(ctx context.Context, path string) error {
+	consumers, err := e.store.ConsumersByStream(ctx, path)
+	if err != nil {
+		return fmt.Errorf("webhooks: consumers of %s: %w", path, err)
+	}
+	var errs []error
+	for _, c := range consumers {
+		_, err := e.update(ctx, c.ID, func(c *Consumer) (UpdateAction, error) {
+			if c.PrimaryStream == path {
+				return UpdateDelete, nil
+			}
+			n := len(c.Streams)
+			c.Streams = slices.DeleteFunc(c.Streams, func(s StreamOffset) bool { return s.Path == path })
+			switch {
+			case len(c.Streams) == 0:
+				return UpdateDelete, nil
+			case len(c.Streams) < n:
+				return UpdateSave, nil
+			default:
+				return UpdateNone, nil
+			}
+		})
+		if err != nil && !errors.Is(err, ErrConsumerNotFound) {
+			errs = append(errs, fmt.Errorf("webhooks: removing %s from consumer %s: %w", path, c.ID, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Handler returns a handler that serves the callback API under
+// "{base path}/callback/", the subscription API for requests with a
+// "subscription" or "subscriptions" query parameter, and passes every other
+// request to next.
+func (e *Engine) Handler(next http.Handler) http.Handler {
+	callbacks := e.CallbackHandler()
+	subscriptions := e.SubscriptionHandler()
+	prefix := e.cfg.callbackBase.Path + callbackSegment
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch {
+		case strings.HasPrefix(r.URL.Path, prefix):
+			callbacks.ServeHTTP(w, r)
+		case isSubscriptionRequest(r):
+			subscriptions.ServeHTTP(w, r)
+		default:
+			next.ServeHTTP(w, r)
+		}
+	})
+}
+
+// callbackURL is the URL consumer id calls back on.
+func (e *Engine) callbackURL(id string) string {
+	return e.cfg.callbackBase.String() + callbackSegment + id
+}
+
+// update runs one atomic transition of a consumer through the Store,
+// stamping UpdatedAt, counting wakes and waking the scheduler when the
+// consumer has a deadline.
+func (e *Engine) update(ctx context.Context, id string, fn func(c *Consumer) (UpdateAction, error)) (*Consumer, error) {
+	var before int64
+	c, err := e.store.UpdateConsumer(ctx, id, func(c *Consumer) (UpdateAction, error) {
+		before = c.Epoch
+		action, err := fn(c)
+		if action == UpdateSave {
+			c.UpdatedAt = e.clock.Now()
+		}
+		return action, err
+	})
+	if err != nil || c == nil {
+		return c, err
+	}
+	if c.Epoch > before {
+		e.tel.woke(ctx)
+	}
+	if !c.Deadline.IsZero() {
+		e.kickScheduler()
+	}
+	return c, nil
+}
