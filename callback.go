@@ -143,7 +143,7 @@ func (e *Engine) applyCallback(ctx context.Context, c *Consumer, claims *tokenCl
 	if req.WakeID != "" && req.WakeID != c.WakeID {
 		return UpdateNone, newAPIError(http.StatusConflict, CodeAlreadyClaimed, "wake_id %q is not the current wake", req.WakeID)
 	}
-	t, err := e.readTails(ctx, append(streamPaths(c), req.Subscribe...))
+	t, err := e.readTails(ctx, callbackPaths(c, req))
 	if err != nil {
 		return UpdateNone, err
 	}
@@ -154,7 +154,7 @@ func (e *Engine) applyCallback(ctx context.Context, c *Consumer, claims *tokenCl
 		e.m.goLive(c, now)
 	}
 	for _, p := range req.Subscribe {
-		if slices.ContainsFunc(c.Streams, func(s StreamOffset) bool { return s.Path == p }) {
+		if streamIndex(c.Streams, p) >= 0 {
 			continue
 		}
 		offset := OffsetNone
@@ -186,7 +186,7 @@ func (e *Engine) applyCallback(ctx context.Context, c *Consumer, claims *tokenCl
 // and changes nothing, so retried acks are idempotent and offsets never move
 // backwards (S4).
 func ack(c *Consumer, a StreamOffset, t tails) error {
-	i := slices.IndexFunc(c.Streams, func(s StreamOffset) bool { return s.Path == a.Path })
+	i := streamIndex(c.Streams, a.Path)
 	if i < 0 {
 		return newAPIError(http.StatusConflict, CodeInvalidOffset, "cannot ack %s: the consumer is not subscribed to it", a.Path)
 	}
@@ -339,6 +339,19 @@ func (e *Engine) readTails(ctx context.Context, paths []string) (tails, error) {
 		t[p] = info
 	}
 	return t, nil
+}
+
+// callbackPaths lists the streams whose tails a callback needs: those it
+// acks or subscribes to, and all of them if it may finish the cycle.
+func callbackPaths(c *Consumer, req *CallbackRequest) []string {
+	paths := slices.Clone(req.Subscribe)
+	for _, a := range req.Acks {
+		paths = append(paths, a.Path)
+	}
+	if req.Done {
+		paths = append(paths, streamPaths(c)...)
+	}
+	return paths
 }
 
 // streamPaths lists the paths of c's subscribed streams.

@@ -63,6 +63,11 @@ func hasPending(offset string, s StreamInfo) bool {
 	return compareOffsets(s.Tail, offset) > 0
 }
 
+// streamIndex returns the position of path in streams, or -1.
+func streamIndex(streams []StreamOffset, path string) int {
+	return slices.IndexFunc(streams, func(s StreamOffset) bool { return s.Path == path })
+}
+
 // pendingStreams lists the subscribed streams with pending work.
 func pendingStreams(c *Consumer, t tails) []string {
 	var out []string
@@ -202,7 +207,7 @@ func (m *machine) applyDelivery(c *Consumer, r deliveryResult, t tails, now time
 // synchronous-done shortcut, which cannot have seen anything newer.
 func (m *machine) autoAck(c *Consumer) {
 	for _, wt := range c.WakeTails {
-		i := slices.IndexFunc(c.Streams, func(s StreamOffset) bool { return s.Path == wt.Path })
+		i := streamIndex(c.Streams, wt.Path)
 		if i >= 0 && compareOffsets(wt.Offset, c.Streams[i].Offset) > 0 {
 			c.Streams[i].Offset = wt.Offset
 		}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"math"
 	"net/http"
 	"time"
 
@@ -25,9 +26,13 @@ const (
 // errRequestTimeout cancels a webhook POST that outlived the request timeout.
 var errRequestTimeout = errors.New("webhook request timed out")
 
-// kickScheduler makes the scheduler look at the Store again. The channel
-// holds one element, so kicks that arrive while it works merge into one.
-func (e *Engine) kickScheduler() {
+// kickScheduler makes the scheduler look at the Store again if deadline is
+// earlier than the one its timer waits for. The channel holds one element,
+// so kicks that arrive while it works merge into one.
+func (e *Engine) kickScheduler(deadline time.Time) {
+	if armed := e.armed.Load(); armed != 0 && deadline.UnixNano() >= armed {
+		return
+	}
 	select {
 	case e.kick <- struct{}{}:
 	default:
@@ -42,6 +47,9 @@ func (e *Engine) schedule(ctx context.Context) {
 	timer := e.clock.Timer(time.Hour)
 	defer timer.Stop()
 	for {
+		// While it works every new deadline kicks it; once it knows the
+		// next deadline, only earlier ones do.
+		e.armed.Store(0)
 		wait := e.runDue(ctx)
 		if ctx.Err() != nil {
 			return
@@ -52,8 +60,10 @@ func (e *Engine) schedule(ctx context.Context) {
 			continue
 		}
 		if wait > 0 {
+			e.armed.Store(e.clock.Now().Add(wait).UnixNano())
 			timer.Reset(wait)
 		} else {
+			e.armed.Store(math.MaxInt64)
 			timer.Stop()
 		}
 		select {

@@ -21,6 +21,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/benbjohnson/clock"
 
@@ -47,6 +48,7 @@ type Engine struct {
 	tel    *telemetry
 
 	kick       chan struct{}
+	armed      atomic.Int64 // UnixNano the scheduler's timer waits for; 0 while it works
 	slots      chan struct{}
 	deliveries sync.WaitGroup
 
@@ -202,7 +204,7 @@ func (e *Engine) streamChanged(ctx context.Context, path string) error {
 	}
 	var ids []string
 	for _, c := range existing {
-		if slices.ContainsFunc(c.Streams, func(s StreamOffset) bool { return s.Path == path }) {
+		if streamIndex(c.Streams, path) >= 0 {
 			ids = append(ids, c.ID)
 		}
 	}
@@ -319,7 +321,7 @@ func (e *Engine) update(ctx context.Context, id string, fn func(c *Consumer) (Up
 		e.tel.woke(ctx)
 	}
 	if !c.Deadline.IsZero() {
-		e.kickScheduler()
+		e.kickScheduler(c.Deadline)
 	}
 	return c, nil
 }
