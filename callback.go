@@ -59,11 +59,8 @@ func (e *Engine) serveCallback(w http.ResponseWriter, r *http.Request) {
 	defer span.End()
 	resp, err := e.callback(ctx, r)
 	code := "OK"
-	var ae *apiError
-	if errors.As(err, &ae) {
-		code = string(ae.code)
-	} else if err != nil {
-		code = string(CodeInternal)
+	if err != nil {
+		code = string(asAPIError(err).code)
 	}
 	e.tel.callbackDone(ctx, span, code)
 	if err != nil {
@@ -310,15 +307,24 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 // apiErrors are logged and answered with a generic 500: internal error text
 // never reaches clients.
 func (e *Engine) writeError(w http.ResponseWriter, r *http.Request, err error) {
-	var ae *apiError
-	if !errors.As(err, &ae) {
+	ae := asAPIError(err)
+	if ae.code == CodeInternal {
 		e.log.ErrorContext(r.Context(), "webhooks: request failed", "method", r.Method, "path", r.URL.Path, "error", err)
-		ae = newAPIError(http.StatusInternalServerError, CodeInternal, "internal error")
 	}
 	if ae.allow != "" {
 		w.Header().Set("Allow", ae.allow)
 	}
 	writeJSON(w, ae.status, CallbackResponse{OK: false, Error: &ErrorBody{Code: ae.code, Message: ae.message}, Token: ae.token})
+}
+
+// asAPIError returns err as the client sees it: an apiError as is, any
+// other error as a generic 500.
+func asAPIError(err error) *apiError {
+	var ae *apiError
+	if errors.As(err, &ae) {
+		return ae
+	}
+	return newAPIError(http.StatusInternalServerError, CodeInternal, "internal error")
 }
 
 // readTails asks the source about each path once. Paths with no stream are

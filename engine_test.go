@@ -366,21 +366,3 @@ func TestStreamDeletionRemovesConsumers(t *testing.T) {
 	requireError(t, r, http.StatusGone, webhooks.CodeConsumerGone) // S7
 	require.Equal(t, []string{"/agents/b"}, sortedPaths(h.consumer(bID).Streams))
 }
-
-func TestStopEndsDeliveriesInFlight(t *testing.T) {
-	h := newHarness(t)
-	hold := make(chan struct{})
-	defer close(hold)
-	h.recv.queue(reply{status: 200, hold: hold})
-	d := h.wake("s1", "/agents/*", agentA)
-	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
-	defer cancel()
-	require.NoError(t, h.engine.Stop(ctx))
-	select {
-	case <-d.ctx.Done():
-	case <-time.After(waitFor):
-		t.Fatal("Stop did not cancel the open POST")
-	}
-	// The attempt stays in flight in the Store, to time out after a restart.
-	require.True(t, h.consumer(agentAID).InFlight)
-}

@@ -89,12 +89,13 @@ func (e *Engine) SubscriptionHandler() http.Handler {
 		ctx, span := e.tel.tracer.Start(r.Context(), "webhooks.subscription."+strings.ToLower(r.Method))
 		defer span.End()
 		status, body, err := e.serveSubscription(ctx, r)
-		span.SetAttributes(attribute.Int("http.response.status_code", status))
 		if err != nil {
+			span.SetAttributes(attribute.Int("http.response.status_code", asAPIError(err).status))
 			span.SetStatus(codes.Error, err.Error())
 			e.writeError(w, r, err)
 			return
 		}
+		span.SetAttributes(attribute.Int("http.response.status_code", status))
 		if body == nil {
 			w.WriteHeader(status)
 			return

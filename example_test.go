@@ -1,0 +1,203 @@
+package webhooks_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"time"
+
+	webhooks "github.com/streamhooks/webhooks"
+	"github.com/streamhooks/webhooks/memstore"
+)
+
+// exampleSource is a host's streams as the engine sees them: here, a map
+// from path to the number of events, which doubles as the offset.
+type exampleSource struct {
+	mu      sync.Mutex
+	streams map[string]int
+}
+
+func (s *exampleSource) info(path string, n int) webhooks.StreamInfo {
+	return webhooks.StreamInfo{Path: path, Tail: fmt.Sprintf("%020d", n), Empty: n == 0}
+}
+
+func (s *exampleSource) Stream(_ context.Context, path string) (webhooks.StreamInfo, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n, ok := s.streams[path]
+	if !ok {
+		return webhooks.StreamInfo{}, webhooks.ErrStreamNotFound
+	}
+	return s.info(path, n), nil
+}
+
+func (s *exampleSource) MatchStreams(_ context.Context, p *webhooks.Pattern) ([]webhooks.StreamInfo, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []webhooks.StreamInfo
+	for path, n := range s.streams {
+		if p.Match(path) {
+			out = append(out, s.info(path, n))
+		}
+	}
+	return out, nil
+}
+
+// append adds n events to the stream at path, creating it if need be.
+func (s *exampleSource) append(path string, n int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.streams[path] += n
+}
+
+// exampleRequest sends one request to handler and returns the response.
+func exampleRequest(handler http.Handler, method, target, body string) *httptest.ResponseRecorder {
+	rec := httptest.NewRecorder()
+	handler.ServeHTTP(rec, httptest.NewRequest(method, target, strings.NewReader(body)))
+	return rec
+}
+
+// An engine over an in-memory store, mounted in front of the host's own
+// stream handler: requests with a subscription query go to the
+// subscription API, callbacks to the callback API, and everything else to
+// the host.
+func ExampleNew() {
+	ctx := context.Background()
+	source := &exampleSource{streams: map[string]int{"/orders/41": 3}}
+	e, err := webhooks.New(memstore.New(), source,
+		webhooks.WithCallbackBaseURL("https://streams.example.com"))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+
+	streams := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		fmt.Fprintf(w, "stream %s", r.URL.Path)
+	})
+	mux := http.NewServeMux()
+	mux.Handle("/", e.Handler(streams))
+
+	if err := e.Start(ctx); err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer func() { _ = e.Stop(ctx) }()
+
+	// Create a subscription: the path is the glob pattern.
+	rec := exampleRequest(mux, http.MethodPut, "/orders/*?subscription=orders",
+		`{"webhook":"https://hooks.example.com/orders","description":"order events"}`)
+	var created struct {
+		ID      string `json:"subscription_id"`
+		Pattern string `json:"pattern"`
+		Secret  string `json:"webhook_secret"`
+	}
+	_ = json.Unmarshal(rec.Body.Bytes(), &created)
+	fmt.Println("create:", rec.Code, created.ID, created.Pattern, strings.HasPrefix(created.Secret, "whsec_"))
+
+	// Creating it again with the same configuration is idempotent.
+	rec = exampleRequest(mux, http.MethodPut, "/orders/*?subscription=orders",
+		`{"webhook":"https://hooks.example.com/orders","description":"order events"}`)
+	fmt.Println("again:", rec.Code)
+
+	// The existing stream /orders/41 got an idle consumer; it is woken
+	// only by new events.
+	rec = exampleRequest(mux, http.MethodGet, "/**?subscriptions", "")
+	fmt.Print("list: ", rec.Code, " ", rec.Body.String())
+
+	// Other requests reach the host's handler.
+	rec = exampleRequest(mux, http.MethodGet, "/orders/41", "")
+	fmt.Println("host:", rec.Code, rec.Body.String())
+
+	rec = exampleRequest(mux, http.MethodDelete, "/orders/*?subscription=orders", "")
+	fmt.Println("delete:", rec.Code)
+	// Output:
+	// create: 201 orders /orders/* true
+	// again: 200
+	// list: 200 {"subscriptions":[{"subscription_id":"orders","pattern":"/orders/*","webhook":"https://hooks.example.com/orders","description":"order events"}]}
+	// host: 200 stream /orders/41
+	// delete: 204
+}
+
+// The host calls StreamAppended after each durable append. A consumer with
+// pending work is woken by a signed POST to its subscription's webhook; here
+// the webhook answers {"done":true}, which finishes the wake at once.
+func ExampleEngine_StreamAppended() {
+	ctx := context.Background()
+
+	// The consumer's webhook endpoint.
+	var secret string
+	notifications := make(chan webhooks.Notification, 1)
+	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		err := webhooks.VerifySignature(secret, r.Header.Get(webhooks.SignatureHeader), body,
+			time.Now(), webhooks.DefaultSignatureTolerance)
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusUnauthorized)
+			return
+		}
+		var n webhooks.Notification
+		_ = json.Unmarshal(body, &n)
+		notifications <- n
+		_ = json.NewEncoder(w).Encode(webhooks.DoneResponse{Done: true})
+	}))
+	defer hook.Close()
+
+	source := &exampleSource{streams: map[string]int{}}
+	e, err := webhooks.New(memstore.New(), source,
+		webhooks.WithCallbackBaseURL("http://streams.example.com"),
+		// The webhook is on loopback, which only development allows.
+		webhooks.WithWebhookPolicy(webhooks.WebhookPolicy{AllowLoopback: true}))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	if err := e.Start(ctx); err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer func() { _ = e.Stop(ctx) }()
+
+	rec := exampleRequest(e.SubscriptionHandler(), http.MethodPut, "/agents/*?subscription=agents",
+		fmt.Sprintf(`{"webhook":%q}`, hook.URL))
+	var created struct {
+		Secret string `json:"webhook_secret"`
+	}
+	_ = json.Unmarshal(rec.Body.Bytes(), &created)
+	secret = created.Secret
+	fmt.Println("subscribed:", rec.Code)
+
+	// The host creates a stream, appends to it, and tells the engine.
+	source.append("/agents/task-1", 0)
+	if err := e.StreamCreated(ctx, "/agents/task-1"); err != nil {
+		fmt.Println(err)
+		return
+	}
+	source.append("/agents/task-1", 5)
+	if err := e.StreamAppended(ctx, "/agents/task-1"); err != nil {
+		fmt.Println(err)
+		return
+	}
+
+	select {
+	case n := <-notifications:
+		fmt.Println("consumer:", n.ConsumerID)
+		fmt.Println("epoch:", n.Epoch)
+		fmt.Println("triggered by:", n.TriggeredBy)
+		fmt.Println("from offset:", n.Streams[0].Offset)
+		fmt.Println("callback:", n.Callback)
+	case <-time.After(10 * time.Second):
+		fmt.Println("no notification")
+	}
+	// Output:
+	// subscribed: 201
+	// consumer: agents:%2Fagents%2Ftask-1
+	// epoch: 1
+	// triggered by: [/agents/task-1]
+	// from offset: -1
+	// callback: http://streams.example.com/callback/agents:%2Fagents%2Ftask-1
+}
