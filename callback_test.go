@@ -369,3 +369,35 @@ func TestErrorShape(t *testing.T) {
 	require.IsType(t, "", errObj["message"])
 	require.Len(t, errObj, 2)
 }
+
+func TestConcurrentCallbacksAreSerialPerConsumer(t *testing.T) {
+	h := newHarness(t)
+	d := h.live()
+	const n = 10
+	subscribe := make([]string, n)
+	for i := range subscribe {
+		subscribe[i] = fmt.Sprintf("/side/%d", i)
+		h.source.set(subscribe[i], 0)
+	}
+	// Each goroutine subscribes to one more stream and acks the primary; a
+	// lost update would drop a subscription or leave a lower offset.
+	errs := make(chan error, n)
+	for i := 0; i < n; i++ {
+		go func() {
+			r := h.callback(agentAID, d.n.Token, webhooks.CallbackRequest{
+				Epoch: epoch(1), Subscribe: subscribe[i : i+1], Acks: streamOffsets(agentA, offset(i+1)),
+			})
+			if r.status != http.StatusOK {
+				errs <- fmt.Errorf("status %d: %s", r.status, r.raw)
+				return
+			}
+			errs <- nil
+		}()
+	}
+	for i := 0; i < n; i++ {
+		require.NoError(t, <-errs)
+	}
+	c := h.consumer(agentAID)
+	require.Len(t, c.Streams, n+1)
+	require.Equal(t, streamOffsets(agentA, offset(n)), c.Streams[:1])
+}
