@@ -401,3 +401,23 @@ func TestConcurrentCallbacksAreSerialPerConsumer(t *testing.T) {
 	require.Len(t, c.Streams, n+1)
 	require.Equal(t, streamOffsets(agentA, offset(n)), c.Streams[:1])
 }
+
+// BenchmarkCallbackAck measures one ack callback on a LIVE consumer through
+// the engine's handler and the memory store: token check, decode, one
+// UpdateConsumer and the response.
+func BenchmarkCallbackAck(b *testing.B) {
+	h := newHarness(b)
+	d := h.live()
+	body, err := json.Marshal(webhooks.CallbackRequest{Epoch: epoch(1), Acks: streamOffsets(agentA, offset(5))})
+	require.NoError(b, err)
+	b.ReportAllocs()
+	for b.Loop() {
+		req := httptest.NewRequest(http.MethodPost, "/callback/"+agentAID, strings.NewReader(string(body)))
+		req.Header.Set("Authorization", "Bearer "+d.n.Token)
+		rec := httptest.NewRecorder()
+		h.handler.ServeHTTP(rec, req)
+		if rec.Code != http.StatusOK {
+			b.Fatal(rec.Body.String())
+		}
+	}
+}

@@ -108,7 +108,7 @@ type receiver struct {
 	replies    []reply
 }
 
-func newReceiver(t *testing.T) *receiver {
+func newReceiver(t testing.TB) *receiver {
 	r := &receiver{deliveries: make(chan delivery, 1024)}
 	r.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		body, _ := io.ReadAll(req.Body)
@@ -151,7 +151,7 @@ func (r *receiver) url() string { return r.srv.URL + "/hook" }
 // harness is an engine on a mock clock, a memory store, a fake source and
 // one webhook receiver.
 type harness struct {
-	t       *testing.T
+	t       testing.TB
 	clock   *clock.Mock
 	store   *memstore.Store
 	source  *fakeSource
@@ -168,7 +168,7 @@ func newMockClock() *clock.Mock {
 	return c
 }
 
-func newHarness(t *testing.T, opts ...webhooks.Option) *harness {
+func newHarness(t testing.TB, opts ...webhooks.Option) *harness {
 	t.Helper()
 	h := &harness{
 		t:      t,

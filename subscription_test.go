@@ -46,7 +46,7 @@ func subDecode(t *testing.T, body []byte) subView {
 }
 
 // subRequireNoSecret fails if a response body carries a webhook_secret key.
-func subRequireNoSecret(t *testing.T, body []byte) {
+func subRequireNoSecret(t testing.TB, body []byte) {
 	t.Helper()
 	require.NotContains(t, string(body), "webhook_secret", string(body))
 	require.NotContains(t, string(body), "whsec_", string(body))
