@@ -154,6 +154,9 @@ func (e *Engine) Start(ctx context.Context) error {
 		defer close(e.done)
 		e.schedule(runCtx)
 		e.deliveries.Wait()
+		// Kept-alive webhook connections would otherwise hold up the
+		// receivers' graceful shutdown.
+		e.client.CloseIdleConnections()
 	}()
 	return nil
 }
