@@ -1,0 +1,241 @@
+// Command demo runs the whole webhook cycle in one process and narrates it:
+// an example stream server with the engine mounted, and an agent woken by
+// its webhooks. The agent reads the events, acks them and says it is done;
+// new events then wake it again, with the next epoch.
+//
+//	go run ./examples/demo
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/streamhooks/webhooks/internal/agent"
+	"github.com/streamhooks/webhooks/internal/exampleserver"
+)
+
+// timeout bounds the whole demo; every step takes milliseconds.
+const timeout = 10 * time.Second
+
+const (
+	pattern = "/agents/*"
+	stream  = "/agents/task-1"
+)
+
+func main() {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	if err := run(ctx, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "demo failed:", err)
+		os.Exit(1)
+	}
+}
+
+// run runs the demo, narrating to out, and returns once the agent has
+// finished two wakes and both servers have shut down, or with an error when
+// ctx ends first.
+func run(ctx context.Context, out io.Writer) (err error) {
+	p := &printer{w: out}
+	// Warnings and errors of the server and the agent still show; routine
+	// logs would drown the narrative.
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+
+	srv, err := exampleserver.Start(ctx, exampleserver.Config{Addr: "127.0.0.1:0", Dev: true, Logger: log})
+	if err != nil {
+		return fmt.Errorf("starting the stream server: %w", err)
+	}
+	defer func() { err = errors.Join(err, closeWithin("stream server", srv.Close)) }()
+	p.say("server", "stream server with the webhook engine at %s (in-memory store)", srv.URL)
+
+	// The agent's address must be known to subscribe, and the secret the
+	// subscription returns to build the agent, so listen first.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	hook := "http://" + ln.Addr().String() + "/wake"
+	// The demo's own client, so that its idle connections can be closed
+	// before the servers shut down: http.Server.Shutdown waits for a
+	// connection that was dialed but never used, which the transport can
+	// leave behind.
+	hc := &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
+	secret, err := subscribe(ctx, hc, srv.URL, hook)
+	if err != nil {
+		_ = ln.Close()
+		return err
+	}
+	p.say("subscribed", "%s → %s (201 Created, secret %s…)", pattern, hook, secret[:len("whsec_")+4])
+
+	finished := make(chan agent.Step, 8)
+	a, err := agent.New(agent.Config{
+		Secret:       secret,
+		StreamServer: srv.URL,
+		HTTPClient:   hc,
+		Logger:       log,
+		OnStep: func(s agent.Step) {
+			p.step(s)
+			if s.Kind == agent.StepDone || s.Kind == agent.StepFailed {
+				select {
+				case finished <- s:
+				default: // the demo has stopped listening
+				}
+			}
+		},
+	})
+	if err != nil {
+		_ = ln.Close()
+		return err
+	}
+	consumer := &http.Server{Handler: a, ReadHeaderTimeout: 10 * time.Second}
+	// One webhook per connection. A wake can start while the previous
+	// webhook's response is still being written, and the engine then dials
+	// a second connection; with keep-alives, one of the two could sit unused,
+	// and Shutdown waits 5 seconds for such a connection.
+	consumer.SetKeepAlivesEnabled(false)
+	go func() { _ = consumer.Serve(ln) }()
+	defer func() { err = errors.Join(err, closeWithin("consumer", consumer.Shutdown)) }()
+	defer hc.CloseIdleConnections() // runs first; see hc
+	p.say("consumer", "agent listening at %s", hook)
+
+	if err := request(ctx, hc, http.MethodPut, srv.URL+stream, "", http.StatusCreated); err != nil {
+		return fmt.Errorf("creating %s: %w", stream, err)
+	}
+	p.say("created", "stream %s", stream)
+
+	// Each batch is one POST, so it lands in one piece and wakes the agent
+	// once.
+	batches := [][]string{
+		{`{"type":"task.created","title":"summarize the logs"}`, `{"type":"step","n":1}`, `{"type":"step","n":2}`},
+		{`{"type":"step","n":3}`, `{"type":"task.finished"}`},
+	}
+	for i, batch := range batches {
+		p.say("append", "%d events to %s", len(batch), stream)
+		body := "[" + strings.Join(batch, ",") + "]"
+		if err := request(ctx, hc, http.MethodPost, srv.URL+stream, body, http.StatusNoContent); err != nil {
+			return fmt.Errorf("appending to %s: %w", stream, err)
+		}
+		var s agent.Step
+		select {
+		case s = <-finished:
+		case <-ctx.Done():
+			return fmt.Errorf("no finished wake %d within %v: %w", i+1, timeout, ctx.Err())
+		}
+		if s.Kind == agent.StepFailed {
+			return fmt.Errorf("wake %d failed: %w", i+1, s.Err)
+		}
+		if want := int64(i + 1); s.Notification.Epoch != want {
+			return fmt.Errorf("wake %d had epoch %d, want %d", i+1, s.Notification.Epoch, want)
+		}
+		c, err := srv.Store.GetConsumer(ctx, s.Notification.ConsumerID)
+		if err != nil {
+			return err
+		}
+		p.say("state", "consumer is %s at epoch %d, acked through %s", c.State, c.Epoch, c.Streams[0].Offset)
+	}
+	p.say("ok", "woken twice, epochs 1 → 2: wake, claim, read, ack, done works end to end")
+	return nil
+}
+
+// subscribe creates the demo's subscription and returns its webhook secret.
+func subscribe(ctx context.Context, hc *http.Client, server, hook string) (string, error) {
+	body, _ := json.Marshal(map[string]string{"webhook": hook, "description": "demo agent"})
+	req, err := http.NewRequestWithContext(ctx, http.MethodPut, server+pattern+"?subscription=demo-agents", bytes.NewReader(body))
+	if err != nil {
+		return "", err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := hc.Do(req)
+	if err != nil {
+		return "", fmt.Errorf("subscribing: %w", err)
+	}
+	defer resp.Body.Close()
+	var created struct {
+		Secret string `json:"webhook_secret"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&created); err != nil || resp.StatusCode != http.StatusCreated {
+		return "", fmt.Errorf("subscribing: status %s, decoding: %v", resp.Status, err)
+	}
+	if !strings.HasPrefix(created.Secret, "whsec_") {
+		return "", fmt.Errorf("subscribing: unexpected secret %q", created.Secret)
+	}
+	return created.Secret, nil
+}
+
+// request sends a JSON request and checks the status.
+func request(ctx context.Context, hc *http.Client, method, url, body string, want int) error {
+	req, err := http.NewRequestWithContext(ctx, method, url, strings.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := hc.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<10))
+	if resp.StatusCode != want {
+		return fmt.Errorf("status %s, want %d: %s", resp.Status, want, bytes.TrimSpace(msg))
+	}
+	return nil
+}
+
+// closeWithin runs a shutdown function with a bounded context. Everything
+// is idle by then, so shutting down takes milliseconds.
+func closeWithin(what string, shutdown func(context.Context) error) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	if err := shutdown(ctx); err != nil {
+		return fmt.Errorf("shutting down the %s: %w", what, err)
+	}
+	return nil
+}
+
+// printer writes the narrative. Steps come from the agent's handler
+// goroutines, so writes are serialized.
+type printer struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (p *printer) say(label, format string, args ...any) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	fmt.Fprintf(p.w, "%-11s %s\n", label, fmt.Sprintf(format, args...))
+}
+
+func (p *printer) step(s agent.Step) {
+	n := s.Notification
+	switch s.Kind {
+	case agent.StepWoken:
+		rewake := ""
+		if n.Epoch > 1 {
+			rewake = " (re-wake)"
+		}
+		p.say("WOKEN", "consumer %s, epoch %d%s, wake_id %s, triggered by %v", n.ConsumerID, n.Epoch, rewake, n.WakeID, n.TriggeredBy)
+	case agent.StepClaimed:
+		p.say("claimed", "wake %s via the callback API", n.WakeID)
+	case agent.StepRead:
+		p.say("read", "%s from offset %s: %d events", s.Stream, s.From, len(s.Events))
+		for _, e := range s.Events {
+			p.say("", "  %s", e)
+		}
+	case agent.StepAcked:
+		p.say("acked", "%s through %s (its Stream-Next-Offset)", s.Stream, s.Offset)
+	case agent.StepDone:
+		p.say("done", "epoch %d finished", n.Epoch)
+	case agent.StepFailed:
+		p.say("FAILED", "epoch %d: %v", n.Epoch, s.Err)
+	}
+}

@@ -1,0 +1,48 @@
+// Command streamserver is an in-memory Durable Streams server with the
+// webhook engine mounted: streams, the subscription API and the callback
+// API on one address.
+//
+//	go run ./examples/streamserver -addr 127.0.0.1:8787 -dev
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/streamhooks/webhooks/internal/exampleserver"
+)
+
+func main() {
+	addr := flag.String("addr", "127.0.0.1:8787", "listen address")
+	dev := flag.Bool("dev", false, "allow webhooks on loopback over plain http (development only)")
+	callbackBase := flag.String("callback-base", "", `public base URL of the callback API (default "http://" + the listen address)`)
+	flag.Parse()
+
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	if err := run(*addr, *callbackBase, *dev, log); err != nil {
+		log.Error("streamserver failed", "error", err)
+		os.Exit(1)
+	}
+}
+
+func run(addr, callbackBase string, dev bool, log *slog.Logger) error {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	srv, err := exampleserver.Start(ctx, exampleserver.Config{Addr: addr, CallbackBase: callbackBase, Dev: dev, Logger: log})
+	if err != nil {
+		return fmt.Errorf("starting: %w", err)
+	}
+	log.Info("serving streams, subscriptions and callbacks", "url", srv.URL, "dev", dev)
+	<-ctx.Done()
+	stop() // a second signal kills the process at once
+	log.Info("shutting down")
+	shutdown, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	return srv.Close(shutdown)
+}

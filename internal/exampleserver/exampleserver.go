@@ -1,0 +1,123 @@
+// Package exampleserver runs a Durable Streams server with the webhook
+// engine mounted on an in-memory store. It is the wiring that
+// examples/streamserver, the demo and the end-to-end tests share, so that
+// what the tests exercise is what the example runs.
+package exampleserver
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	webhooks "github.com/streamhooks/webhooks"
+	"github.com/streamhooks/webhooks/internal/dstream"
+	"github.com/streamhooks/webhooks/memstore"
+)
+
+// Config configures Start.
+type Config struct {
+	// Addr is the TCP listen address; "127.0.0.1:0" picks a free port.
+	Addr string
+	// CallbackBase is the public base URL of the callback API, as consumers
+	// reach it. Empty means the server's own URL.
+	CallbackBase string
+	// Dev allows webhooks on loopback addresses over plain http, which the
+	// engine refuses by default as an SSRF risk.
+	Dev bool
+	// Logger receives the server's and the engine's logs; nil means
+	// slog.Default().
+	Logger *slog.Logger
+}
+
+// Running is a started server. Call Close, once, to stop it.
+type Running struct {
+	// URL is the server's base URL, e.g. http://127.0.0.1:8787. Streams,
+	// the subscription API and the callback API are all under it.
+	URL string
+	// Store holds the engine's subscriptions and consumers; tests and the
+	// demo read consumer state from it.
+	Store *memstore.Store
+
+	streams *dstream.Server
+	engine  *webhooks.Engine
+	http    *http.Server
+	served  chan error
+}
+
+// Start listens on cfg.Addr and serves the stream protocol with the engine
+// mounted: subscription requests and callbacks go to the engine, all other
+// requests to the stream server, which tells the engine about every change.
+// ctx is used only while starting.
+func Start(ctx context.Context, cfg Config) (*Running, error) {
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return nil, err
+	}
+	url := "http://" + advertised(ln.Addr())
+	base := cfg.CallbackBase
+	if base == "" {
+		base = url
+	}
+	opts := []webhooks.Option{webhooks.WithCallbackBaseURL(base), webhooks.WithLogger(log)}
+	if cfg.Dev {
+		opts = append(opts, webhooks.WithWebhookPolicy(webhooks.WebhookPolicy{AllowLoopback: true}))
+	}
+	streams := dstream.New(dstream.Options{Logger: log})
+	store := memstore.New()
+	engine, err := webhooks.New(store, streams, opts...)
+	if err == nil {
+		err = engine.Start(ctx)
+	}
+	if err != nil {
+		_ = ln.Close()
+		return nil, err
+	}
+	// The engine is built from the stream server, so it is registered as
+	// its observer afterwards, before any request can arrive.
+	streams.SetObserver(engine)
+	r := &Running{
+		URL:     url,
+		Store:   store,
+		streams: streams,
+		engine:  engine,
+		http: &http.Server{
+			Handler:           engine.Handler(streams),
+			ReadHeaderTimeout: 10 * time.Second,
+			ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		},
+		served: make(chan error, 1),
+	}
+	go func() { r.served <- r.http.Serve(ln) }()
+	return r, nil
+}
+
+// Close stops the server: it ends pending long-polls, stops accepting
+// requests and waits, until ctx ends, for those in progress, then stops the
+// engine. Stopping the engine last lets in-flight callbacks finish.
+func (r *Running) Close(ctx context.Context) error {
+	r.streams.Close()
+	err := r.http.Shutdown(ctx)
+	if serr := <-r.served; !errors.Is(serr, http.ErrServerClosed) {
+		err = errors.Join(err, fmt.Errorf("serving: %w", serr))
+	}
+	return errors.Join(err, r.engine.Stop(ctx))
+}
+
+// advertised is the host:port clients dial for a listener at addr. A
+// wildcard listener is dialed on loopback, which is always among its
+// addresses.
+func advertised(addr net.Addr) string {
+	tcp, ok := addr.(*net.TCPAddr)
+	if !ok || !tcp.IP.IsUnspecified() {
+		return addr.String()
+	}
+	return net.JoinHostPort("127.0.0.1", fmt.Sprint(tcp.Port))
+}
