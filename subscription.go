@@ -70,6 +70,11 @@ type createRequest struct {
 // isSubscriptionRequest reports whether r is for the subscription API: its
 // path is a pattern and its query names a subscription or asks for a list.
 func isSubscriptionRequest(r *http.Request) bool {
+	// Most requests a host routes through Handler are stream reads; skip
+	// parsing their query unless it can name the subscription API.
+	if !strings.Contains(r.URL.RawQuery, "subscription") {
+		return false
+	}
 	q := r.URL.Query()
 	return q.Has("subscription") || q.Has("subscriptions")
 }
