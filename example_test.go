@@ -201,3 +201,78 @@ func ExampleEngine_StreamAppended() {
 	// from offset: -1
 	// callback: http://streams.example.com/callback/agents:%2Fagents%2Ftask-1
 }
+
+// A Go consumer verifies the wake-up, reads its streams over the ordinary
+// stream protocol, acks the offsets its reads ended at and says it is done.
+// The first call claims the wake; the client keeps the token fresh.
+func ExampleNewCallbackClient() {
+	ctx := context.Background()
+	source := &exampleSource{streams: map[string]int{}}
+
+	// The host: the engine's handlers on a real loopback server, because the
+	// consumer calls back over HTTP.
+	mux := http.NewServeMux()
+	host := httptest.NewServer(mux)
+	defer host.Close()
+	e, err := webhooks.New(memstore.New(), source,
+		webhooks.WithCallbackBaseURL(host.URL),
+		webhooks.WithWebhookPolicy(webhooks.WebhookPolicy{AllowLoopback: true}))
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	mux.Handle("/", e.Handler(http.NotFoundHandler()))
+	if err := e.Start(ctx); err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer func() { _ = e.Stop(ctx) }()
+
+	// The consumer.
+	var secret string
+	finished := make(chan string, 1)
+	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n, err := webhooks.ParseNotification(r, secret, time.Now())
+		if err != nil {
+			http.Error(w, "bad notification", http.StatusUnauthorized)
+			return
+		}
+		cc := webhooks.NewCallbackClient(n, nil)
+		// A real consumer reads n.Streams from their offsets here and acks
+		// the Stream-Next-Offset each read returned.
+		tail, _ := source.Stream(r.Context(), n.PrimaryStream)
+		acked, err := cc.Ack(r.Context(), webhooks.StreamOffset{Path: n.PrimaryStream, Offset: tail.Tail})
+		if err != nil {
+			finished <- err.Error()
+			return
+		}
+		if _, err := cc.Done(r.Context()); err != nil {
+			finished <- err.Error()
+			return
+		}
+		finished <- fmt.Sprintf("epoch %d acked %v, done", n.Epoch, acked.Streams)
+	}))
+	defer hook.Close()
+
+	rec := exampleRequest(e.SubscriptionHandler(), http.MethodPut, "/agents/*?subscription=agents",
+		fmt.Sprintf(`{"webhook":%q}`, hook.URL))
+	var created struct {
+		Secret string `json:"webhook_secret"`
+	}
+	_ = json.Unmarshal(rec.Body.Bytes(), &created)
+	secret = created.Secret
+
+	source.append("/agents/task-1", 3)
+	if err := e.StreamCreated(ctx, "/agents/task-1"); err != nil {
+		fmt.Println(err)
+		return
+	}
+	select {
+	case msg := <-finished:
+		fmt.Println(msg)
+	case <-time.After(10 * time.Second):
+		fmt.Println("not woken")
+	}
+	// Output:
+	// epoch 1 acked [{/agents/task-1 00000000000000000003}], done
+}
