@@ -1,7 +1,6 @@
 package webhooks
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -259,15 +258,10 @@ func validateStreamPath(p string) error {
 	return nil
 }
 
-// decodeStrict decodes exactly one JSON value with no unknown fields.
+// decodeStrict decodes a request body: one JSON value, no unknown fields.
 func decodeStrict(data []byte, v any) error {
-	dec := json.NewDecoder(bytes.NewReader(data))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(v); err != nil {
+	if err := decodeJSON(data, v, true); err != nil {
 		return fmt.Errorf("malformed JSON body: %v", err)
-	}
-	if dec.More() {
-		return errors.New("malformed JSON body: data after the object")
 	}
 	return nil
 }

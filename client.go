@@ -35,7 +35,7 @@ func ParseNotification(r *http.Request, secret string, now time.Time) (*Notifica
 		return nil, err
 	}
 	var n Notification
-	if err := decodeJSON(body, &n); err != nil {
+	if err := decodeJSON(body, &n, false); err != nil {
 		return nil, fmt.Errorf("webhooks: decoding notification: %w", err)
 	}
 	switch {
@@ -51,9 +51,13 @@ func ParseNotification(r *http.Request, secret string, now time.Time) (*Notifica
 	return &n, nil
 }
 
-// decodeJSON decodes exactly one JSON value from data into v.
-func decodeJSON(data []byte, v any) error {
+// decodeJSON decodes exactly one JSON value from data into v. If strict,
+// unknown object fields are errors too.
+func decodeJSON(data []byte, v any, strict bool) error {
 	dec := json.NewDecoder(bytes.NewReader(data))
+	if strict {
+		dec.DisallowUnknownFields()
+	}
 	if err := dec.Decode(v); err != nil {
 		return err
 	}
@@ -170,7 +174,7 @@ func (c *CallbackClient) send(ctx context.Context, req CallbackRequest) (*Callba
 	}
 	success := hresp.StatusCode/100 == 2
 	var resp CallbackResponse
-	if err := decodeJSON(data, &resp); err != nil {
+	if err := decodeJSON(data, &resp, false); err != nil {
 		if success {
 			return nil, fmt.Errorf("webhooks: decoding callback response: %w", err)
 		}

@@ -148,17 +148,13 @@ func deliveryOK(c *Consumer) {
 	c.FailingSince = time.Time{}
 }
 
-// startAttempt marks a delivery attempt as sent. It returns false if the
-// consumer is not due for one, so that of several engines sharing a Store
-// exactly one sends it.
-func (m *machine) startAttempt(c *Consumer, now time.Time) bool {
-	if c.State != StateWaking || c.InFlight || c.Deadline.IsZero() || c.Deadline.After(now) {
-		return false
-	}
+// startAttempt marks a delivery attempt of a due WAKING consumer as sent.
+// It moves the deadline on, so that of several engines sharing a Store only
+// the first finds the attempt due.
+func (m *machine) startAttempt(c *Consumer, now time.Time) {
 	c.Attempt++
 	c.InFlight = true
 	c.Deadline = m.gcCap(c, now.Add(m.wakingTimeout))
-	return true
 }
 
 // deliveryResult is the outcome of one webhook POST.
@@ -187,13 +183,12 @@ func (m *machine) applyDelivery(c *Consumer, r deliveryResult, t tails, now time
 		m.finish(c, t, now)
 		return true, false
 	case r.ok:
-		if c.State != StateWaking && c.Failures == 0 {
+		// LIVE and IDLE consumers have no failure run to end: goLive
+		// ended it.
+		if c.State != StateWaking {
 			return false, false
 		}
-		deliveryOK(c)
-		if c.State == StateWaking {
-			m.goLive(c, now)
-		}
+		m.goLive(c, now)
 		return true, false
 	default:
 		if c.State != StateWaking || !c.InFlight || c.Attempt != r.attempt {
@@ -271,14 +266,14 @@ func (m *machine) onDue(c *Consumer, t tails, now time.Time) dueAction {
 			}
 			return dueChanged
 		}
-		if m.startAttempt(c, now) {
-			return dueSend
-		}
-		return dueNone
+		m.startAttempt(c, now)
+		return dueSend
 	case StateLive:
 		m.finish(c, t, now)
 		return dueChanged
 	default:
+		// IDLE schedules nothing; clear a stray deadline rather than spin
+		// on it.
 		c.Deadline = time.Time{}
 		return dueChanged
 	}

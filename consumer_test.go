@@ -58,23 +58,24 @@ func TestStartAttemptIsExclusive(t *testing.T) {
 	m := testMachine()
 	c := newConsumer("s", "/a", OffsetNone, t0)
 	m.wake(c, tails{}, nil, t0)
-	require.True(t, m.startAttempt(c, t0))
+	require.Equal(t, dueSend, m.onDue(c, nil, t0))
 	require.Equal(t, 1, c.Attempt)
 	require.Equal(t, t0.Add(DefaultWakingTimeout), c.Deadline)
-	require.False(t, m.startAttempt(c, t0), "a second engine must not send the same attempt")
+	require.Equal(t, dueNone, m.onDue(c, nil, t0), "a second engine must not send the same attempt")
+	require.Equal(t, 1, c.Attempt)
 }
 
 func TestStaleFailureIsIgnored(t *testing.T) {
 	m := testMachine()
 	c := newConsumer("s", "/a", OffsetNone, t0)
 	m.wake(c, tails{}, nil, t0)
-	m.startAttempt(c, t0)
+	require.Equal(t, dueSend, m.onDue(c, nil, t0))
 	r := deliveryResult{epoch: c.Epoch, wakeID: c.WakeID, attempt: 1}
 	// Attempt 1 timed out; attempt 2 is in flight when attempt 1's failure
 	// finally arrives: it must not count twice.
 	require.Equal(t, dueChanged, m.onDue(c, nil, t0.Add(DefaultWakingTimeout)))
 	require.Equal(t, 1, c.Failures)
-	require.True(t, m.startAttempt(c, c.Deadline))
+	require.Equal(t, dueSend, m.onDue(c, nil, c.Deadline))
 	changed, remove := m.applyDelivery(c, r, nil, c.Deadline)
 	require.False(t, changed)
 	require.False(t, remove)

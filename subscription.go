@@ -162,8 +162,8 @@ func (e *Engine) createSubscription(ctx context.Context, pattern *Pattern, id st
 	sub := &Subscription{ID: id, Pattern: pattern.String(), Webhook: req.Webhook, Description: req.Description}
 	// An existing subscription is compared before the webhook is validated,
 	// so a repeated create is answered the same way whatever the policy.
-	if status, body, err, found := e.compareExisting(ctx, sub); found {
-		return status, body, err
+	if have, err := e.existing(ctx, sub); have != nil || err != nil {
+		return http.StatusOK, have, err
 	}
 	if len(req.Description) > MaxDescriptionLength {
 		return 0, nil, newAPIError(http.StatusBadRequest, CodeInvalidRequest, "description is longer than %d characters", MaxDescriptionLength)
@@ -178,8 +178,8 @@ func (e *Engine) createSubscription(ctx context.Context, pattern *Pattern, id st
 	sub.CreatedAt = e.clock.Now()
 	if err := e.store.CreateSubscription(ctx, sub); err != nil {
 		if errors.Is(err, ErrSubscriptionExists) {
-			if status, body, err, found := e.compareExisting(ctx, sub); found {
-				return status, body, err
+			if have, err := e.existing(ctx, sub); have != nil || err != nil {
+				return http.StatusOK, have, err
 			}
 		}
 		return 0, nil, err
@@ -195,21 +195,23 @@ func (e *Engine) createSubscription(ctx context.Context, pattern *Pattern, id st
 	return http.StatusCreated, created, nil
 }
 
-// compareExisting answers a create for an ID that is taken: 200 if the
-// configuration is the same, 409 if not. found is false if the ID is free.
-func (e *Engine) compareExisting(ctx context.Context, want *Subscription) (status int, body any, err error, found bool) {
+// existing answers a create for an ID that may be taken: the subscription
+// as stored if its configuration is the same, a 409 error if not, and nil,
+// nil if the ID is free.
+func (e *Engine) existing(ctx context.Context, want *Subscription) (*subscriptionJSON, error) {
 	have, err := e.store.GetSubscription(ctx, want.ID)
 	if errors.Is(err, ErrSubscriptionNotFound) {
-		return 0, nil, nil, false
+		return nil, nil
 	}
 	if err != nil {
-		return 0, nil, err, true
+		return nil, err
 	}
 	if have.Pattern != want.Pattern || have.Webhook != want.Webhook || have.Description != want.Description {
-		return 0, nil, newAPIError(http.StatusConflict, CodeSubscriptionConflict,
-			"subscription %s exists with a different configuration; delete it to change it", want.ID), true
+		return nil, newAPIError(http.StatusConflict, CodeSubscriptionConflict,
+			"subscription %s exists with a different configuration; delete it to change it", want.ID)
 	}
-	return http.StatusOK, toJSON(have), nil, true
+	out := toJSON(have)
+	return &out, nil
 }
 
 // adoptExistingStreams gives each existing stream that matches a new
