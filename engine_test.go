@@ -366,3 +366,86 @@ func TestStreamDeletionRemovesConsumers(t *testing.T) {
 	requireError(t, r, http.StatusGone, webhooks.CodeConsumerGone) // S7
 	require.Equal(t, []string{"/agents/b"}, sortedPaths(h.consumer(bID).Streams))
 }
+
+// restartEngine stops h's engine and starts another over the same store and
+// source, as after a process restart.
+func restartEngine(t *testing.T, h *harness) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	require.NoError(t, h.engine.Stop(ctx))
+	e, err := webhooks.New(h.store, h.source,
+		webhooks.WithClock(h.clock),
+		webhooks.WithCallbackBaseURL(callbackBase),
+		webhooks.WithWebhookPolicy(webhooks.WebhookPolicy{AllowLoopback: true}))
+	require.NoError(t, err)
+	h.engine = e
+	h.handler = e.Handler(http.NotFoundHandler())
+	require.NoError(t, e.Start(context.Background()))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+		defer cancel()
+		require.NoError(t, e.Stop(ctx))
+	})
+}
+
+// Appends and creations that happened while the engine was down, whose
+// StreamAppended or StreamCreated never reached it, are found at start-up
+// (L1 across a crash).
+func TestStartSweepsMissedStreamEvents(t *testing.T) {
+	h := newHarness(t)
+	h.subscribe("s1", "/agents/*")
+	h.create("/agents/t1", 0)
+	h.create("/agents/t2", 0)
+	h.create("/agents/quiet", 0)
+	id1 := webhooks.ConsumerID("s1", "/agents/t1")
+	id2 := webhooks.ConsumerID("s1", "/agents/t2")
+	quiet := webhooks.ConsumerID("s1", "/agents/quiet")
+	for _, id := range []string{id1, id2, quiet} {
+		require.Equal(t, webhooks.StateIdle, h.consumer(id).State)
+	}
+
+	// Consumer t2 unsubscribed from its primary stream and follows /other/x,
+	// which no subscription matches; only /other/x gets an event.
+	_, err := h.store.UpdateConsumer(context.Background(), id2, func(c *webhooks.Consumer) (webhooks.UpdateAction, error) {
+		c.Streams = []webhooks.StreamOffset{{Path: "/other/x", Offset: offset(0)}}
+		return webhooks.UpdateSave, nil
+	})
+	require.NoError(t, err)
+	h.source.set("/other/x", 0)
+
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	require.NoError(t, h.engine.Stop(ctx))
+	h.source.grow("/agents/t1", 2)
+	h.source.grow("/other/x", 1)
+	h.source.set("/agents/new", 1)
+	restartEngine(t, h)
+
+	woken := map[string]bool{}
+	for range 3 {
+		d := h.nextDelivery()
+		woken[d.n.ConsumerID] = true
+	}
+	require.Equal(t, map[string]bool{id1: true, id2: true, webhooks.ConsumerID("s1", "/agents/new"): true}, woken)
+	require.Equal(t, webhooks.StateIdle, h.consumer(quiet).State, "a consumer without pending work stays asleep")
+}
+
+// A deadline that passed while the engine was down fires as soon as it
+// starts, not one full timeout later.
+func TestStartActsOnOverdueDeadlines(t *testing.T) {
+	h := newHarness(t)
+	d := h.wake("s1", "/agents/*", "/agents/t1")
+	id := d.n.ConsumerID
+	// LIVE with a liveness deadline, then the process dies.
+	c := h.waitConsumer(id, func(c *webhooks.Consumer) bool { return c.State == webhooks.StateLive && !c.InFlight })
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	require.NoError(t, h.engine.Stop(ctx))
+
+	h.clock.Set(c.Deadline.Add(time.Second))
+	restartEngine(t, h)
+	again := h.nextDelivery()
+	require.Equal(t, id, again.n.ConsumerID)
+	require.Greater(t, again.n.Epoch, d.n.Epoch, "the expired cycle is fenced by a new epoch")
+}

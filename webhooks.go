@@ -150,6 +150,11 @@ func (e *Engine) Start(ctx context.Context) error {
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	e.cancel = cancel
 	e.running = true
+	e.deliveries.Add(1)
+	go func() {
+		defer e.deliveries.Done()
+		e.recover(runCtx)
+	}()
 	go func() {
 		defer close(e.done)
 		e.schedule(runCtx)
@@ -205,11 +210,13 @@ func (e *Engine) streamChanged(ctx context.Context, path string) error {
 	if err != nil {
 		return fmt.Errorf("webhooks: consumers of %s: %w", path, err)
 	}
-	var ids []string
+	// Consumers whose primary stream is path are looked at too, even if
+	// they unsubscribed from it: the start-up sweep reaches every consumer
+	// through its primary stream, and wakeIfPending only counts the streams
+	// a consumer is subscribed to.
+	ids := make([]string, 0, len(existing))
 	for _, c := range existing {
-		if streamIndex(c.Streams, path) >= 0 {
-			ids = append(ids, c.ID)
-		}
+		ids = append(ids, c.ID)
 	}
 	var errs []error
 	for _, sub := range e.index.match(path) {
@@ -245,6 +252,49 @@ func (e *Engine) streamChanged(ctx context.Context, path string) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// recover makes up for stream events the engine may have missed while it
+// was down: the host may have appended to or created a stream after its
+// last call reached the engine. It spawns the consumers that matching
+// streams lack and wakes every IDLE consumer with pending work. Deadlines
+// of WAKING and LIVE consumers need no sweep: they are in the Store, and
+// the scheduler acts on overdue ones as soon as it starts.
+func (e *Engine) recover(ctx context.Context) {
+	subs, err := e.store.ListSubscriptions(ctx)
+	if err != nil {
+		if ctx.Err() == nil {
+			e.log.ErrorContext(ctx, "webhooks: start-up sweep: listing subscriptions", "error", err)
+		}
+		return
+	}
+	seen := make(map[string]bool)
+	for _, sub := range subs {
+		p, err := ParsePattern(sub.Pattern)
+		if err != nil {
+			e.log.ErrorContext(ctx, "webhooks: start-up sweep: stored pattern", "subscription_id", sub.ID, "error", err)
+			continue
+		}
+		streams, err := e.source.MatchStreams(ctx, p)
+		if err != nil {
+			if ctx.Err() == nil {
+				e.log.ErrorContext(ctx, "webhooks: start-up sweep: matching streams", "pattern", sub.Pattern, "error", err)
+			}
+			continue
+		}
+		for _, s := range streams {
+			if seen[s.Path] {
+				continue
+			}
+			seen[s.Path] = true
+			if err := e.streamChanged(ctx, s.Path); err != nil && ctx.Err() == nil {
+				e.log.ErrorContext(ctx, "webhooks: start-up sweep", "stream", s.Path, "error", err)
+			}
+			if ctx.Err() != nil {
+				return
+			}
+		}
+	}
 }
 
 // StreamDeleted tells the engine that the stream at path was deleted. The
