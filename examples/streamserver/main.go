@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	webhooks "github.com/streamhooks/webhooks"
 	"github.com/streamhooks/webhooks/internal/exampleserver"
 )
 
@@ -22,23 +23,32 @@ func main() {
 	addr := flag.String("addr", "127.0.0.1:8787", "listen address")
 	dev := flag.Bool("dev", false, "allow webhooks on loopback over plain http (development only)")
 	callbackBase := flag.String("callback-base", "", `public base URL of the callback API (default "http://" + the listen address)`)
+	waking := flag.Duration("waking-timeout", webhooks.DefaultWakingTimeout, "how long a woken consumer has to claim its wake")
+	liveness := flag.Duration("liveness-timeout", webhooks.DefaultLivenessTimeout, "how long a LIVE consumer may stay silent")
 	flag.Parse()
 
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	if err := run(*addr, *callbackBase, *dev, log); err != nil {
+	cfg := exampleserver.Config{
+		Addr:          *addr,
+		CallbackBase:  *callbackBase,
+		Dev:           *dev,
+		Logger:        log,
+		EngineOptions: []webhooks.Option{webhooks.WithTimeouts(*waking, *liveness, 0)},
+	}
+	if err := run(cfg, log); err != nil {
 		log.Error("streamserver failed", "error", err)
 		os.Exit(1)
 	}
 }
 
-func run(addr, callbackBase string, dev bool, log *slog.Logger) error {
+func run(cfg exampleserver.Config, log *slog.Logger) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	srv, err := exampleserver.Start(ctx, exampleserver.Config{Addr: addr, CallbackBase: callbackBase, Dev: dev, Logger: log})
+	srv, err := exampleserver.Start(ctx, cfg)
 	if err != nil {
 		return fmt.Errorf("starting: %w", err)
 	}
-	log.Info("serving streams, subscriptions and callbacks", "url", srv.URL, "dev", dev)
+	log.Info("serving streams, subscriptions and callbacks", "url", srv.URL, "dev", cfg.Dev)
 	<-ctx.Done()
 	stop() // a second signal kills the process at once
 	log.Info("shutting down")

@@ -31,6 +31,8 @@ type Config struct {
 	// Logger receives the server's and the engine's logs; nil means
 	// slog.Default().
 	Logger *slog.Logger
+	// EngineOptions are added to the engine's options.
+	EngineOptions []webhooks.Option
 }
 
 // Running is a started server. Call Close, once, to stop it.
@@ -70,6 +72,7 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 	if cfg.Dev {
 		opts = append(opts, webhooks.WithWebhookPolicy(webhooks.WebhookPolicy{AllowLoopback: true}))
 	}
+	opts = append(opts, cfg.EngineOptions...)
 	streams := dstream.New(dstream.Options{Logger: log})
 	store := memstore.New()
 	engine, err := webhooks.New(store, streams, opts...)
