@@ -147,6 +147,7 @@ func (d *disk) nextEpoch() (uint64, error) {
 	b, err := os.ReadFile(name)
 	switch {
 	case err == nil:
+		// 31 bits, so that epoch<<32 plus a run's creations fits in 64.
 		if epoch, err = strconv.ParseUint(strings.TrimSpace(string(b)), 10, 31); err != nil {
 			return 0, fmt.Errorf("%s: %w", name, err)
 		}

@@ -187,29 +187,33 @@ func TestDiskDeletedStreamsStayDeleted(t *testing.T) {
 }
 
 func TestDiskTornTail(t *testing.T) {
-	// build makes a byte stream and a JSON stream in dir, each of three
-	// append records after the metadata, and returns each file's record
-	// boundaries.
-	build := func(t *testing.T, dir string) map[string][]int64 {
-		t.Helper()
-		f := diskServe(t, dir)
-		defer f.ts.Close()
-		defer f.s.Close()
-		bounds := map[string][]int64{}
-		for _, s := range []struct{ path, ct, a, b string }{
-			{"/bytes", "text/plain", "one,", "two,"},
-			{"/json", "application/json", `{"n":1}`, `[{"n":2},{"n":3}]`},
-		} {
-			name := diskFile(dir, s.path)
-			f.mustCreate(t, s.path, s.ct, "")
+	// Each case damages a copy of one directory holding a byte stream and a
+	// JSON stream of three append records each; bounds are each file's
+	// record boundaries.
+	golden := t.TempDir()
+	bounds := map[string][]int64{}
+	f := diskServe(t, golden)
+	for _, s := range []struct{ path, ct, a, b string }{
+		{"/bytes", "text/plain", "one,", "two,"},
+		{"/json", "application/json", `{"n":1}`, `[{"n":2},{"n":3}]`},
+	} {
+		name := diskFile(golden, s.path)
+		f.mustCreate(t, s.path, s.ct, "")
+		bounds[s.path] = append(bounds[s.path], diskSize(t, name))
+		for _, body := range []string{s.a, s.b, s.b} {
+			f.mustAppend(t, s.path, "", body)
 			bounds[s.path] = append(bounds[s.path], diskSize(t, name))
-			for _, body := range []string{s.a, s.b, s.b} {
-				f.mustAppend(t, s.path, "", body)
-				bounds[s.path] = append(bounds[s.path], diskSize(t, name))
-			}
 		}
-		return bounds
 	}
+	f.s.Close()
+	f.ts.Close()
+	copyGolden := func(t *testing.T) string {
+		t.Helper()
+		dir := t.TempDir()
+		require.NoError(t, os.CopyFS(dir, os.DirFS(golden)))
+		return dir
+	}
+
 	// want is each stream's content after n intact appends and, last, after
 	// those and an append of "more".
 	want := map[string][]string{
@@ -227,7 +231,7 @@ func TestDiskTornTail(t *testing.T) {
 	}
 	// check loads dir and expects intact[path] appends in each stream, its
 	// file cut back to them, and a new append right after them.
-	check := func(t *testing.T, dir string, bounds map[string][]int64, intact map[string]int) {
+	check := func(t *testing.T, dir string, intact map[string]int) {
 		t.Helper()
 		f := diskServe(t, dir)
 		for path, n := range intact {
@@ -242,13 +246,11 @@ func TestDiskTornTail(t *testing.T) {
 	}
 
 	for _, path := range []string{"/bytes", "/json"} {
-		t.Run(path+" cut anywhere inside the last record", func(t *testing.T) {
-			bounds := build(t, t.TempDir())
+		t.Run(strings.TrimPrefix(path, "/")+" cut anywhere inside the last record", func(t *testing.T) {
 			for cut := bounds[path][2] + 1; cut < bounds[path][3]; cut++ {
-				dir := t.TempDir()
-				build(t, dir)
+				dir := copyGolden(t)
 				require.NoError(t, os.Truncate(diskFile(dir, path), cut))
-				check(t, dir, bounds, map[string]int{path: 2})
+				check(t, dir, map[string]int{path: 2})
 			}
 		})
 	}
@@ -274,8 +276,7 @@ func TestDiskTornTail(t *testing.T) {
 		{"valid record, invalid JSON", appendRecord(nil, []byte(`{"n":`)), []string{"/json"}},
 	} {
 		t.Run("appended "+tc.name, func(t *testing.T) {
-			dir := t.TempDir()
-			bounds := build(t, dir)
+			dir := copyGolden(t)
 			intact := map[string]int{}
 			for _, path := range tc.paths {
 				fh, err := os.OpenFile(diskFile(dir, path), os.O_WRONLY|os.O_APPEND, 0)
@@ -285,19 +286,18 @@ func TestDiskTornTail(t *testing.T) {
 				require.NoError(t, fh.Close())
 				intact[path] = 3
 			}
-			check(t, dir, bounds, intact)
+			check(t, dir, intact)
 		})
 	}
 
 	t.Run("damaged middle record drops it and all after", func(t *testing.T) {
-		dir := t.TempDir()
-		bounds := build(t, dir)
+		dir := copyGolden(t)
 		name := diskFile(dir, "/json")
 		b, err := os.ReadFile(name)
 		require.NoError(t, err)
 		b[bounds["/json"][1]+recordHeader] ^= 0x20 // first payload byte of the second append
 		require.NoError(t, os.WriteFile(name, b, 0o600))
-		check(t, dir, bounds, map[string]int{"/json": 1, "/bytes": 3})
+		check(t, dir, map[string]int{"/json": 1, "/bytes": 3})
 	})
 }
 

@@ -150,8 +150,8 @@ func jsonMessages(body []byte) ([][]byte, error) {
 	return msgs, nil
 }
 
-// jsonArray joins compacted messages into a JSON array, as a read returns
-// them and as on-disk records hold them.
+// jsonArray joins compacted messages into the JSON array an on-disk record
+// holds.
 func jsonArray(msgs [][]byte) []byte {
 	b := []byte{'['}
 	b = append(b, bytes.Join(msgs, []byte{','})...)
