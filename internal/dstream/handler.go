@@ -217,7 +217,6 @@ func (s *Server) appendLocked(ctx context.Context, path, mediaType string, body 
 		return 0, &httpError{http.StatusBadRequest, "empty body"}
 	}
 	var msgs [][]byte
-	record := body
 	if st.json {
 		var err error
 		if msgs, err = jsonMessages(body); err != nil {
@@ -226,9 +225,12 @@ func (s *Server) appendLocked(ctx context.Context, path, mediaType string, body 
 		if len(msgs) == 0 {
 			return 0, &httpError{http.StatusBadRequest, "empty JSON array"}
 		}
-		record = jsonArray(msgs)
 	}
 	if s.disk != nil {
+		record := body
+		if st.json {
+			record = jsonArray(msgs)
+		}
 		if err := s.disk.append(path, st, record); err != nil {
 			return 0, s.storageError(ctx, "append", path, err)
 		}
