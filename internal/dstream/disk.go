@@ -169,7 +169,7 @@ func (d *disk) load(log *slog.Logger) ([]loaded, error) {
 	for _, e := range entries {
 		name := e.Name()
 		switch {
-		case !e.Type().IsRegular():
+		case !e.Type().IsRegular(): // not a file this package writes
 		case strings.HasSuffix(name, tmpSuffix):
 			if err := os.Remove(filepath.Join(d.dir, name)); err != nil {
 				return nil, err
