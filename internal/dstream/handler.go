@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"mime"
 	"net/http"
 	"net/url"
@@ -80,11 +81,16 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		e.write(w)
 		return
 	}
+	path := r.URL.Path
+	if s.disk != nil && len(path) > maxPathBytes {
+		http.Error(w, "stream path too long for on-disk storage", http.StatusRequestURITooLong)
+		return
+	}
 	ct := r.Header.Get("Content-Type")
 	if ct == "" {
 		ct = "application/octet-stream"
 	}
-	mt, _, err := mime.ParseMediaType(ct)
+	st, err := newStream(ct)
 	if err != nil {
 		http.Error(w, "invalid Content-Type: "+err.Error(), http.StatusBadRequest)
 		return
@@ -94,7 +100,6 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		e.write(w)
 		return
 	}
-	st := &stream{contentType: ct, mediaType: mt, json: mt == "application/json", changed: make(chan struct{})}
 	switch {
 	case !st.json:
 		st.appendBytes(body)
@@ -108,31 +113,53 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 	}
 	tail := st.tail()
 
-	path := r.URL.Path
-	s.mu.Lock()
-	if old, ok := s.streams[path]; ok {
-		oldCT, oldMT, oldTail := old.contentType, old.mediaType, old.tail()
-		s.mu.Unlock()
-		if oldMT != mt {
-			http.Error(w, "stream exists with Content-Type "+oldCT, http.StatusConflict)
+	s.writeMu.Lock()
+	s.mu.RLock()
+	old, ok := s.streams[path]
+	var oldTail int
+	if ok {
+		oldTail = old.tail()
+	}
+	s.mu.RUnlock()
+	if ok {
+		s.writeMu.Unlock()
+		if old.mediaType != st.mediaType {
+			http.Error(w, "stream exists with Content-Type "+old.contentType, http.StatusConflict)
 			return
 		}
 		// Idempotent re-create: the body is not appended again.
-		w.Header().Set("Content-Type", oldCT)
+		w.Header().Set("Content-Type", old.contentType)
 		w.Header().Set(hdrNextOffset, formatOffset(oldTail))
 		w.WriteHeader(http.StatusOK)
 		return
 	}
+	if s.disk != nil {
+		if err := s.disk.create(path, st); err != nil {
+			s.writeMu.Unlock()
+			s.storageError(r.Context(), "create", path, err).write(w)
+			return
+		}
+	}
+	s.mu.Lock()
 	s.gen++
 	st.gen = s.gen
 	s.streams[path] = st
 	s.mu.Unlock()
+	s.writeMu.Unlock()
 
 	s.notify(r, "created", path, Observer.StreamCreated)
 	w.Header().Set("Location", location(r))
 	w.Header().Set("Content-Type", ct)
 	w.Header().Set(hdrNextOffset, formatOffset(tail))
 	w.WriteHeader(http.StatusCreated)
+}
+
+// storageError logs a change the disk did not take, which therefore did not
+// happen, and returns the request's answer.
+func (s *Server) storageError(ctx context.Context, op, path string, err error) *httpError {
+	s.log.LogAttrs(ctx, slog.LevelError, "dstream: storage failed",
+		slog.String("op", op), slog.String("path", path), slog.Any("error", err))
+	return &httpError{http.StatusInternalServerError, "storage failed"}
 }
 
 // location is the absolute URL of the stream a request addressed.
@@ -164,7 +191,7 @@ func (s *Server) append(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	path := r.URL.Path
-	tail, e := s.appendLocked(path, mt, body)
+	tail, e := s.appendLocked(r.Context(), path, mt, body)
 	if e != nil {
 		e.write(w)
 		return
@@ -175,10 +202,12 @@ func (s *Server) append(w http.ResponseWriter, r *http.Request) {
 }
 
 // appendLocked appends body to the stream at path and returns the new tail.
-func (s *Server) appendLocked(path, mediaType string, body []byte) (int, *httpError) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
+func (s *Server) appendLocked(ctx context.Context, path, mediaType string, body []byte) (int, *httpError) {
+	s.writeMu.Lock()
+	defer s.writeMu.Unlock()
+	s.mu.RLock()
 	st, ok := s.streams[path]
+	s.mu.RUnlock()
 	switch {
 	case !ok:
 		return 0, &httpError{http.StatusNotFound, "stream not found"}
@@ -187,14 +216,29 @@ func (s *Server) appendLocked(path, mediaType string, body []byte) (int, *httpEr
 	case len(body) == 0:
 		return 0, &httpError{http.StatusBadRequest, "empty body"}
 	}
+	var msgs [][]byte
 	if st.json {
-		msgs, err := jsonMessages(body)
-		if err != nil {
+		var err error
+		if msgs, err = jsonMessages(body); err != nil {
 			return 0, &httpError{http.StatusBadRequest, err.Error()}
 		}
 		if len(msgs) == 0 {
 			return 0, &httpError{http.StatusBadRequest, "empty JSON array"}
 		}
+	}
+	if s.disk != nil {
+		record := body
+		if st.json {
+			record = jsonArray(msgs)
+		}
+		if err := s.disk.append(path, st, record); err != nil {
+			return 0, s.storageError(ctx, "append", path, err)
+		}
+	}
+
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if st.json {
 		st.appendMessages(msgs)
 	} else {
 		st.appendBytes(body)
@@ -329,17 +373,28 @@ func (s *Server) head(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) remove(w http.ResponseWriter, r *http.Request) {
 	path := r.URL.Path
-	s.mu.Lock()
+	s.writeMu.Lock()
+	s.mu.RLock()
 	st, ok := s.streams[path]
-	if ok {
-		delete(s.streams, path)
-		close(st.changed) // wakes long-polls, which then answer 404
-	}
-	s.mu.Unlock()
+	s.mu.RUnlock()
 	if !ok {
+		s.writeMu.Unlock()
 		http.Error(w, "stream not found", http.StatusNotFound)
 		return
 	}
+	if s.disk != nil {
+		if err := s.disk.remove(path); err != nil {
+			s.writeMu.Unlock()
+			s.storageError(r.Context(), "delete", path, err).write(w)
+			return
+		}
+	}
+	s.mu.Lock()
+	delete(s.streams, path)
+	close(st.changed) // wakes long-polls, which then answer 404
+	s.mu.Unlock()
+	s.writeMu.Unlock()
+
 	s.notify(r, "deleted", path, Observer.StreamDeleted)
 	w.WriteHeader(http.StatusNoContent)
 }

@@ -1,5 +1,6 @@
 // Package dstream is a compact in-memory Durable Streams server for examples
-// and end-to-end tests of the webhook engine.
+// and end-to-end tests of the webhook engine. Opened on a directory, it also
+// keeps its streams on disk, so they survive a crash and restart.
 //
 // It serves the core HTTP protocol (create, append, catch-up and long-poll
 // reads, HEAD, DELETE) for JSON and byte streams, implements
@@ -12,8 +13,11 @@ package dstream
 
 import (
 	"context"
+	"errors"
 	"log/slog"
+	"math"
 	"net/http"
+	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -64,8 +68,9 @@ type Options struct {
 	Observer Observer
 }
 
-// Server is an in-memory Durable Streams server. It is an http.Handler and a
-// webhooks.StreamSource. Use New to create one.
+// Server is a Durable Streams server holding its streams in memory and,
+// when made by Open, on disk. It is an http.Handler and a
+// webhooks.StreamSource. Use New or Open to create one.
 type Server struct {
 	clock    clock.Clock
 	timeout  time.Duration
@@ -75,6 +80,12 @@ type Server struct {
 
 	closed    chan struct{}
 	closeOnce sync.Once
+
+	// writeMu serializes changes, so each reaches the disk and memory in
+	// the same order, while reads, which take only mu, never wait for an
+	// fsync. Lock order: writeMu, then mu.
+	writeMu sync.Mutex
+	disk    *disk // nil in memory mode
 
 	mu      sync.RWMutex
 	streams map[string]*stream
@@ -88,7 +99,7 @@ type Server struct {
 // observerRef wraps an Observer for atomic.Pointer.
 type observerRef struct{ o Observer }
 
-// New returns a Server configured by opts.
+// New returns an in-memory Server configured by opts.
 func New(opts Options) *Server {
 	s := &Server{
 		clock:   opts.Clock,
@@ -112,6 +123,43 @@ func New(opts Options) *Server {
 	}
 	s.SetObserver(opts.Observer)
 	return s
+}
+
+// Open returns a Server configured by opts that keeps its streams in dir,
+// which it creates if needed, and loads the streams already there. Each
+// create, append and delete is written and fsynced before it is answered or
+// reported to the Observer, so what a client or the Observer was told
+// survives a crash; offsets stay the same across restarts. A torn record at
+// the end of a file, as a crash mid-write leaves, is cut off when loading.
+// Loading tells the Observer nothing.
+//
+// The Server owns dir: only one may use it at a time. Stream paths are
+// limited to 154 bytes, as each names a file.
+func Open(dir string, opts Options) (*Server, error) {
+	s := New(opts)
+	if s.maxBody > math.MaxUint32-2 { // a JSON record may be the body plus "[]"
+		return nil, errors.New("dstream: MaxBodyBytes is too large for on-disk streams")
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	d := &disk{dir: dir}
+	epoch, err := d.nextEpoch()
+	if err != nil {
+		return nil, err
+	}
+	streams, err := d.load(s.log)
+	if err != nil {
+		return nil, err
+	}
+	s.disk = d
+	s.gen = epoch << 32
+	for _, l := range streams {
+		s.gen++
+		l.st.gen = s.gen
+		s.streams[l.path] = l.st
+	}
+	return s, nil
 }
 
 // SetObserver replaces the observer; nil removes it. It is safe to call while

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"mime"
 	"sort"
 	"strconv"
 	"strings"
@@ -14,12 +15,16 @@ import (
 	"github.com/streamhooks/webhooks"
 )
 
-// stream is one append-only log. All fields are guarded by Server.mu.
+// stream is one append-only log. Fields set on creation never change; the
+// rest are guarded by Server.mu, except size.
 type stream struct {
 	gen         uint64
 	contentType string // as given on creation
 	mediaType   string // lower-cased, parameters stripped; compared on append
 	json        bool
+	// size is the length of the stream's file in on-disk mode; guarded by
+	// Server.writeMu.
+	size int64
 	// data holds every byte appended; in JSON mode it is the compacted
 	// messages back to back, and starts[i] is where message i begins. An
 	// offset's byte part is a position in data.
@@ -28,6 +33,15 @@ type stream struct {
 	// changed is closed on every append and on delete, waking long-polls
 	// without polling; an append replaces it with a fresh channel.
 	changed chan struct{}
+}
+
+// newStream returns an empty stream of the given content type.
+func newStream(contentType string) (*stream, error) {
+	mt, _, err := mime.ParseMediaType(contentType)
+	if err != nil {
+		return nil, err
+	}
+	return &stream{contentType: contentType, mediaType: mt, json: mt == "application/json", changed: make(chan struct{})}, nil
 }
 
 func (st *stream) tail() int { return len(st.data) }
@@ -134,6 +148,14 @@ func jsonMessages(body []byte) ([][]byte, error) {
 		msgs[i] = compactJSON(e)
 	}
 	return msgs, nil
+}
+
+// jsonArray joins compacted messages into the JSON array an on-disk record
+// holds.
+func jsonArray(msgs [][]byte) []byte {
+	b := []byte{'['}
+	b = append(b, bytes.Join(msgs, []byte{','})...)
+	return append(b, ']')
 }
 
 // compactJSON strips insignificant whitespace from valid JSON, so stored
