@@ -36,7 +36,13 @@ type faultServer struct {
 
 func newFaultServer(t *testing.T, serve func(c net.Conn)) *faultServer {
 	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	return newFaultServerOn(t, "127.0.0.1", serve)
+}
+
+// newFaultServerOn is newFaultServer listening on the loopback address addr.
+func newFaultServerOn(t *testing.T, addr string, serve func(c net.Conn)) *faultServer {
+	t.Helper()
+	ln, err := net.Listen("tcp", net.JoinHostPort(addr, "0"))
 	require.NoError(t, err)
 	s := &faultServer{ln: ln}
 	s.wg.Add(1)
