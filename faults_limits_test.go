@@ -61,14 +61,14 @@ func TestFaultLimitCallbackLists(t *testing.T) {
 		}
 		return out
 	}
-	const max = webhooks.MaxCallbackListLength
+	const limit = webhooks.MaxCallbackListLength
 	for _, tc := range []struct {
 		name      string
 		at, after webhooks.CallbackRequest
 	}{
-		{"acks", webhooks.CallbackRequest{Acks: acks(max)}, webhooks.CallbackRequest{Acks: acks(max + 1)}},
-		{"subscribe", webhooks.CallbackRequest{Subscribe: paths("/s", max)}, webhooks.CallbackRequest{Subscribe: paths("/t", max+1)}},
-		{"unsubscribe", webhooks.CallbackRequest{Unsubscribe: paths("/u", max)}, webhooks.CallbackRequest{Unsubscribe: paths("/u", max+1)}},
+		{"acks", webhooks.CallbackRequest{Acks: acks(limit)}, webhooks.CallbackRequest{Acks: acks(limit + 1)}},
+		{"subscribe", webhooks.CallbackRequest{Subscribe: paths("/s", limit)}, webhooks.CallbackRequest{Subscribe: paths("/t", limit+1)}},
+		{"unsubscribe", webhooks.CallbackRequest{Unsubscribe: paths("/u", limit)}, webhooks.CallbackRequest{Unsubscribe: paths("/u", limit+1)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.at.Epoch, tc.after.Epoch = epoch(1), epoch(1)
@@ -76,7 +76,7 @@ func TestFaultLimitCallbackLists(t *testing.T) {
 			require.Equal(t, http.StatusOK, r.status, "%.300s", r.raw)
 			before := h.consumer(agentAID)
 			r = h.callback(agentAID, d.n.Token, tc.after)
-			faultLimitRefused(t, r, fmt.Sprintf("%s has %d entries; at most %d", tc.name, max+1, max))
+			faultLimitRefused(t, r, fmt.Sprintf("%s has %d entries; at most %d", tc.name, limit+1, limit))
 			require.Equal(t, before.Streams, h.consumer(agentAID).Streams)
 		})
 	}
