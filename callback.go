@@ -11,18 +11,24 @@ import (
 	"strings"
 )
 
-// Limits on callback requests, so that no request can grow memory without
-// bound.
+// Limits on callbacks and consumers, so that no request can grow memory
+// without bound. Each limit is inclusive; a request past one is refused
+// with 400 INVALID_REQUEST and a message naming the limit.
 const (
-	// MaxCallbackBodyBytes bounds a callback request body.
+	// MaxCallbackBodyBytes bounds a callback request body, in bytes.
 	MaxCallbackBodyBytes = 64 << 10
-	// MaxCallbackListLength bounds each of acks, subscribe and unsubscribe.
+	// MaxCallbackListLength bounds each of acks, subscribe and unsubscribe
+	// in one callback.
 	MaxCallbackListLength = 256
-	// MaxStreamsPerConsumer bounds the streams one consumer subscribes to.
+	// MaxStreamsPerConsumer bounds the streams one consumer subscribes to,
+	// its primary stream included.
 	MaxStreamsPerConsumer = 1024
-	// MaxStreamPathLength bounds a stream path in a callback.
+	// MaxStreamPathLength bounds a stream path, in bytes: in a callback
+	// and in a consumer ID. A longer stream gets no consumers, since they
+	// could not ack it.
 	MaxStreamPathLength = 1024
-	// MaxOffsetLength bounds an offset in a callback.
+	// MaxOffsetLength bounds an offset in a callback, in bytes. The host's
+	// offsets must fit in it to be acked.
 	MaxOffsetLength = 256
 )
 

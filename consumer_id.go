@@ -16,7 +16,9 @@ func ConsumerID(subscriptionID, path string) string {
 // ParseConsumerID splits a consumer ID into its subscription ID and stream
 // path. It accepts any percent-encoding of the path, so a caller may pass the
 // raw segment of a callback URL; ConsumerID of the results is the canonical
-// form.
+// form. The subscription ID and the path must be within
+// MaxSubscriptionIDLength and MaxStreamPathLength, as those of any consumer
+// the engine creates are.
 func ParseConsumerID(id string) (subscriptionID, path string, err error) {
 	sub, escaped, ok := strings.Cut(id, ":")
 	if !ok {
@@ -31,6 +33,9 @@ func ParseConsumerID(id string) (subscriptionID, path string, err error) {
 	}
 	if !strings.HasPrefix(path, "/") {
 		return "", "", fmt.Errorf("consumer id %q: stream path must start with '/'", id)
+	}
+	if len(path) > MaxStreamPathLength {
+		return "", "", fmt.Errorf("consumer id %.64q...: stream path is longer than %d bytes", id, MaxStreamPathLength)
 	}
 	return sub, path, nil
 }

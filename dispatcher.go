@@ -15,7 +15,9 @@ import (
 )
 
 const (
-	// MaxWebhookResponseBytes bounds how much of a webhook response is read.
+	// MaxWebhookResponseBytes bounds how much of a webhook response body is
+	// read. A longer body is not looked at for {"done": true}: the 2xx
+	// alone counts.
 	MaxWebhookResponseBytes = 64 << 10
 	// dueBatch is how many due consumers one Store query returns.
 	dueBatch = 256
@@ -184,22 +186,36 @@ func (e *Engine) deliver(ctx context.Context, c *Consumer) {
 		e.log.ErrorContext(ctx, "webhooks: building notification", "consumer_id", c.ID, "error", err)
 		return
 	}
+	result := deliveryResult{epoch: c.Epoch, wakeID: c.WakeID, attempt: c.Attempt}
 	start := e.clock.Now()
-	outcome, done := e.post(ctx, sub, body)
+	outcome := e.post(ctx, sub, body, func() {
+		// A 2xx proves receipt: the consumer is LIVE at once, even if the
+		// receiver holds the body open while it works (spec: WAKING
+		// Timeout).
+		accepted := result
+		accepted.ok = true
+		e.record(ctx, c.ID, accepted)
+	})
 	if ctx.Err() != nil {
 		// Shutting down: the attempt stays in flight in the Store and times
 		// out like any other after a restart.
 		return
 	}
 	e.tel.delivered(ctx, span, outcome, e.clock.Since(start))
-	result := deliveryResult{
-		epoch:   c.Epoch,
-		wakeID:  c.WakeID,
-		attempt: c.Attempt,
-		ok:      outcome == outcomeOK || outcome == outcomeDone,
-		done:    done,
+	switch outcome {
+	case outcomeOK:
+		// Recorded when the status arrived.
+	case outcomeDone:
+		result.ok, result.done = true, true
+		e.record(ctx, c.ID, result)
+	default:
+		e.record(ctx, c.ID, result)
 	}
-	_, err = e.update(ctx, c.ID, func(cur *Consumer) (UpdateAction, error) {
+}
+
+// record applies the outcome of a delivery attempt to consumer id.
+func (e *Engine) record(ctx context.Context, id string, result deliveryResult) {
+	_, err := e.update(ctx, id, func(cur *Consumer) (UpdateAction, error) {
 		var t tails
 		if result.done {
 			var err error
@@ -218,7 +234,7 @@ func (e *Engine) deliver(ctx context.Context, c *Consumer) {
 		}
 	})
 	if err != nil && !errors.Is(err, ErrConsumerNotFound) {
-		e.log.ErrorContext(ctx, "webhooks: recording delivery outcome", "consumer_id", c.ID, "error", err)
+		e.log.ErrorContext(ctx, "webhooks: recording delivery outcome", "consumer_id", id, "error", err)
 	}
 }
 
@@ -241,10 +257,12 @@ func (e *Engine) notification(c *Consumer) ([]byte, error) {
 	})
 }
 
-// post sends one signed webhook POST and classifies the outcome. The timeout
-// runs on the engine's clock; it cancels the request rather than setting a
-// context deadline, which the dialer would read against the real clock.
-func (e *Engine) post(ctx context.Context, sub *Subscription, body []byte) (outcome string, done bool) {
+// post sends one signed webhook POST and classifies the outcome. It calls
+// accepted as soon as a 2xx status arrives, before reading the body. The
+// timeout runs on the engine's clock; it cancels the request rather than
+// setting a context deadline, which the dialer would read against the real
+// clock.
+func (e *Engine) post(ctx context.Context, sub *Subscription, body []byte, accepted func()) (outcome string) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	timer := e.clock.AfterFunc(e.cfg.requestTimeout, func() { cancel(errRequestTimeout) })
@@ -252,7 +270,7 @@ func (e *Engine) post(ctx context.Context, sub *Subscription, body []byte) (outc
 
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, sub.Webhook, bytes.NewReader(body))
 	if err != nil {
-		return outcomeError, false
+		return outcomeError
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", "streamhooks")
@@ -260,21 +278,24 @@ func (e *Engine) post(ctx context.Context, sub *Subscription, body []byte) (outc
 	resp, err := e.client.Do(req)
 	if err != nil {
 		if errors.Is(context.Cause(ctx), errRequestTimeout) {
-			return outcomeTimeout, false
+			return outcomeTimeout
 		}
 		trace.SpanFromContext(ctx).SetAttributes(attribute.String("webhooks.error", err.Error()))
-		return outcomeError, false
+		return outcomeError
 	}
 	defer resp.Body.Close()
-	data, _ := io.ReadAll(io.LimitReader(resp.Body, MaxWebhookResponseBytes))
 	trace.SpanFromContext(ctx).SetAttributes(attribute.Int("http.response.status_code", resp.StatusCode))
 	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return outcomeHTTPError, false
+		return outcomeHTTPError
 	}
-	// A 2xx proves receipt even if the body is cut short or is not JSON.
+	accepted()
+	// Only a body read whole can finish the wake: a "done" in a body cut
+	// short or past the limit may not be what the receiver meant, and
+	// auto-acking on it could lose events.
+	data, err := io.ReadAll(io.LimitReader(resp.Body, MaxWebhookResponseBytes+1))
 	var d DoneResponse
-	if json.Unmarshal(data, &d) == nil && d.Done {
-		return outcomeDone, true
+	if err == nil && len(data) <= MaxWebhookResponseBytes && json.Unmarshal(data, &d) == nil && d.Done {
+		return outcomeDone
 	}
-	return outcomeOK, false
+	return outcomeOK
 }

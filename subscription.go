@@ -37,13 +37,16 @@ func ValidateSubscriptionID(id string) error {
 	return nil
 }
 
-// Limits on subscription API requests.
+// Limits on subscription API requests, so that none can grow memory or the
+// Store without bound. Each limit is inclusive; a request past one is
+// refused with 400 INVALID_REQUEST and a message naming the limit.
 const (
-	// MaxSubscriptionBodyBytes bounds a subscription API request body.
+	// MaxSubscriptionBodyBytes bounds a subscription API request body, in
+	// bytes.
 	MaxSubscriptionBodyBytes = 16 << 10
-	// MaxDescriptionLength bounds a subscription's description.
+	// MaxDescriptionLength bounds a subscription's description, in bytes.
 	MaxDescriptionLength = 1024
-	// MaxWebhookURLLength bounds a webhook URL.
+	// MaxWebhookURLLength bounds a webhook URL, in bytes.
 	MaxWebhookURLLength = 2048
 )
 
@@ -223,6 +226,9 @@ func (e *Engine) adoptExistingStreams(ctx context.Context, pattern *Pattern, id 
 		return fmt.Errorf("listing streams matching %s: %w", pattern, err)
 	}
 	for _, s := range streams {
+		if len(s.Path) > MaxStreamPathLength {
+			continue // as in StreamCreated
+		}
 		err := e.store.CreateConsumer(ctx, newConsumer(id, s.Path, s.Tail, e.clock.Now()))
 		if err != nil && !errors.Is(err, ErrConsumerExists) {
 			return fmt.Errorf("creating consumer for %s: %w", s.Path, err)

@@ -188,8 +188,8 @@ func TestTelemetrySpansAndMetrics(t *testing.T) {
 	}
 	require.Equal(t, []string{"OK", "STALE_EPOCH", "TOKEN_INVALID"}, gotCodes)
 
-	// Metrics. Deliveries are recorded before their outcome is stored, and
-	// every consumer has settled above.
+	// Metrics. Each delivery's span has ended above, after its metrics were
+	// recorded, and every consumer has settled.
 	m := th.telCollect()
 	require.Contains(t, m, "webhooks.wakes")
 	require.Equal(t, map[string]int64{"": 3}, telInt64Points(t, m["webhooks.wakes"], ""))

@@ -191,7 +191,8 @@ func (e *Engine) Stop(ctx context.Context) error {
 // StreamCreated tells the engine that the stream at path was created. The
 // engine gives it a consumer for every matching subscription, positioned
 // before the first event, and wakes those with pending work, so a stream
-// created with an initial body needs no separate StreamAppended.
+// created with an initial body needs no separate StreamAppended. A path
+// longer than MaxStreamPathLength gets no consumers, and an error.
 func (e *Engine) StreamCreated(ctx context.Context, path string) error {
 	return e.streamChanged(ctx, path)
 }
@@ -206,6 +207,10 @@ func (e *Engine) StreamAppended(ctx context.Context, path string) error {
 // streamChanged spawns the consumers path lacks and wakes the IDLE ones
 // subscribed to it that now have pending work.
 func (e *Engine) streamChanged(ctx context.Context, path string) error {
+	if len(path) > MaxStreamPathLength {
+		// A consumer could not name the stream in a callback to ack it.
+		return fmt.Errorf("webhooks: stream path is %d bytes long, more than MaxStreamPathLength (%d): it gets no consumers", len(path), MaxStreamPathLength)
+	}
 	existing, err := e.store.ConsumersByStream(ctx, path)
 	if err != nil {
 		return fmt.Errorf("webhooks: consumers of %s: %w", path, err)

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	"unicode/utf8"
 )
 
 // ErrBlocked is wrapped by every refusal of this package.
@@ -68,7 +69,7 @@ var (
 )
 
 // CheckURL parses a webhook URL and refuses it unless it is https, or
-// http to a loopback host when p.AllowLoopback; has a host and no
+// http to a loopback host when p.AllowLoopback; has an ASCII host and no
 // userinfo; and, if the host is an IP literal, CheckIP allows it. Host
 // names are resolved only when dialed, where Transport checks them.
 func (p Policy) CheckURL(raw string) (*url.URL, error) {
@@ -84,6 +85,11 @@ func (p Policy) CheckURL(raw string) (*url.URL, error) {
 	host := u.Hostname()
 	if host == "" {
 		return nil, fmt.Errorf("%w: URL %q has no host", ErrBlocked, raw)
+	}
+	if strings.IndexFunc(host, func(r rune) bool { return r >= utf8.RuneSelf }) >= 0 {
+		// net/http maps a non-ASCII host with IDNA before dialing, so
+		// "127。0。0。1" would reach 127.0.0.1 unseen by the checks below.
+		return nil, fmt.Errorf("%w: host %q is not ASCII; use its xn-- (punycode) form", ErrBlocked, host)
 	}
 	loopback, err := isLoopbackHost(host)
 	if err != nil {
@@ -183,12 +189,22 @@ func (p Policy) DialControl(network, address string, _ syscall.RawConn) error {
 // addresses p allows. It uses no proxy: a proxy would make the connection
 // to the destination itself, unchecked.
 func (p Policy) Transport() *http.Transport {
+	return p.transport(&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second})
+}
+
+// transport is Transport dialing through d, whose Control becomes p's
+// check. A Control already on d runs after the check, only on addresses it
+// allows: tests set it, and d's Resolver, to see what the check lets
+// through without dialing it.
+func (p Policy) transport(d *net.Dialer) *http.Transport {
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.Proxy = nil
-	d := &net.Dialer{
-		Timeout:   30 * time.Second,
-		KeepAlive: 30 * time.Second,
-		Control:   p.DialControl,
+	next := d.Control
+	d.Control = func(network, address string, c syscall.RawConn) error {
+		if err := p.DialControl(network, address, c); err != nil || next == nil {
+			return err
+		}
+		return next(network, address, c)
 	}
 	t.DialContext = d.DialContext
 	return t
