@@ -13,6 +13,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/signal"
 	"time"
@@ -36,6 +37,7 @@ func main() {
 	flag.IntVar(&cfg.MaxConcurrentDeliveries, "deliveries", cfg.MaxConcurrentDeliveries, "engine webhook POSTs in flight")
 	flag.DurationVar(&cfg.MaxLag, "max-lag", cfg.MaxLag, "how far past its deadline a consumer may be before it counts as stuck")
 	quiet := flag.Bool("q", false, "print only the figures")
+	verbose := flag.Bool("v", false, "log the engine's and servers' info lines, such as each consumer collected")
 	flag.Parse()
 
 	m, err := soak.ParseMix(mix)
@@ -44,6 +46,9 @@ func main() {
 		os.Exit(2)
 	}
 	cfg.Mix = m
+	if *verbose {
+		cfg.Log = slog.New(slog.NewTextHandler(os.Stderr, nil))
+	}
 	if !*quiet {
 		start := time.Now()
 		cfg.Progress = func(s string) {

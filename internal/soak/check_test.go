@@ -152,7 +152,7 @@ func TestAckLedgerKeepsHighest(t *testing.T) {
 // two established connections and three descriptors, and that closing it
 // returns the counts.
 func TestSampleCountsConnections(t *testing.T) {
-	before := TakeSample()
+	before := takeSample()
 	if before.Conns < 0 {
 		t.Skip("no /proc: connections cannot be counted here")
 	}
@@ -170,14 +170,14 @@ func TestSampleCountsConnections(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	during := TakeSample()
+	during := takeSample()
 	if during.Conns != before.Conns+2 || during.FDs != before.FDs+3 {
 		t.Fatalf("with one loopback connection: %+v, before %+v", during, before)
 	}
 	client.Close()
 	server.Close()
 	ln.Close()
-	if after := TakeSample(); after.Conns != before.Conns || after.FDs != before.FDs {
+	if after := takeSample(); after.Conns != before.Conns || after.FDs != before.FDs {
 		t.Fatalf("after closing: %+v, before %+v", after, before)
 	}
 }

@@ -27,7 +27,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 	p("")
 	p("resource\tbefore\tpeak\tafter\tafter may exceed before by")
 	p("goroutines\t%d\t%d\t%d\t%d", r.Before.Goroutines, r.Peak.Goroutines, r.After.Goroutines, c.GoroutineSlack)
-	p("live heap MiB\t%s\t%s\t%s\t%s", mib(r.Before.HeapBytes), mib(r.Peak.HeapBytes), mib(r.After.HeapBytes), mib(c.HeapSlack))
+	p("live heap MiB\t%s\t%s\t%s\t%s", mib(r.Before.HeapBytes), mib(r.Peak.HeapBytes), mib(r.After.HeapBytes), mib(c.heapAllowance(r.Peak.Goroutines)))
 	p("TCP established\t%d\t%d\t%d\t0", r.Before.Conns, r.Peak.Conns, r.After.Conns)
 	p("open fds\t%d\t%d\t%d\t0", r.Before.FDs, r.Peak.FDs, r.After.FDs)
 	p("")

@@ -27,9 +27,9 @@ type Sample struct {
 // it does not force a collection, which would disturb the load.
 const liveHeapMetric = "/gc/heap/live:bytes"
 
-// TakeSample measures the process now, with the live heap as of the last
+// takeSample measures the process now, with the live heap as of the last
 // garbage collection.
-func TakeSample() Sample {
+func takeSample() Sample {
 	m := []metrics.Sample{{Name: liveHeapMetric}}
 	metrics.Read(m)
 	s := Sample{Goroutines: runtime.NumGoroutine(), Conns: -1, FDs: -1}
@@ -47,13 +47,13 @@ func TakeSample() Sample {
 	return s
 }
 
-// TakeSettledSample runs full garbage collections and then measures, so
+// takeSettledSample runs full garbage collections and then measures, so
 // that the heap figure is exact. It costs milliseconds on a large heap.
-func TakeSettledSample() Sample {
+func takeSettledSample() Sample {
 	// The second collection frees what sync.Pools kept through the first.
 	runtime.GC()
 	runtime.GC()
-	return TakeSample()
+	return takeSample()
 }
 
 // max returns the larger of each figure of s and o.

@@ -113,8 +113,10 @@ type Config struct {
 	// to the baseline.
 	SettleWithin time.Duration
 	// GoroutineSlack and HeapSlack are how far above the baseline
-	// goroutines and live heap may stay after shutdown. Connections and
-	// file descriptors must return to the baseline exactly.
+	// goroutines and live heap may stay after shutdown. The heap may also
+	// keep goroutineHeapBytes per goroutine at the peak: the runtime keeps
+	// the descriptors of exited goroutines for reuse. Connections and file
+	// descriptors must return to the baseline exactly.
 	GoroutineSlack int
 	HeapSlack      uint64
 
@@ -243,13 +245,13 @@ func Run(ctx context.Context, cfg Config) (*Report, error) {
 	for k, n := range cfg.Mix.split(cfg.Consumers) {
 		rep.Kinds[kind(k).String()] = n
 	}
-	rep.Before = TakeSettledSample()
+	rep.Before = takeSettledSample()
 	v := &violations{}
 	if err := runStack(ctx, cfg, rep, v); err != nil {
 		return nil, err
 	}
 	cfg.progress("shut down; waiting for resources to return to the baseline")
-	rep.After, rep.Settled = settle(ctx, cfg, rep.Before)
+	rep.After, rep.Settled = settle(ctx, cfg, rep.Before, rep.Peak)
 	if !rep.Settled {
 		v.add("resources did not return to the baseline within %v: before %+v, after %+v",
 			cfg.SettleWithin, rep.Before, rep.After)
@@ -348,7 +350,7 @@ func (s *stack) sample(ctx context.Context, rep *Report, stop <-chan struct{}) {
 			return
 		case <-t.C:
 		}
-		rep.Peak = rep.Peak.max(TakeSample())
+		rep.Peak = rep.Peak.max(takeSample())
 		rep.MaxOverdue = max(rep.MaxOverdue, s.scanOverdue(ctx))
 	}
 }
@@ -485,14 +487,24 @@ func percentiles(ds []time.Duration) [3]time.Duration {
 	return [3]time.Duration{at(0.5), at(0.99), ds[len(ds)-1]}
 }
 
+// goroutineHeapBytes bounds the heap the runtime keeps, after they exit,
+// for each goroutine that ran at once: their descriptors, kept for reuse.
+const goroutineHeapBytes = 1 << 10
+
+// heapAllowance is how far above the baseline the live heap may stay after
+// a run that peaked at peak goroutines.
+func (c Config) heapAllowance(peak int) uint64 {
+	return c.HeapSlack + uint64(peak)*goroutineHeapBytes
+}
+
 // settle waits for the process's resources to return within the tolerance
 // of before, and returns the last sample and whether they did.
-func settle(ctx context.Context, cfg Config, before Sample) (Sample, bool) {
+func settle(ctx context.Context, cfg Config, before, peak Sample) (Sample, bool) {
 	deadline := time.Now().Add(cfg.SettleWithin)
 	for {
-		now := TakeSettledSample()
+		now := takeSettledSample()
 		ok := now.Goroutines <= before.Goroutines+cfg.GoroutineSlack &&
-			now.HeapBytes <= before.HeapBytes+cfg.HeapSlack &&
+			now.HeapBytes <= before.HeapBytes+cfg.heapAllowance(peak.Goroutines) &&
 			now.Conns <= before.Conns && now.FDs <= before.FDs
 		if ok || !time.Now().Before(deadline) || ctx.Err() != nil {
 			return now, ok

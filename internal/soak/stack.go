@@ -28,9 +28,8 @@ type server struct {
 	URL    string
 	http   *http.Server
 	served chan error
-	// opened counts connections accepted; open those not yet closed.
+	// opened counts the connections accepted.
 	opened atomic.Int64
-	open   atomic.Int64
 }
 
 // listen binds a loopback port. Serve starts serving on it.
@@ -49,12 +48,8 @@ func serve(ln net.Listener, url string, h http.Handler, log *slog.Logger) *serve
 		ReadHeaderTimeout: 10 * time.Second,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 		ConnState: func(_ net.Conn, st http.ConnState) {
-			switch st {
-			case http.StateNew:
+			if st == http.StateNew {
 				s.opened.Add(1)
-				s.open.Add(1)
-			case http.StateClosed, http.StateHijacked:
-				s.open.Add(-1)
 			}
 		},
 	}
