@@ -137,7 +137,13 @@ func (e *Engine) handleDue(ctx context.Context, snapshot *Consumer) error {
 				return UpdateNone, err
 			}
 		}
-		switch action = e.m.onDue(c, t, e.clock.Now()); action {
+		action = e.m.onDue(c, t, e.clock.Now())
+		if action == dueSend && !slot {
+			// The snapshot was not a send, so no slot was taken: leave the
+			// attempt due for the next pass, which takes one first.
+			action = dueNone
+		}
+		switch action {
 		case dueNone:
 			return UpdateNone, nil
 		case dueRemove:

@@ -94,7 +94,13 @@ func New(store Store, source StreamSource, opts ...Option) (*Engine, error) {
 	policy := netguard.Policy{AllowLoopback: cfg.webhookPolicy.AllowLoopback}
 	transport := cfg.transport
 	if transport == nil {
-		transport = policy.Transport()
+		t := policy.Transport()
+		// Every consumer of a subscription posts to the same host: keep a
+		// connection per delivery in flight, not Go's default two per host,
+		// or under load nearly every delivery dials anew.
+		t.MaxIdleConns = cfg.maxConcurrentDeliveries
+		t.MaxIdleConnsPerHost = cfg.maxConcurrentDeliveries
+		transport = t
 	}
 	e := &Engine{
 		store:  store,
