@@ -1,0 +1,134 @@
+package sqlitestore
+
+import (
+	"context"
+	"database/sql"
+	"fmt"
+)
+
+// op is one write, run by the writer inside a group's transaction.
+type op struct {
+	ctx      context.Context
+	run      func(tx *sql.Tx) error
+	err      error
+	panicked any // what run panicked with, re-raised in the caller
+	done     chan struct{}
+}
+
+// write runs fn in a write transaction that holds the database's write lock
+// and returns once that transaction has committed. If fn returns an error,
+// its changes are rolled back and write returns the error. fn runs on the
+// writer goroutine, so it must not call the Store's write methods.
+func (s *Store) write(ctx context.Context, fn func(tx *sql.Tx) error) error {
+	o := &op{ctx: ctx, run: fn, done: make(chan struct{})}
+	select {
+	case s.ops <- o:
+	case <-s.closing:
+		return ErrClosed
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	// Once accepted, an op runs to its outcome: abandoning it here would
+	// leave the caller unsure whether it committed.
+	<-o.done
+	if o.panicked != nil {
+		panic(o.panicked)
+	}
+	return o.err
+}
+
+// writer is the single goroutine that writes. It takes the ops that queued
+// while the previous group committed and commits them as one group, so one
+// fsync serves them all.
+func (s *Store) writer() {
+	defer close(s.writerDone)
+	batch := make([]*op, 0, maxBatch)
+	for {
+		select {
+		case o := <-s.ops:
+			batch = append(batch, o)
+		case <-s.closing:
+			return
+		}
+	fill:
+		for len(batch) < maxBatch {
+			select {
+			case o := <-s.ops:
+				batch = append(batch, o)
+			default:
+				break fill
+			}
+		}
+		s.commit(batch)
+		for _, o := range batch {
+			close(o.done)
+		}
+		clear(batch)
+		batch = batch[:0]
+	}
+}
+
+// commit runs batch in one transaction, each op inside a savepoint so that
+// a failing op rolls back only its own changes. Ops whose changes were kept
+// succeed only if the transaction commits.
+func (s *Store) commit(batch []*op) {
+	// The transaction serves many callers, so no caller's context may
+	// interrupt it; each op's context is checked before the op runs.
+	tx, err := s.db.BeginTx(context.Background(), nil)
+	if err != nil {
+		fail(batch, fmt.Errorf("sqlitestore: begin: %w", err))
+		return
+	}
+	for i, o := range batch {
+		if o.err = o.ctx.Err(); o.err != nil {
+			continue
+		}
+		if err := runInSavepoint(tx, o); err != nil {
+			// The transaction is broken, perhaps rolled back by SQLite
+			// itself: nothing of this group can commit.
+			_ = tx.Rollback()
+			fail(batch[:i+1], err)
+			for _, rest := range batch[i+1:] {
+				rest.err = err
+			}
+			return
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		fail(batch, fmt.Errorf("sqlitestore: commit: %w", err))
+	}
+}
+
+// runInSavepoint runs o inside a savepoint, recording its outcome in o. It
+// returns an error only if the savepoint itself fails.
+func runInSavepoint(tx *sql.Tx, o *op) error {
+	if _, err := tx.Exec("SAVEPOINT op"); err != nil {
+		return fmt.Errorf("sqlitestore: savepoint: %w", err)
+	}
+	func() {
+		defer func() { o.panicked = recover() }()
+		o.err = o.run(tx)
+	}()
+	if o.err == nil && o.panicked == nil {
+		if _, err := tx.Exec("RELEASE op"); err != nil {
+			return fmt.Errorf("sqlitestore: release savepoint: %w", err)
+		}
+		return nil
+	}
+	if _, err := tx.Exec("ROLLBACK TO op"); err != nil {
+		return fmt.Errorf("sqlitestore: rollback to savepoint: %w", err)
+	}
+	if _, err := tx.Exec("RELEASE op"); err != nil {
+		return fmt.Errorf("sqlitestore: release savepoint: %w", err)
+	}
+	return nil
+}
+
+// fail sets err on the ops of batch that would otherwise have succeeded.
+func fail(batch []*op, err error) {
+	for _, o := range batch {
+		if o.err == nil && o.panicked == nil {
+			o.err = err
+		}
+	}
+}
