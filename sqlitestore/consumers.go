@@ -15,6 +15,19 @@ const consumerCols = `c.id, c.subscription_id, c.primary_stream, c.state, c.epoc
 	c.streams, c.wake_tails, c.triggered_by, c.attempt, c.in_flight, c.failures,
 	c.failing_since, c.deadline, c.created_at, c.updated_at`
 
+// The engine's hot queries, checked for index use by a test.
+const (
+	// A consumer's secondary paths exclude its primary stream, so the two
+	// halves never return the same consumer.
+	consumersByStreamQuery = `SELECT ` + consumerCols + ` FROM consumers c WHERE c.primary_stream = ?1
+		UNION ALL
+		SELECT ` + consumerCols + ` FROM consumer_streams cs JOIN consumers c ON c.id = cs.consumer_id WHERE cs.path = ?1
+		ORDER BY 1`
+	dueConsumersQuery = `SELECT ` + consumerCols + ` FROM consumers c
+		WHERE c.deadline IS NOT NULL AND c.deadline <= ?1 ORDER BY c.deadline, c.id LIMIT ?2`
+	nextDeadlineQuery = "SELECT min(deadline) FROM consumers WHERE deadline IS NOT NULL"
+)
+
 // consumerRow is a consumer encoded for its row, in the order of the
 // columns after id, subscription_id and primary_stream.
 type consumerRow struct {
@@ -243,12 +256,7 @@ func indexStreams(tx *sql.Tx, id string, from, to map[string]struct{}) error {
 
 // ConsumersByStream implements webhooks.Store.
 func (s *Store) ConsumersByStream(ctx context.Context, path string) ([]*webhooks.Consumer, error) {
-	// A consumer's secondary paths exclude its primary stream, so the two
-	// halves never return the same consumer.
-	return s.queryConsumers(ctx, `SELECT `+consumerCols+` FROM consumers c WHERE c.primary_stream = ?1
-		UNION ALL
-		SELECT `+consumerCols+` FROM consumer_streams cs JOIN consumers c ON c.id = cs.consumer_id WHERE cs.path = ?1
-		ORDER BY 1`, path)
+	return s.queryConsumers(ctx, consumersByStreamQuery, path)
 }
 
 // DueConsumers implements webhooks.Store. Equal deadlines are ordered by
@@ -261,14 +269,13 @@ func (s *Store) DueConsumers(ctx context.Context, now time.Time, limit int) ([]*
 	if err != nil {
 		return nil, err
 	}
-	return s.queryConsumers(ctx, "SELECT "+consumerCols+` FROM consumers c
-		WHERE c.deadline IS NOT NULL AND c.deadline <= ? ORDER BY c.deadline, c.id LIMIT ?`, n, limit)
+	return s.queryConsumers(ctx, dueConsumersQuery, n, limit)
 }
 
 // NextDeadline implements webhooks.Store.
 func (s *Store) NextDeadline(ctx context.Context) (time.Time, bool, error) {
 	var d sql.NullInt64
-	err := s.db.QueryRowContext(ctx, "SELECT min(deadline) FROM consumers WHERE deadline IS NOT NULL").Scan(&d)
+	err := s.db.QueryRowContext(ctx, nextDeadlineQuery).Scan(&d)
 	if err != nil {
 		return time.Time{}, false, fmt.Errorf("sqlitestore: next deadline: %w", err)
 	}

@@ -47,7 +47,7 @@ CREATE TABLE consumers (
 	updated_at      INTEGER
 );
 CREATE INDEX consumers_by_subscription ON consumers (subscription_id);
-CREATE INDEX consumers_by_primary_stream ON consumers (primary_stream);
+CREATE INDEX consumers_by_primary_stream ON consumers (primary_stream, id);
 -- Most consumers are IDLE with no deadline and stay out of this index.
 CREATE INDEX consumers_by_deadline ON consumers (deadline, id) WHERE deadline IS NOT NULL;
 
