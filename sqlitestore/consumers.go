@@ -78,7 +78,7 @@ func (r *consumerRow) args() []any {
 		r.attempt, r.inFlight, r.failures, r.failingSince, r.deadline, r.createdAt, r.updatedAt}
 }
 
-func scanConsumer(row interface{ Scan(...any) error }) (*webhooks.Consumer, error) {
+func scanConsumer(row scanner) (*webhooks.Consumer, error) {
 	var (
 		c webhooks.Consumer
 		r consumerRow
@@ -112,15 +112,15 @@ func (s *Store) CreateConsumer(ctx context.Context, c *webhooks.Consumer) error 
 	if err != nil {
 		return err
 	}
-	return s.write(ctx, func(tx *sql.Tx) error {
+	return s.write(ctx, func(tx *wtx) error {
 		var n int
-		if err := tx.QueryRow("SELECT count(*) FROM subscriptions WHERE id = ?", c.SubscriptionID).Scan(&n); err != nil {
+		if err := tx.queryRow("SELECT count(*) FROM subscriptions WHERE id = ?", c.SubscriptionID).Scan(&n); err != nil {
 			return fmt.Errorf("sqlitestore: create consumer: %w", err)
 		}
 		if n == 0 {
 			return webhooks.ErrSubscriptionNotFound
 		}
-		res, err := tx.Exec(`INSERT INTO consumers (id, subscription_id, primary_stream, state, epoch, wake_id,
+		res, err := tx.exec(`INSERT INTO consumers (id, subscription_id, primary_stream, state, epoch, wake_id,
 			streams, wake_tails, triggered_by, attempt, in_flight, failures,
 			failing_since, deadline, created_at, updated_at)
 			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
@@ -140,7 +140,7 @@ func (s *Store) CreateConsumer(ctx context.Context, c *webhooks.Consumer) error 
 
 // GetConsumer implements webhooks.Store.
 func (s *Store) GetConsumer(ctx context.Context, id string) (*webhooks.Consumer, error) {
-	c, err := scanConsumer(s.db.QueryRowContext(ctx, "SELECT "+consumerCols+" FROM consumers c WHERE c.id = ?", id))
+	c, err := scanConsumer(s.r.queryRow(ctx, "SELECT "+consumerCols+" FROM consumers c WHERE c.id = ?", id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, webhooks.ErrConsumerNotFound
 	}
@@ -158,8 +158,8 @@ func (s *Store) GetConsumer(ctx context.Context, id string) (*webhooks.Consumer,
 // than save such a change.
 func (s *Store) UpdateConsumer(ctx context.Context, id string, fn func(c *webhooks.Consumer) (webhooks.UpdateAction, error)) (*webhooks.Consumer, error) {
 	var out *webhooks.Consumer
-	err := s.write(ctx, func(tx *sql.Tx) error {
-		stored, err := scanConsumer(tx.QueryRow("SELECT "+consumerCols+" FROM consumers c WHERE c.id = ?", id))
+	err := s.write(ctx, func(tx *wtx) error {
+		stored, err := scanConsumer(tx.queryRow("SELECT "+consumerCols+" FROM consumers c WHERE c.id = ?", id))
 		if errors.Is(err, sql.ErrNoRows) {
 			return webhooks.ErrConsumerNotFound
 		}
@@ -186,7 +186,7 @@ func (s *Store) UpdateConsumer(ctx context.Context, id string, fn func(c *webhoo
 			out = c.Clone()
 			return nil
 		case webhooks.UpdateDelete:
-			if _, err := tx.Exec("DELETE FROM consumers WHERE id = ?", id); err != nil {
+			if _, err := tx.exec("DELETE FROM consumers WHERE id = ?", id); err != nil {
 				return fmt.Errorf("sqlitestore: delete consumer: %w", err)
 			}
 			return nil
@@ -201,12 +201,12 @@ func (s *Store) UpdateConsumer(ctx context.Context, id string, fn func(c *webhoo
 }
 
 // saveConsumer writes c over old, its stored version.
-func saveConsumer(tx *sql.Tx, old, c *webhooks.Consumer) error {
+func saveConsumer(tx *wtx, old, c *webhooks.Consumer) error {
 	r, err := encodeConsumer(c)
 	if err != nil {
 		return err
 	}
-	_, err = tx.Exec(`UPDATE consumers SET state = ?, epoch = ?, wake_id = ?,
+	_, err = tx.exec(`UPDATE consumers SET state = ?, epoch = ?, wake_id = ?,
 		streams = ?, wake_tails = ?, triggered_by = ?, attempt = ?, in_flight = ?, failures = ?,
 		failing_since = ?, deadline = ?, created_at = ?, updated_at = ?
 		WHERE id = ?`, append(r.args(), c.ID)...)
@@ -234,12 +234,12 @@ func secondaryPaths(c *webhooks.Consumer) map[string]struct{} {
 
 // indexStreams brings consumer id's rows in consumer_streams from the paths
 // in from to those in to.
-func indexStreams(tx *sql.Tx, id string, from, to map[string]struct{}) error {
+func indexStreams(tx *wtx, id string, from, to map[string]struct{}) error {
 	for p := range from {
 		if _, ok := to[p]; ok {
 			continue
 		}
-		if _, err := tx.Exec("DELETE FROM consumer_streams WHERE path = ? AND consumer_id = ?", p, id); err != nil {
+		if _, err := tx.exec("DELETE FROM consumer_streams WHERE path = ? AND consumer_id = ?", p, id); err != nil {
 			return fmt.Errorf("sqlitestore: index streams: %w", err)
 		}
 	}
@@ -247,7 +247,7 @@ func indexStreams(tx *sql.Tx, id string, from, to map[string]struct{}) error {
 		if _, ok := from[p]; ok {
 			continue
 		}
-		if _, err := tx.Exec("INSERT INTO consumer_streams (path, consumer_id) VALUES (?, ?)", p, id); err != nil {
+		if _, err := tx.exec("INSERT INTO consumer_streams (path, consumer_id) VALUES (?, ?)", p, id); err != nil {
 			return fmt.Errorf("sqlitestore: index streams: %w", err)
 		}
 	}
@@ -275,7 +275,7 @@ func (s *Store) DueConsumers(ctx context.Context, now time.Time, limit int) ([]*
 // NextDeadline implements webhooks.Store.
 func (s *Store) NextDeadline(ctx context.Context) (time.Time, bool, error) {
 	var d sql.NullInt64
-	err := s.db.QueryRowContext(ctx, nextDeadlineQuery).Scan(&d)
+	err := s.r.queryRow(ctx, nextDeadlineQuery).Scan(&d)
 	if err != nil {
 		return time.Time{}, false, fmt.Errorf("sqlitestore: next deadline: %w", err)
 	}
@@ -285,7 +285,7 @@ func (s *Store) NextDeadline(ctx context.Context) (time.Time, bool, error) {
 // CountConsumers implements webhooks.Store. States with no consumers are
 // absent from the map.
 func (s *Store) CountConsumers(ctx context.Context) (map[webhooks.ConsumerState]int, error) {
-	rows, err := s.db.QueryContext(ctx, "SELECT state, n FROM consumer_counts WHERE n > 0")
+	rows, err := s.r.query(ctx, "SELECT state, n FROM consumer_counts WHERE n > 0")
 	if err != nil {
 		return nil, fmt.Errorf("sqlitestore: count consumers: %w", err)
 	}
@@ -308,7 +308,7 @@ func (s *Store) CountConsumers(ctx context.Context) (map[webhooks.ConsumerState]
 }
 
 func (s *Store) queryConsumers(ctx context.Context, query string, args ...any) ([]*webhooks.Consumer, error) {
-	rows, err := s.db.QueryContext(ctx, query, args...)
+	rows, err := s.r.query(ctx, query, args...)
 	if err != nil {
 		return nil, fmt.Errorf("sqlitestore: query consumers: %w", err)
 	}

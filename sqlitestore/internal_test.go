@@ -2,7 +2,6 @@ package sqlitestore
 
 import (
 	"context"
-	"database/sql"
 	"errors"
 	"path/filepath"
 	"slices"
@@ -22,14 +21,14 @@ func setMigrations(t *testing.T, steps []string) {
 func tableExists(t *testing.T, s *Store, name string) bool {
 	t.Helper()
 	var n int
-	require.NoError(t, s.db.QueryRow("SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name = ?", name).Scan(&n))
+	require.NoError(t, s.r.db.QueryRow("SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name = ?", name).Scan(&n))
 	return n == 1
 }
 
 func userVersion(t *testing.T, s *Store) int {
 	t.Helper()
 	var v int
-	require.NoError(t, s.db.QueryRow("PRAGMA user_version").Scan(&v))
+	require.NoError(t, s.r.db.QueryRow("PRAGMA user_version").Scan(&v))
 	return v
 }
 
@@ -54,7 +53,7 @@ func TestMigrationsRunInOrderOnce(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, len(base)+2, userVersion(t, s))
 		var n int
-		require.NoError(t, s.db.QueryRow("SELECT count(*) FROM extra").Scan(&n))
+		require.NoError(t, s.r.db.QueryRow("SELECT count(*) FROM extra").Scan(&n))
 		require.Equal(t, 1, n)
 		require.NoError(t, s.Close())
 	}
@@ -80,9 +79,9 @@ func TestCommitSavepoints(t *testing.T) {
 	require.NoError(t, err)
 	defer s.Close()
 
-	insert := func(key string, then error) func(tx *sql.Tx) error {
-		return func(tx *sql.Tx) error {
-			if _, err := tx.Exec("INSERT INTO meta (key, value) VALUES (?, x'00')", key); err != nil {
+	insert := func(key string, then error) func(tx *wtx) error {
+		return func(tx *wtx) error {
+			if _, err := tx.exec("INSERT INTO meta (key, value) VALUES (?, x'00')", key); err != nil {
 				return err
 			}
 			return then
@@ -94,7 +93,7 @@ func TestCommitSavepoints(t *testing.T) {
 	ops := []*op{
 		{ctx: context.Background(), run: insert("a", nil)},
 		{ctx: context.Background(), run: insert("b", boom)},
-		{ctx: context.Background(), run: func(tx *sql.Tx) error {
+		{ctx: context.Background(), run: func(tx *wtx) error {
 			_ = insert("c", nil)(tx)
 			panic("c")
 		}},
@@ -121,15 +120,15 @@ func TestCommitBrokenTransactionFailsAll(t *testing.T) {
 	defer s.Close()
 
 	ops := []*op{
-		{ctx: context.Background(), run: func(tx *sql.Tx) error {
-			_, err := tx.Exec("INSERT INTO meta (key, value) VALUES ('a', x'00')")
+		{ctx: context.Background(), run: func(tx *wtx) error {
+			_, err := tx.exec("INSERT INTO meta (key, value) VALUES ('a', x'00')")
 			return err
 		}},
-		{ctx: context.Background(), run: func(tx *sql.Tx) error {
-			_, err := tx.Exec("ROLLBACK")
+		{ctx: context.Background(), run: func(tx *wtx) error {
+			_, err := tx.exec("ROLLBACK")
 			return err
 		}},
-		{ctx: context.Background(), run: func(*sql.Tx) error {
+		{ctx: context.Background(), run: func(*wtx) error {
 			t.Error("op after a broken transaction ran")
 			return nil
 		}},
@@ -143,7 +142,7 @@ func TestCommitBrokenTransactionFailsAll(t *testing.T) {
 
 func metaKeys(t *testing.T, s *Store) []string {
 	t.Helper()
-	rows, err := s.db.Query("SELECT key FROM meta ORDER BY key")
+	rows, err := s.r.db.Query("SELECT key FROM meta ORDER BY key")
 	require.NoError(t, err)
 	defer rows.Close()
 	var keys []string
@@ -171,7 +170,7 @@ func TestQueryPlansUseIndexes(t *testing.T) {
 		"DeleteConsumer":     "DELETE FROM consumers WHERE id = ?1",
 		"UnindexStream":      "DELETE FROM consumer_streams WHERE path = ?1 AND consumer_id = ?1",
 	} {
-		rows, err := s.db.Query("EXPLAIN QUERY PLAN "+q, "x", 1)
+		rows, err := s.r.db.Query("EXPLAIN QUERY PLAN "+q, "x", 1)
 		require.NoError(t, err, name)
 		var plan []string
 		for rows.Next() {

@@ -86,35 +86,35 @@ END;
 // encryption key, in one transaction that holds the write lock, so that
 // processes opening the file together migrate it once.
 func (s *Store) migrate(ctx context.Context) (err error) {
-	tx, err := s.db.BeginTx(ctx, nil)
-	if err != nil {
+	if err := s.w.begin(); err != nil {
 		return fmt.Errorf("sqlitestore: open: %w", err)
 	}
 	defer func() {
 		if err != nil {
-			_ = tx.Rollback()
+			s.w.rollback()
 		}
 	}()
 	var version int
-	if err := tx.QueryRowContext(ctx, "PRAGMA user_version").Scan(&version); err != nil {
+	if err := s.w.queryRow("PRAGMA user_version").Scan(&version); err != nil {
 		return fmt.Errorf("sqlitestore: open: %w", err)
 	}
 	if version > len(migrations) {
 		return fmt.Errorf("sqlitestore: database schema version %d is newer than this build supports (%d); use a newer build", version, len(migrations))
 	}
 	for v := version; v < len(migrations); v++ {
-		if _, err := tx.ExecContext(ctx, migrations[v]); err != nil {
+		// Steps hold several statements and run once: not prepared.
+		if _, err := s.w.conn.ExecContext(ctx, migrations[v]); err != nil {
 			return fmt.Errorf("sqlitestore: migrate to schema version %d: %w", v+1, err)
 		}
 		// user_version lives in the file header and commits with the step.
-		if _, err := tx.ExecContext(ctx, fmt.Sprintf("PRAGMA user_version = %d", v+1)); err != nil {
+		if _, err := s.w.conn.ExecContext(ctx, fmt.Sprintf("PRAGMA user_version = %d", v+1)); err != nil {
 			return fmt.Errorf("sqlitestore: migrate to schema version %d: %w", v+1, err)
 		}
 	}
-	if err := s.checkKey(ctx, tx); err != nil {
+	if err := s.checkKey(); err != nil {
 		return err
 	}
-	if err := tx.Commit(); err != nil {
+	if err := s.w.commit(); err != nil {
 		return fmt.Errorf("sqlitestore: open: %w", err)
 	}
 	return nil
@@ -126,22 +126,22 @@ const keyCheck = "streamhooks sqlitestore key check"
 
 // checkKey fixes whether the database is encrypted, on the Open that creates
 // it, and verifies the key on every later Open.
-func (s *Store) checkKey(ctx context.Context, tx *sql.Tx) error {
+func (s *Store) checkKey() error {
 	var sealed []byte
-	err := tx.QueryRowContext(ctx, "SELECT value FROM meta WHERE key = 'key_check'").Scan(&sealed)
+	err := s.w.queryRow("SELECT value FROM meta WHERE key = 'key_check'").Scan(&sealed)
 	switch {
 	case errors.Is(err, sql.ErrNoRows) && s.sealer == nil:
 		return nil
 	case errors.Is(err, sql.ErrNoRows):
 		// Secrets stored in plaintext would stay readable under a key.
 		var secrets bool
-		if err := tx.QueryRowContext(ctx, "SELECT EXISTS (SELECT 1 FROM subscriptions) OR EXISTS (SELECT 1 FROM meta)").Scan(&secrets); err != nil {
+		if err := s.w.queryRow("SELECT EXISTS (SELECT 1 FROM subscriptions) OR EXISTS (SELECT 1 FROM meta)").Scan(&secrets); err != nil {
 			return fmt.Errorf("sqlitestore: open: %w", err)
 		}
 		if secrets {
 			return errors.New("sqlitestore: database was created without an encryption key and holds plaintext secrets")
 		}
-		_, err := tx.ExecContext(ctx, "INSERT INTO meta (key, value) VALUES ('key_check', ?)", s.sealer.seal([]byte(keyCheck), adKeyCheck))
+		_, err := s.w.exec("INSERT INTO meta (key, value) VALUES ('key_check', ?)", s.sealer.seal([]byte(keyCheck), adKeyCheck))
 		if err != nil {
 			return fmt.Errorf("sqlitestore: open: %w", err)
 		}

@@ -45,7 +45,7 @@ const (
 // commit cannot delay the first caller of a batch without bound.
 const maxBatch = 128
 
-// maxReaders bounds the connections used for reads.
+// maxReaders bounds the connections used for reads; one more writes.
 const maxReaders = 4
 
 // Option configures a Store. Pass options to Open.
@@ -117,7 +117,8 @@ func WithSynchronous(s Synchronous) Option {
 // Store is a webhooks.Store in a SQLite file. It is safe for concurrent
 // use. Create it with Open and release it with Close.
 type Store struct {
-	db     *sql.DB
+	w      *wtx
+	r      *readers
 	sealer *sealer // nil: secrets are stored in plaintext
 
 	ops        chan *op
@@ -150,36 +151,42 @@ func Open(path string, opts ...Option) (*Store, error) {
 		return nil, fmt.Errorf("sqlitestore: %w", err)
 	}
 
-	q := url.Values{}
-	// Every write transaction takes the write lock at BEGIN, before it
-	// reads: UpdateConsumer's read-modify-write then holds across processes.
-	q.Set("_txlock", "immediate")
-	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", o.busyTimeout.Milliseconds()))
-	q.Add("_pragma", "journal_mode(WAL)")
-	q.Add("_pragma", "synchronous("+string(o.synchronous)+")")
-	q.Add("_pragma", "foreign_keys(1)")
-	db, err := sql.Open("sqlite", path+"?"+q.Encode())
+	wdb, err := sql.Open("sqlite", dsn(path, o, false))
 	if err != nil {
 		return nil, fmt.Errorf("sqlitestore: %w", err)
 	}
-	// One connection writes, the others read.
-	db.SetMaxOpenConns(maxReaders + 1)
-	db.SetMaxIdleConns(maxReaders + 1)
+	// One connection writes: the writer goroutine serializes this
+	// process's writes, and the write lock those of other processes.
+	wdb.SetMaxOpenConns(1)
+	conn, err := wdb.Conn(context.Background())
+	if err != nil {
+		_ = wdb.Close()
+		return nil, fmt.Errorf("sqlitestore: %w", err)
+	}
+	rdb, err := sql.Open("sqlite", dsn(path, o, true))
+	if err != nil {
+		_ = conn.Close()
+		_ = wdb.Close()
+		return nil, fmt.Errorf("sqlitestore: %w", err)
+	}
+	rdb.SetMaxOpenConns(maxReaders)
+	rdb.SetMaxIdleConns(maxReaders)
 
 	s := &Store{
-		db:         db,
+		w:          &wtx{db: wdb, conn: conn, stmts: make(map[string]*sql.Stmt)},
+		r:          &readers{db: rdb, stmts: make(map[string]*sql.Stmt)},
 		ops:        make(chan *op),
 		closing:    make(chan struct{}),
 		writerDone: make(chan struct{}),
 	}
 	if o.key != nil {
 		if s.sealer, err = newSealer(o.key); err != nil {
-			_ = db.Close()
+			_ = s.closeDBs()
 			return nil, err
 		}
 	}
 	if err := s.migrate(context.Background()); err != nil {
-		_ = db.Close()
+		_ = s.closeDBs()
 		return nil, err
 	}
 	go s.writer()
@@ -192,9 +199,27 @@ func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		close(s.closing)
 		<-s.writerDone
-		s.closeErr = s.db.Close()
+		s.closeErr = s.closeDBs()
 	})
 	return s.closeErr
+}
+
+func (s *Store) closeDBs() error {
+	return errors.Join(s.r.close(), s.w.close())
+}
+
+// dsn is the data source name of the database at path, for the writer or
+// for readers.
+func dsn(path string, o options, readOnly bool) string {
+	q := url.Values{}
+	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", o.busyTimeout.Milliseconds()))
+	q.Add("_pragma", "journal_mode(WAL)")
+	q.Add("_pragma", "synchronous("+string(o.synchronous)+")")
+	q.Add("_pragma", "foreign_keys(1)")
+	if readOnly {
+		q.Add("_pragma", "query_only(1)")
+	}
+	return path + "?" + q.Encode()
 }
 
 // Time bounds of a Unix nanosecond timestamp.

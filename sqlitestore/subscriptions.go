@@ -18,8 +18,8 @@ func (s *Store) CreateSubscription(ctx context.Context, sub *webhooks.Subscripti
 		return err
 	}
 	secret := s.sealer.seal([]byte(sub.Secret), adSecret(sub.ID))
-	return s.write(ctx, func(tx *sql.Tx) error {
-		res, err := tx.Exec(`INSERT INTO subscriptions (`+subscriptionCols+`) VALUES (?, ?, ?, ?, ?, ?)
+	return s.write(ctx, func(tx *wtx) error {
+		res, err := tx.exec(`INSERT INTO subscriptions (`+subscriptionCols+`) VALUES (?, ?, ?, ?, ?, ?)
 			ON CONFLICT (id) DO NOTHING`,
 			sub.ID, sub.Pattern, sub.Webhook, sub.Description, secret, created)
 		if err != nil {
@@ -36,7 +36,7 @@ func (s *Store) CreateSubscription(ctx context.Context, sub *webhooks.Subscripti
 
 // GetSubscription implements webhooks.Store.
 func (s *Store) GetSubscription(ctx context.Context, id string) (*webhooks.Subscription, error) {
-	sub, err := s.scanSubscription(s.db.QueryRowContext(ctx, "SELECT "+subscriptionCols+" FROM subscriptions WHERE id = ?", id))
+	sub, err := s.scanSubscription(s.r.queryRow(ctx, "SELECT "+subscriptionCols+" FROM subscriptions WHERE id = ?", id))
 	if errors.Is(err, sql.ErrNoRows) {
 		return nil, webhooks.ErrSubscriptionNotFound
 	}
@@ -45,7 +45,7 @@ func (s *Store) GetSubscription(ctx context.Context, id string) (*webhooks.Subsc
 
 // ListSubscriptions implements webhooks.Store.
 func (s *Store) ListSubscriptions(ctx context.Context) ([]*webhooks.Subscription, error) {
-	rows, err := s.db.QueryContext(ctx, "SELECT "+subscriptionCols+" FROM subscriptions ORDER BY id")
+	rows, err := s.r.query(ctx, "SELECT "+subscriptionCols+" FROM subscriptions ORDER BY id")
 	if err != nil {
 		return nil, fmt.Errorf("sqlitestore: list subscriptions: %w", err)
 	}
@@ -67,8 +67,8 @@ func (s *Store) ListSubscriptions(ctx context.Context) ([]*webhooks.Subscription
 // DeleteSubscription implements webhooks.Store. Its consumers go with it,
 // by the schema's cascading foreign keys, in the same transaction.
 func (s *Store) DeleteSubscription(ctx context.Context, id string) error {
-	return s.write(ctx, func(tx *sql.Tx) error {
-		res, err := tx.Exec("DELETE FROM subscriptions WHERE id = ?", id)
+	return s.write(ctx, func(tx *wtx) error {
+		res, err := tx.exec("DELETE FROM subscriptions WHERE id = ?", id)
 		if err != nil {
 			return fmt.Errorf("sqlitestore: delete subscription: %w", err)
 		}
@@ -89,15 +89,15 @@ func (s *Store) LoadOrStoreSigningKey(ctx context.Context, key []byte) ([]byte, 
 	}
 	const load = "SELECT value FROM meta WHERE key = 'signing_key'"
 	var sealed []byte
-	err := s.db.QueryRowContext(ctx, load).Scan(&sealed)
+	err := s.r.queryRow(ctx, load).Scan(&sealed)
 	if errors.Is(err, sql.ErrNoRows) {
-		err = s.write(ctx, func(tx *sql.Tx) error {
+		err = s.write(ctx, func(tx *wtx) error {
 			// Another Store may have stored a key since the read above.
-			if _, err := tx.Exec("INSERT INTO meta (key, value) VALUES ('signing_key', ?) ON CONFLICT (key) DO NOTHING",
+			if _, err := tx.exec("INSERT INTO meta (key, value) VALUES ('signing_key', ?) ON CONFLICT (key) DO NOTHING",
 				s.sealer.seal(key, adSigningKey)); err != nil {
 				return err
 			}
-			return tx.QueryRow(load).Scan(&sealed)
+			return tx.queryRow(load).Scan(&sealed)
 		})
 	}
 	if err != nil {
@@ -106,7 +106,7 @@ func (s *Store) LoadOrStoreSigningKey(ctx context.Context, key []byte) ([]byte, 
 	return s.sealer.open(sealed, adSigningKey)
 }
 
-func (s *Store) scanSubscription(row interface{ Scan(...any) error }) (*webhooks.Subscription, error) {
+func (s *Store) scanSubscription(row scanner) (*webhooks.Subscription, error) {
 	var (
 		sub     webhooks.Subscription
 		secret  []byte

@@ -2,14 +2,13 @@ package sqlitestore
 
 import (
 	"context"
-	"database/sql"
 	"fmt"
 )
 
 // op is one write, run by the writer inside a group's transaction.
 type op struct {
 	ctx      context.Context
-	run      func(tx *sql.Tx) error
+	run      func(tx *wtx) error
 	err      error
 	panicked any // what run panicked with, re-raised in the caller
 	done     chan struct{}
@@ -19,7 +18,7 @@ type op struct {
 // and returns once that transaction has committed. If fn returns an error,
 // its changes are rolled back and write returns the error. fn runs on the
 // writer goroutine, so it must not call the Store's write methods.
-func (s *Store) write(ctx context.Context, fn func(tx *sql.Tx) error) error {
+func (s *Store) write(ctx context.Context, fn func(tx *wtx) error) error {
 	o := &op{ctx: ctx, run: fn, done: make(chan struct{})}
 	select {
 	case s.ops <- o:
@@ -74,8 +73,7 @@ func (s *Store) writer() {
 func (s *Store) commit(batch []*op) {
 	// The transaction serves many callers, so no caller's context may
 	// interrupt it; each op's context is checked before the op runs.
-	tx, err := s.db.BeginTx(context.Background(), nil)
-	if err != nil {
+	if err := s.w.begin(); err != nil {
 		fail(batch, fmt.Errorf("sqlitestore: begin: %w", err))
 		return
 	}
@@ -83,10 +81,10 @@ func (s *Store) commit(batch []*op) {
 		if o.err = o.ctx.Err(); o.err != nil {
 			continue
 		}
-		if err := runInSavepoint(tx, o); err != nil {
+		if err := runInSavepoint(s.w, o); err != nil {
 			// The transaction is broken, perhaps rolled back by SQLite
 			// itself: nothing of this group can commit.
-			_ = tx.Rollback()
+			s.w.rollback()
 			fail(batch[:i+1], err)
 			for _, rest := range batch[i+1:] {
 				rest.err = err
@@ -94,15 +92,16 @@ func (s *Store) commit(batch []*op) {
 			return
 		}
 	}
-	if err := tx.Commit(); err != nil {
+	if err := s.w.commit(); err != nil {
+		s.w.rollback()
 		fail(batch, fmt.Errorf("sqlitestore: commit: %w", err))
 	}
 }
 
 // runInSavepoint runs o inside a savepoint, recording its outcome in o. It
 // returns an error only if the savepoint itself fails.
-func runInSavepoint(tx *sql.Tx, o *op) error {
-	if _, err := tx.Exec("SAVEPOINT op"); err != nil {
+func runInSavepoint(tx *wtx, o *op) error {
+	if _, err := tx.exec("SAVEPOINT op"); err != nil {
 		return fmt.Errorf("sqlitestore: savepoint: %w", err)
 	}
 	func() {
@@ -110,15 +109,15 @@ func runInSavepoint(tx *sql.Tx, o *op) error {
 		o.err = o.run(tx)
 	}()
 	if o.err == nil && o.panicked == nil {
-		if _, err := tx.Exec("RELEASE op"); err != nil {
+		if _, err := tx.exec("RELEASE op"); err != nil {
 			return fmt.Errorf("sqlitestore: release savepoint: %w", err)
 		}
 		return nil
 	}
-	if _, err := tx.Exec("ROLLBACK TO op"); err != nil {
+	if _, err := tx.exec("ROLLBACK TO op"); err != nil {
 		return fmt.Errorf("sqlitestore: rollback to savepoint: %w", err)
 	}
-	if _, err := tx.Exec("RELEASE op"); err != nil {
+	if _, err := tx.exec("RELEASE op"); err != nil {
 		return fmt.Errorf("sqlitestore: release savepoint: %w", err)
 	}
 	return nil
