@@ -9,7 +9,8 @@
 // Writes go through one writer goroutine that commits them in groups: calls
 // that arrive while a commit is in progress run in the next transaction,
 // each inside its own savepoint, and return once that transaction has
-// committed. A write that returned without error is on disk.
+// committed. One fsync thus serves a group: with the default SyncFull, a
+// write that returned without error survives an OS crash.
 package sqlitestore
 
 import (
