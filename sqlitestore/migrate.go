@@ -94,6 +94,14 @@ func (s *Store) migrate(ctx context.Context) (err error) {
 			s.w.rollback()
 		}
 	}()
+	// The syncer and the readers' isolation rely on the write-ahead log.
+	var mode string
+	if err := s.w.queryRow("PRAGMA journal_mode").Scan(&mode); err != nil {
+		return fmt.Errorf("sqlitestore: open: %w", err)
+	}
+	if mode != "wal" {
+		return fmt.Errorf("sqlitestore: database is in journal mode %q, not WAL", mode)
+	}
 	var version int
 	if err := s.w.queryRow("PRAGMA user_version").Scan(&version); err != nil {
 		return fmt.Errorf("sqlitestore: open: %w", err)
