@@ -1,18 +1,23 @@
 package webhooks_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	webhooks "github.com/streamhooks/webhooks"
+	"github.com/streamhooks/webhooks/memstore"
+	"github.com/streamhooks/webhooks/sqlitestore"
 )
 
 // live wakes consumer s1:/agents/a with 10 bytes pending and waits until a
@@ -403,21 +408,81 @@ func TestConcurrentCallbacksAreSerialPerConsumer(t *testing.T) {
 }
 
 // BenchmarkCallbackAck measures one ack callback on a LIVE consumer through
-// the engine's handler and the memory store: token check, decode, one
-// UpdateConsumer and the response.
+// the engine's handler: token check, decode, one UpdateConsumer and the
+// response, over the memory store and over SQLite, whose commit waits for
+// fsync. The parallel variant sends concurrent callbacks from many
+// consumers, as real traffic does, which SQLite commits in groups.
 func BenchmarkCallbackAck(b *testing.B) {
-	h := newHarness(b)
-	d := h.live()
-	body, err := json.Marshal(webhooks.CallbackRequest{Epoch: epoch(1), Acks: streamOffsets(agentA, offset(5))})
-	require.NoError(b, err)
-	b.ReportAllocs()
-	for b.Loop() {
-		req := httptest.NewRequest(http.MethodPost, "/callback/"+agentAID, strings.NewReader(string(body)))
-		req.Header.Set("Authorization", "Bearer "+d.n.Token)
-		rec := httptest.NewRecorder()
-		h.handler.ServeHTTP(rec, req)
-		if rec.Code != http.StatusOK {
-			b.Fatal(rec.Body.String())
-		}
+	for _, store := range []struct {
+		name string
+		open func(b *testing.B) webhooks.Store
+	}{
+		{"memory", func(*testing.B) webhooks.Store { return memstore.New() }},
+		{"sqlite", func(b *testing.B) webhooks.Store {
+			s, err := sqlitestore.Open(filepath.Join(b.TempDir(), "hooks.db"))
+			require.NoError(b, err)
+			b.Cleanup(func() { require.NoError(b, s.Close()) })
+			return s
+		}},
+	} {
+		b.Run("store="+store.name, func(b *testing.B) {
+			h := newHarnessStore(b, store.open(b))
+			acks := benchLiveConsumers(h, 64)
+			b.Run("serial", func(b *testing.B) {
+				b.ReportAllocs()
+				i := 0
+				for b.Loop() {
+					acks[i%len(acks)].send(b, h)
+					i++
+				}
+			})
+			b.Run("parallel", func(b *testing.B) {
+				b.ReportAllocs()
+				b.SetParallelism(16) // concurrent requests, not cores
+				var next atomic.Int64
+				b.RunParallel(func(pb *testing.PB) {
+					a := acks[int(next.Add(1))%len(acks)]
+					for pb.Next() {
+						a.send(b, h)
+					}
+				})
+			})
+		})
 	}
+}
+
+// benchAck is a ready ack callback of one LIVE consumer.
+type benchAck struct {
+	target, token string
+	body          []byte
+}
+
+func (a benchAck) send(b *testing.B, h *harness) {
+	req := httptest.NewRequest(http.MethodPost, a.target, bytes.NewReader(a.body))
+	req.Header.Set("Authorization", "Bearer "+a.token)
+	rec := httptest.NewRecorder()
+	h.handler.ServeHTTP(rec, req)
+	if rec.Code != http.StatusOK {
+		b.Error(rec.Body.String())
+	}
+}
+
+// benchLiveConsumers makes n consumers LIVE and returns an ack for each.
+func benchLiveConsumers(h *harness, n int) []benchAck {
+	h.t.Helper()
+	h.subscribe("s1", "/agents/*")
+	for i := range n {
+		path := fmt.Sprintf("/agents/bench%d", i)
+		h.create(path, 0)
+		h.appendTo(path, 10)
+	}
+	acks := make([]benchAck, n)
+	for i := range acks {
+		d := h.nextDelivery()
+		body, err := json.Marshal(webhooks.CallbackRequest{Epoch: epoch(d.n.Epoch), Acks: streamOffsets(d.n.PrimaryStream, offset(5))})
+		require.NoError(h.t, err)
+		acks[i] = benchAck{target: "/callback/" + d.n.ConsumerID, token: d.n.Token, body: body}
+		h.waitConsumer(d.n.ConsumerID, func(c *webhooks.Consumer) bool { return c.State == webhooks.StateLive })
+	}
+	return acks
 }

@@ -148,12 +148,12 @@ func (r *receiver) queue(replies ...reply) {
 
 func (r *receiver) url() string { return r.srv.URL + "/hook" }
 
-// harness is an engine on a mock clock, a memory store, a fake source and
-// one webhook receiver.
+// harness is an engine on a mock clock, a store (memory unless the test
+// passes one), a fake source and one webhook receiver.
 type harness struct {
 	t       testing.TB
 	clock   *clock.Mock
-	store   *memstore.Store
+	store   webhooks.Store
 	source  *fakeSource
 	recv    *receiver
 	engine  *webhooks.Engine
@@ -170,10 +170,16 @@ func newMockClock() *clock.Mock {
 
 func newHarness(t testing.TB, opts ...webhooks.Option) *harness {
 	t.Helper()
+	return newHarnessStore(t, memstore.New(), opts...)
+}
+
+// newHarnessStore is newHarness over store, which the caller closes.
+func newHarnessStore(t testing.TB, store webhooks.Store, opts ...webhooks.Option) *harness {
+	t.Helper()
 	h := &harness{
 		t:      t,
 		clock:  newMockClock(),
-		store:  memstore.New(),
+		store:  store,
 		source: newFakeSource(),
 		recv:   newReceiver(t),
 	}

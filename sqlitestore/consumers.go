@@ -1,0 +1,328 @@
+package sqlitestore
+
+import (
+	"context"
+	"database/sql"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	webhooks "github.com/streamhooks/webhooks"
+)
+
+const consumerCols = `c.id, c.subscription_id, c.primary_stream, c.state, c.epoch, c.wake_id,
+	c.streams, c.wake_tails, c.triggered_by, c.attempt, c.in_flight, c.failures,
+	c.failing_since, c.deadline, c.created_at, c.updated_at`
+
+// The engine's hot queries, checked for index use by a test.
+const (
+	// A consumer's secondary paths exclude its primary stream, so the two
+	// halves never return the same consumer.
+	consumersByStreamQuery = `SELECT ` + consumerCols + ` FROM consumers c WHERE c.primary_stream = ?1
+		UNION ALL
+		SELECT ` + consumerCols + ` FROM consumer_streams cs JOIN consumers c ON c.id = cs.consumer_id WHERE cs.path = ?1
+		ORDER BY 1`
+	dueConsumersQuery = `SELECT ` + consumerCols + ` FROM consumers c
+		WHERE c.deadline IS NOT NULL AND c.deadline <= ?1 ORDER BY c.deadline, c.id LIMIT ?2`
+	nextDeadlineQuery = "SELECT min(deadline) FROM consumers WHERE deadline IS NOT NULL"
+)
+
+// consumerRow is a consumer encoded for its row, in the order of the
+// columns after id, subscription_id and primary_stream.
+type consumerRow struct {
+	state                             string
+	epoch                             int64
+	wakeID                            string
+	streams, wakeTails, triggeredBy   []byte
+	attempt                           int
+	inFlight                          bool
+	failures                          int
+	failingSince, deadline, createdAt sql.NullInt64
+	updatedAt                         sql.NullInt64
+}
+
+func encodeConsumer(c *webhooks.Consumer) (*consumerRow, error) {
+	r := &consumerRow{
+		state:    string(c.State),
+		epoch:    c.Epoch,
+		wakeID:   c.WakeID,
+		attempt:  c.Attempt,
+		inFlight: c.InFlight,
+		failures: c.Failures,
+	}
+	var err error
+	// JSON keeps nil and empty lists apart, so a consumer reads back equal.
+	if r.streams, err = json.Marshal(c.Streams); err != nil {
+		return nil, err
+	}
+	if r.wakeTails, err = json.Marshal(c.WakeTails); err != nil {
+		return nil, err
+	}
+	if r.triggeredBy, err = json.Marshal(c.TriggeredBy); err != nil {
+		return nil, err
+	}
+	for _, t := range []struct {
+		dst *sql.NullInt64
+		src time.Time
+	}{{&r.failingSince, c.FailingSince}, {&r.deadline, c.Deadline}, {&r.createdAt, c.CreatedAt}, {&r.updatedAt, c.UpdatedAt}} {
+		if *t.dst, err = nanos(t.src); err != nil {
+			return nil, err
+		}
+	}
+	return r, nil
+}
+
+func (r *consumerRow) args() []any {
+	return []any{r.state, r.epoch, r.wakeID, r.streams, r.wakeTails, r.triggeredBy,
+		r.attempt, r.inFlight, r.failures, r.failingSince, r.deadline, r.createdAt, r.updatedAt}
+}
+
+func scanConsumer(row scanner) (*webhooks.Consumer, error) {
+	var (
+		c webhooks.Consumer
+		r consumerRow
+	)
+	err := row.Scan(&c.ID, &c.SubscriptionID, &c.PrimaryStream, &r.state, &c.Epoch, &c.WakeID,
+		&r.streams, &r.wakeTails, &r.triggeredBy, &c.Attempt, &c.InFlight, &c.Failures,
+		&r.failingSince, &r.deadline, &r.createdAt, &r.updatedAt)
+	if err != nil {
+		return nil, err
+	}
+	c.State = webhooks.ConsumerState(r.state)
+	if err := json.Unmarshal(r.streams, &c.Streams); err != nil {
+		return nil, fmt.Errorf("sqlitestore: consumer %s: streams: %w", c.ID, err)
+	}
+	if err := json.Unmarshal(r.wakeTails, &c.WakeTails); err != nil {
+		return nil, fmt.Errorf("sqlitestore: consumer %s: wake tails: %w", c.ID, err)
+	}
+	if err := json.Unmarshal(r.triggeredBy, &c.TriggeredBy); err != nil {
+		return nil, fmt.Errorf("sqlitestore: consumer %s: triggered by: %w", c.ID, err)
+	}
+	c.FailingSince = fromNanos(r.failingSince)
+	c.Deadline = fromNanos(r.deadline)
+	c.CreatedAt = fromNanos(r.createdAt)
+	c.UpdatedAt = fromNanos(r.updatedAt)
+	return &c, nil
+}
+
+// CreateConsumer implements webhooks.Store.
+func (s *Store) CreateConsumer(ctx context.Context, c *webhooks.Consumer) error {
+	r, err := encodeConsumer(c)
+	if err != nil {
+		return err
+	}
+	return s.write(ctx, func(tx *wtx) error {
+		var n int
+		if err := tx.queryRow("SELECT count(*) FROM subscriptions WHERE id = ?", c.SubscriptionID).Scan(&n); err != nil {
+			return fmt.Errorf("sqlitestore: create consumer: %w", err)
+		}
+		if n == 0 {
+			return webhooks.ErrSubscriptionNotFound
+		}
+		res, err := tx.exec(`INSERT INTO consumers (id, subscription_id, primary_stream, state, epoch, wake_id,
+			streams, wake_tails, triggered_by, attempt, in_flight, failures,
+			failing_since, deadline, created_at, updated_at)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+			ON CONFLICT (id) DO NOTHING`,
+			append([]any{c.ID, c.SubscriptionID, c.PrimaryStream}, r.args()...)...)
+		if err != nil {
+			return fmt.Errorf("sqlitestore: create consumer: %w", err)
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return fmt.Errorf("sqlitestore: create consumer: %w", err)
+		} else if n == 0 {
+			return webhooks.ErrConsumerExists
+		}
+		return indexStreams(tx, c.ID, nil, secondaryPaths(c))
+	})
+}
+
+// GetConsumer implements webhooks.Store.
+func (s *Store) GetConsumer(ctx context.Context, id string) (*webhooks.Consumer, error) {
+	c, err := scanConsumer(s.r.queryRow(ctx, "SELECT "+consumerCols+" FROM consumers c WHERE c.id = ?", id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, webhooks.ErrConsumerNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("sqlitestore: get consumer: %w", err)
+	}
+	return c, nil
+}
+
+// UpdateConsumer implements webhooks.Store. fn runs inside a transaction
+// that holds the database's write lock, on the Store's writer goroutine:
+// it must not call the Store's write methods, and it delays every other
+// write while it runs. fn must not change the consumer's ID,
+// SubscriptionID or PrimaryStream; UpdateConsumer returns an error rather
+// than save such a change.
+func (s *Store) UpdateConsumer(ctx context.Context, id string, fn func(c *webhooks.Consumer) (webhooks.UpdateAction, error)) (*webhooks.Consumer, error) {
+	var out *webhooks.Consumer
+	err := s.write(ctx, func(tx *wtx) error {
+		stored, err := scanConsumer(tx.queryRow("SELECT "+consumerCols+" FROM consumers c WHERE c.id = ?", id))
+		if errors.Is(err, sql.ErrNoRows) {
+			return webhooks.ErrConsumerNotFound
+		}
+		if err != nil {
+			return fmt.Errorf("sqlitestore: update consumer: %w", err)
+		}
+		c := stored.Clone()
+		action, err := fn(c)
+		if err != nil {
+			return err
+		}
+		switch action {
+		case webhooks.UpdateNone:
+			out = stored
+			return nil
+		case webhooks.UpdateSave:
+			if c.ID != stored.ID || c.SubscriptionID != stored.SubscriptionID || c.PrimaryStream != stored.PrimaryStream {
+				return fmt.Errorf("sqlitestore: update of consumer %q changed its ID, SubscriptionID or PrimaryStream", id)
+			}
+			if err := saveConsumer(tx, stored, c); err != nil {
+				return err
+			}
+			// fn may have kept c; hand back a copy it cannot reach.
+			out = c.Clone()
+			return nil
+		case webhooks.UpdateDelete:
+			if _, err := tx.exec("DELETE FROM consumers WHERE id = ?", id); err != nil {
+				return fmt.Errorf("sqlitestore: delete consumer: %w", err)
+			}
+			return nil
+		default:
+			return fmt.Errorf("sqlitestore: update of consumer %q returned unknown action %d", id, action)
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// saveConsumer writes c over old, its stored version.
+func saveConsumer(tx *wtx, old, c *webhooks.Consumer) error {
+	r, err := encodeConsumer(c)
+	if err != nil {
+		return err
+	}
+	_, err = tx.exec(`UPDATE consumers SET state = ?, epoch = ?, wake_id = ?,
+		streams = ?, wake_tails = ?, triggered_by = ?, attempt = ?, in_flight = ?, failures = ?,
+		failing_since = ?, deadline = ?, created_at = ?, updated_at = ?
+		WHERE id = ?`, append(r.args(), c.ID)...)
+	if err != nil {
+		return fmt.Errorf("sqlitestore: save consumer: %w", err)
+	}
+	return indexStreams(tx, c.ID, secondaryPaths(old), secondaryPaths(c))
+}
+
+// secondaryPaths returns the distinct paths of c's streams other than its
+// primary stream, which has an index of its own.
+func secondaryPaths(c *webhooks.Consumer) map[string]struct{} {
+	var out map[string]struct{}
+	for _, so := range c.Streams {
+		if so.Path == c.PrimaryStream {
+			continue
+		}
+		if out == nil {
+			out = make(map[string]struct{}, len(c.Streams))
+		}
+		out[so.Path] = struct{}{}
+	}
+	return out
+}
+
+// indexStreams brings consumer id's rows in consumer_streams from the paths
+// in from to those in to.
+func indexStreams(tx *wtx, id string, from, to map[string]struct{}) error {
+	for p := range from {
+		if _, ok := to[p]; ok {
+			continue
+		}
+		if _, err := tx.exec("DELETE FROM consumer_streams WHERE path = ? AND consumer_id = ?", p, id); err != nil {
+			return fmt.Errorf("sqlitestore: index streams: %w", err)
+		}
+	}
+	for p := range to {
+		if _, ok := from[p]; ok {
+			continue
+		}
+		if _, err := tx.exec("INSERT INTO consumer_streams (path, consumer_id) VALUES (?, ?)", p, id); err != nil {
+			return fmt.Errorf("sqlitestore: index streams: %w", err)
+		}
+	}
+	return nil
+}
+
+// ConsumersByStream implements webhooks.Store.
+func (s *Store) ConsumersByStream(ctx context.Context, path string) ([]*webhooks.Consumer, error) {
+	return s.queryConsumers(ctx, consumersByStreamQuery, path)
+}
+
+// DueConsumers implements webhooks.Store. Equal deadlines are ordered by
+// ID. A limit below one returns nothing.
+func (s *Store) DueConsumers(ctx context.Context, now time.Time, limit int) ([]*webhooks.Consumer, error) {
+	if limit < 1 {
+		return nil, nil
+	}
+	n, err := nanos(now)
+	if err != nil {
+		return nil, err
+	}
+	return s.queryConsumers(ctx, dueConsumersQuery, n, limit)
+}
+
+// NextDeadline implements webhooks.Store.
+func (s *Store) NextDeadline(ctx context.Context) (time.Time, bool, error) {
+	var d sql.NullInt64
+	err := s.r.queryRow(ctx, nextDeadlineQuery).Scan(&d)
+	if err != nil {
+		return time.Time{}, false, fmt.Errorf("sqlitestore: next deadline: %w", err)
+	}
+	return fromNanos(d), d.Valid, nil
+}
+
+// CountConsumers implements webhooks.Store. States with no consumers are
+// absent from the map.
+func (s *Store) CountConsumers(ctx context.Context) (map[webhooks.ConsumerState]int, error) {
+	rows, err := s.r.query(ctx, "SELECT state, n FROM consumer_counts WHERE n > 0")
+	if err != nil {
+		return nil, fmt.Errorf("sqlitestore: count consumers: %w", err)
+	}
+	defer rows.Close()
+	out := make(map[webhooks.ConsumerState]int)
+	for rows.Next() {
+		var (
+			state string
+			n     int
+		)
+		if err := rows.Scan(&state, &n); err != nil {
+			return nil, fmt.Errorf("sqlitestore: count consumers: %w", err)
+		}
+		out[webhooks.ConsumerState(state)] = n
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("sqlitestore: count consumers: %w", err)
+	}
+	return out, nil
+}
+
+func (s *Store) queryConsumers(ctx context.Context, query string, args ...any) ([]*webhooks.Consumer, error) {
+	rows, err := s.r.query(ctx, query, args...)
+	if err != nil {
+		return nil, fmt.Errorf("sqlitestore: query consumers: %w", err)
+	}
+	defer rows.Close()
+	var out []*webhooks.Consumer
+	for rows.Next() {
+		c, err := scanConsumer(rows)
+		if err != nil {
+			return nil, fmt.Errorf("sqlitestore: query consumers: %w", err)
+		}
+		out = append(out, c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("sqlitestore: query consumers: %w", err)
+	}
+	return out, nil
+}

@@ -1,0 +1,260 @@
+package sqlitestore
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	webhooks "github.com/streamhooks/webhooks"
+)
+
+// setMigrations replaces the schema steps for one test.
+func setMigrations(t *testing.T, steps []string) {
+	old := migrations
+	migrations = steps
+	t.Cleanup(func() { migrations = old })
+}
+
+func tableExists(t *testing.T, s *Store, name string) bool {
+	t.Helper()
+	var n int
+	require.NoError(t, s.r.db.QueryRow("SELECT count(*) FROM sqlite_schema WHERE type = 'table' AND name = ?", name).Scan(&n))
+	return n == 1
+}
+
+func userVersion(t *testing.T, s *Store) int {
+	t.Helper()
+	var v int
+	require.NoError(t, s.r.db.QueryRow("PRAGMA user_version").Scan(&v))
+	return v
+}
+
+// TestMigrationsRunInOrderOnce adds schema steps to an existing database:
+// each runs once, in order, and a failing step leaves the database at the
+// version before it.
+func TestMigrationsRunInOrderOnce(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "hooks.db")
+	s, err := Open(path)
+	require.NoError(t, err)
+	require.Equal(t, len(migrations), userVersion(t, s))
+	require.NoError(t, s.Close())
+
+	base := slices.Clone(migrations)
+	// Step 3 needs step 2's table: out of order, it fails. Run twice, step
+	// 2's CREATE TABLE fails.
+	setMigrations(t, append(slices.Clone(base),
+		"CREATE TABLE extra (x INTEGER)",
+		"INSERT INTO extra (x) VALUES (1)"))
+	for range 2 {
+		s, err = Open(path)
+		require.NoError(t, err)
+		require.Equal(t, len(base)+2, userVersion(t, s))
+		var n int
+		require.NoError(t, s.r.db.QueryRow("SELECT count(*) FROM extra").Scan(&n))
+		require.Equal(t, 1, n)
+		require.NoError(t, s.Close())
+	}
+
+	setMigrations(t, append(slices.Clone(migrations),
+		// Fails at its third statement, after the first two ran.
+		"CREATE TABLE partial (x INTEGER UNIQUE); INSERT INTO partial VALUES (1); INSERT INTO partial VALUES (1)",
+	))
+	_, err = Open(path)
+	require.ErrorContains(t, err, "migrate to schema version")
+	setMigrations(t, migrations[:len(migrations)-1])
+	s, err = Open(path)
+	require.NoError(t, err)
+	defer s.Close()
+	require.Equal(t, len(base)+2, userVersion(t, s))
+	require.False(t, tableExists(t, s, "partial"), "a failed step is rolled back whole")
+}
+
+// TestCommitSavepoints runs one group by hand: each op's failure rolls back
+// only its own changes, and the others commit together.
+func TestCommitSavepoints(t *testing.T) {
+	s, err := Open(filepath.Join(t.TempDir(), "hooks.db"))
+	require.NoError(t, err)
+	defer s.Close()
+
+	insert := func(key string, then error) func(tx *wtx) error {
+		return func(tx *wtx) error {
+			if _, err := tx.exec("INSERT INTO meta (key, value) VALUES (?, x'00')", key); err != nil {
+				return err
+			}
+			return then
+		}
+	}
+	canceled, cancel := context.WithCancel(context.Background())
+	cancel()
+	boom := errors.New("boom")
+	ops := []*op{
+		{ctx: context.Background(), run: insert("a", nil)},
+		{ctx: context.Background(), run: insert("b", boom)},
+		{ctx: context.Background(), run: func(tx *wtx) error {
+			_ = insert("c", nil)(tx)
+			panic("c")
+		}},
+		{ctx: canceled, run: insert("d", nil)},
+		{ctx: context.Background(), run: insert("a", nil)}, // duplicate key
+		{ctx: context.Background(), run: insert("e", nil)},
+	}
+	s.commit(ops)
+
+	require.NoError(t, ops[0].err)
+	require.ErrorIs(t, ops[1].err, boom)
+	require.Equal(t, "c", ops[2].panicked)
+	require.ErrorIs(t, ops[3].err, context.Canceled)
+	require.ErrorContains(t, ops[4].err, "UNIQUE")
+	require.NoError(t, ops[5].err)
+	require.Equal(t, []string{"a", "e"}, metaKeys(t, s))
+}
+
+// TestCommitBrokenTransactionFailsAll ends the group's transaction from
+// inside an op: no op of the group may then report success.
+func TestCommitBrokenTransactionFailsAll(t *testing.T) {
+	s, err := Open(filepath.Join(t.TempDir(), "hooks.db"))
+	require.NoError(t, err)
+	defer s.Close()
+
+	ops := []*op{
+		{ctx: context.Background(), run: func(tx *wtx) error {
+			_, err := tx.exec("INSERT INTO meta (key, value) VALUES ('a', x'00')")
+			return err
+		}},
+		{ctx: context.Background(), run: func(tx *wtx) error {
+			_, err := tx.exec("ROLLBACK")
+			return err
+		}},
+		{ctx: context.Background(), run: func(*wtx) error {
+			t.Error("op after a broken transaction ran")
+			return nil
+		}},
+	}
+	s.commit(ops)
+	for i, o := range ops {
+		require.Error(t, o.err, "op %d", i)
+	}
+	require.Empty(t, metaKeys(t, s))
+}
+
+func metaKeys(t *testing.T, s *Store) []string {
+	t.Helper()
+	rows, err := s.r.db.Query("SELECT key FROM meta ORDER BY key")
+	require.NoError(t, err)
+	defer rows.Close()
+	var keys []string
+	for rows.Next() {
+		var k string
+		require.NoError(t, rows.Scan(&k))
+		keys = append(keys, k)
+	}
+	require.NoError(t, rows.Err())
+	return keys
+}
+
+// TestQueryPlansUseIndexes keeps the engine's hot queries off full table
+// scans, which would cost time in proportion to all consumers.
+func TestQueryPlansUseIndexes(t *testing.T) {
+	s, err := Open(filepath.Join(t.TempDir(), "hooks.db"))
+	require.NoError(t, err)
+	defer s.Close()
+	for name, q := range map[string]string{
+		"GetConsumer":        "SELECT " + consumerCols + " FROM consumers c WHERE c.id = ?1",
+		"ConsumersByStream":  consumersByStreamQuery,
+		"DueConsumers":       dueConsumersQuery,
+		"NextDeadline":       nextDeadlineQuery,
+		"DeleteSubscription": "DELETE FROM subscriptions WHERE id = ?1",
+		"DeleteConsumer":     "DELETE FROM consumers WHERE id = ?1",
+		"UnindexStream":      "DELETE FROM consumer_streams WHERE path = ?1 AND consumer_id = ?1",
+	} {
+		rows, err := s.r.db.Query("EXPLAIN QUERY PLAN "+q, "x", 1)
+		require.NoError(t, err, name)
+		var plan []string
+		for rows.Next() {
+			var id, parent, unused int
+			var detail string
+			require.NoError(t, rows.Scan(&id, &parent, &unused, &detail))
+			plan = append(plan, detail)
+		}
+		require.NoError(t, rows.Err())
+		rows.Close()
+		for _, step := range plan {
+			require.False(t, strings.HasPrefix(step, "SCAN"), "%s scans a table: %q", name, plan)
+		}
+		require.NotEmpty(t, plan, name)
+	}
+}
+
+// setSyncWAL replaces the WAL sync for one test; call it before Open.
+func setSyncWAL(t *testing.T, fn func(f *os.File) error) {
+	old := syncWAL
+	syncWAL = fn
+	t.Cleanup(func() { syncWAL = old })
+}
+
+func TestWritesWaitForTheSync(t *testing.T) {
+	entered, release := make(chan struct{}), make(chan struct{})
+	setSyncWAL(t, func(f *os.File) error {
+		entered <- struct{}{}
+		<-release
+		return fdatasync(f)
+	})
+	s, err := Open(filepath.Join(t.TempDir(), "hooks.db"))
+	require.NoError(t, err)
+	defer s.Close()
+
+	done := make(chan error, 1)
+	go func() {
+		done <- s.CreateSubscription(context.Background(), &webhooks.Subscription{ID: "s"})
+	}()
+	<-entered
+	// The group has committed: readers see it, but its caller waits.
+	_, err = s.GetSubscription(context.Background(), "s")
+	require.NoError(t, err)
+	require.Never(t, func() bool { return len(done) > 0 }, 50*time.Millisecond, time.Millisecond,
+		"a write returned before the WAL was synced")
+	close(release)
+	require.NoError(t, <-done)
+}
+
+func TestSyncFailureStopsWrites(t *testing.T) {
+	ctx := context.Background()
+	var syncs atomic.Int32
+	setSyncWAL(t, func(f *os.File) error {
+		if syncs.Add(1) == 1 {
+			return errors.New("disk on fire")
+		}
+		return fdatasync(f)
+	})
+	s, err := Open(filepath.Join(t.TempDir(), "hooks.db"))
+	require.NoError(t, err)
+	defer s.Close()
+
+	err = s.CreateSubscription(ctx, &webhooks.Subscription{ID: "a"})
+	require.ErrorContains(t, err, "disk on fire")
+	// A later sync might succeed without having written what the failed
+	// one lost: the store must not report success again.
+	err = s.CreateSubscription(ctx, &webhooks.Subscription{ID: "b"})
+	require.ErrorContains(t, err, "disk on fire")
+	_, err = s.ListSubscriptions(ctx)
+	require.NoError(t, err, "reads go on")
+}
+
+func TestSyncNormalDoesNotSync(t *testing.T) {
+	setSyncWAL(t, func(*os.File) error {
+		t.Error("SyncNormal synced the WAL")
+		return nil
+	})
+	s, err := Open(filepath.Join(t.TempDir(), "hooks.db"), WithSynchronous(SyncNormal))
+	require.NoError(t, err)
+	defer s.Close()
+	require.NoError(t, s.CreateSubscription(context.Background(), &webhooks.Subscription{ID: "s"}))
+}

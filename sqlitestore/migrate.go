@@ -1,0 +1,166 @@
+package sqlitestore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+)
+
+// migrations are the schema's versions in order: step i takes a database
+// from PRAGMA user_version i to i+1. Released steps never change; a new
+// schema is a new step.
+var migrations = []string{
+	// 1: subscriptions, consumers and their indexes.
+	`
+CREATE TABLE meta (
+	key   TEXT PRIMARY KEY,
+	value BLOB NOT NULL
+) WITHOUT ROWID;
+
+CREATE TABLE subscriptions (
+	id          TEXT PRIMARY KEY,
+	pattern     TEXT NOT NULL,
+	webhook     TEXT NOT NULL,
+	description TEXT NOT NULL,
+	secret      BLOB NOT NULL, -- sealed when the store has an encryption key
+	created_at  INTEGER
+);
+
+-- Times are UTC Unix nanoseconds, NULL when zero. The lists are JSON.
+CREATE TABLE consumers (
+	id              TEXT PRIMARY KEY,
+	subscription_id TEXT NOT NULL REFERENCES subscriptions (id) ON DELETE CASCADE,
+	primary_stream  TEXT NOT NULL,
+	state           TEXT NOT NULL,
+	epoch           INTEGER NOT NULL,
+	wake_id         TEXT NOT NULL,
+	streams         TEXT NOT NULL,
+	wake_tails      TEXT NOT NULL,
+	triggered_by    TEXT NOT NULL,
+	attempt         INTEGER NOT NULL,
+	in_flight       INTEGER NOT NULL,
+	failures        INTEGER NOT NULL,
+	failing_since   INTEGER,
+	deadline        INTEGER,
+	created_at      INTEGER,
+	updated_at      INTEGER
+);
+CREATE INDEX consumers_by_subscription ON consumers (subscription_id);
+CREATE INDEX consumers_by_primary_stream ON consumers (primary_stream, id);
+-- Most consumers are IDLE with no deadline and stay out of this index.
+CREATE INDEX consumers_by_deadline ON consumers (deadline, id) WHERE deadline IS NOT NULL;
+
+-- The streams of a consumer other than its primary stream, for
+-- ConsumersByStream.
+CREATE TABLE consumer_streams (
+	path        TEXT NOT NULL,
+	consumer_id TEXT NOT NULL REFERENCES consumers (id) ON DELETE CASCADE,
+	PRIMARY KEY (path, consumer_id)
+) WITHOUT ROWID;
+CREATE INDEX consumer_streams_by_consumer ON consumer_streams (consumer_id);
+
+-- Consumers per state, kept by triggers so that CountConsumers reads a few
+-- rows and cascading deletes are counted too.
+CREATE TABLE consumer_counts (
+	state TEXT PRIMARY KEY,
+	n     INTEGER NOT NULL
+) WITHOUT ROWID;
+CREATE TRIGGER consumers_count_insert AFTER INSERT ON consumers BEGIN
+	INSERT INTO consumer_counts (state, n) VALUES (new.state, 1)
+		ON CONFLICT (state) DO UPDATE SET n = n + 1;
+END;
+CREATE TRIGGER consumers_count_delete AFTER DELETE ON consumers BEGIN
+	UPDATE consumer_counts SET n = n - 1 WHERE state = old.state;
+END;
+CREATE TRIGGER consumers_count_update AFTER UPDATE OF state ON consumers
+WHEN old.state IS NOT new.state BEGIN
+	UPDATE consumer_counts SET n = n - 1 WHERE state = old.state;
+	INSERT INTO consumer_counts (state, n) VALUES (new.state, 1)
+		ON CONFLICT (state) DO UPDATE SET n = n + 1;
+END;
+`,
+}
+
+// migrate brings the schema to the latest version and checks the
+// encryption key, in one transaction that holds the write lock, so that
+// processes opening the file together migrate it once.
+func (s *Store) migrate(ctx context.Context) (err error) {
+	if err := s.w.begin(); err != nil {
+		return fmt.Errorf("sqlitestore: open: %w", err)
+	}
+	defer func() {
+		if err != nil {
+			s.w.rollback()
+		}
+	}()
+	// The syncer and the readers' isolation rely on the write-ahead log.
+	var mode string
+	if err := s.w.queryRow("PRAGMA journal_mode").Scan(&mode); err != nil {
+		return fmt.Errorf("sqlitestore: open: %w", err)
+	}
+	if mode != "wal" {
+		return fmt.Errorf("sqlitestore: database is in journal mode %q, not WAL", mode)
+	}
+	var version int
+	if err := s.w.queryRow("PRAGMA user_version").Scan(&version); err != nil {
+		return fmt.Errorf("sqlitestore: open: %w", err)
+	}
+	if version > len(migrations) {
+		return fmt.Errorf("sqlitestore: database schema version %d is newer than this build supports (%d); use a newer build", version, len(migrations))
+	}
+	for v := version; v < len(migrations); v++ {
+		// Steps hold several statements and run once: not prepared.
+		if _, err := s.w.conn.ExecContext(ctx, migrations[v]); err != nil {
+			return fmt.Errorf("sqlitestore: migrate to schema version %d: %w", v+1, err)
+		}
+		// user_version lives in the file header and commits with the step.
+		if _, err := s.w.conn.ExecContext(ctx, fmt.Sprintf("PRAGMA user_version = %d", v+1)); err != nil {
+			return fmt.Errorf("sqlitestore: migrate to schema version %d: %w", v+1, err)
+		}
+	}
+	if err := s.checkKey(); err != nil {
+		return err
+	}
+	if err := s.w.commit(); err != nil {
+		return fmt.Errorf("sqlitestore: open: %w", err)
+	}
+	return nil
+}
+
+// keyCheck is sealed into the meta table of an encrypted database, so that
+// a wrong key fails at Open rather than at the first secret read.
+const keyCheck = "streamhooks sqlitestore key check"
+
+// checkKey fixes whether the database is encrypted, on the Open that creates
+// it, and verifies the key on every later Open.
+func (s *Store) checkKey() error {
+	var sealed []byte
+	err := s.w.queryRow("SELECT value FROM meta WHERE key = 'key_check'").Scan(&sealed)
+	switch {
+	case errors.Is(err, sql.ErrNoRows) && s.sealer == nil:
+		return nil
+	case errors.Is(err, sql.ErrNoRows):
+		// Secrets stored in plaintext would stay readable under a key.
+		var secrets bool
+		if err := s.w.queryRow("SELECT EXISTS (SELECT 1 FROM subscriptions) OR EXISTS (SELECT 1 FROM meta)").Scan(&secrets); err != nil {
+			return fmt.Errorf("sqlitestore: open: %w", err)
+		}
+		if secrets {
+			return errors.New("sqlitestore: database was created without an encryption key and holds plaintext secrets")
+		}
+		_, err := s.w.exec("INSERT INTO meta (key, value) VALUES ('key_check', ?)", s.sealer.seal([]byte(keyCheck), adKeyCheck))
+		if err != nil {
+			return fmt.Errorf("sqlitestore: open: %w", err)
+		}
+		return nil
+	case err != nil:
+		return fmt.Errorf("sqlitestore: open: %w", err)
+	case s.sealer == nil:
+		return errors.New("sqlitestore: database is encrypted; open it WithEncryptionKey")
+	}
+	if plain, err := s.sealer.open(sealed, adKeyCheck); err != nil || string(plain) != keyCheck {
+		return errors.New("sqlitestore: encryption key does not match the database")
+	}
+	return nil
+}

@@ -1,0 +1,278 @@
+// Package sqlitestore is a durable webhooks.Store in one SQLite file, for
+// running the engine without a database server. It is pure Go (no cgo).
+//
+// The file is opened in WAL mode, so readers never wait for the writer.
+// Several Stores, in one process or in several, may share a file: every
+// write takes SQLite's write lock before it reads, so UpdateConsumer is a
+// read-modify-write under the lock across processes.
+//
+// Writes go through one writer goroutine that commits them in groups: calls
+// that arrive while a group is being written run in the next transaction,
+// each inside its own savepoint. With the default SyncFull, a call returns
+// once a sync of the write-ahead log has followed its group's commit, so a
+// write that returned without error survives an OS crash; the sync runs
+// while the writer goes on with the next group. Readers may see a group
+// committed and not yet synced.
+package sqlitestore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"math"
+	"net/url"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
+
+	webhooks "github.com/streamhooks/webhooks"
+)
+
+var _ webhooks.Store = (*Store)(nil)
+
+// ErrClosed is returned by writes to a closed Store.
+var ErrClosed = errors.New("sqlitestore: store is closed")
+
+// Defaults for the options.
+const (
+	// DefaultBusyTimeout is how long a write waits for another process that
+	// holds the database's write lock.
+	DefaultBusyTimeout = 5 * time.Second
+)
+
+// maxBatch bounds the writes committed in one transaction, so that one
+// commit cannot delay the first caller of a batch without bound.
+const maxBatch = 128
+
+// maxReaders bounds the connections used for reads; one more writes.
+const maxReaders = 4
+
+// Option configures a Store. Pass options to Open.
+type Option func(*options) error
+
+type options struct {
+	key         []byte
+	busyTimeout time.Duration
+	synchronous Synchronous
+}
+
+// Synchronous is how hard a commit waits for the disk; see WithSynchronous.
+type Synchronous string
+
+const (
+	// SyncFull syncs the write-ahead log after every commit, before the
+	// writes return: a write that returned survives an OS crash or power
+	// loss. It is the default.
+	SyncFull Synchronous = "FULL"
+	// SyncNormal syncs only at checkpoints: a write that returned survives
+	// a crash of the process but may be lost, with the writes after it, if
+	// the OS crashes or power fails. The database stays consistent either
+	// way.
+	SyncNormal Synchronous = "NORMAL"
+)
+
+// WithEncryptionKey seals webhook secrets and the token signing key with
+// AES-256-GCM under key, which must be 32 bytes. Take the key from the
+// host's secret manager: a key kept beside the database would protect
+// nothing, which is why, without this option, secrets are stored in
+// plaintext and the file is created readable by its owner only (0600).
+//
+// A database is encrypted or not from the Open that creates it on. Opening
+// it with the wrong key, or without the key, fails.
+func WithEncryptionKey(key []byte) Option {
+	return func(o *options) error {
+		if len(key) != 32 {
+			return fmt.Errorf("sqlitestore: encryption key must be 32 bytes, got %d", len(key))
+		}
+		o.key = append([]byte(nil), key...)
+		return nil
+	}
+}
+
+// WithBusyTimeout sets how long a write waits for the write lock while
+// another process holds it. The default is DefaultBusyTimeout.
+func WithBusyTimeout(d time.Duration) Option {
+	return func(o *options) error {
+		if d < time.Millisecond {
+			return fmt.Errorf("sqlitestore: busy timeout %v is below 1ms", d)
+		}
+		o.busyTimeout = d
+		return nil
+	}
+}
+
+// WithSynchronous sets how writes wait for the disk. The default, SyncFull,
+// keeps every acknowledged offset across an OS crash; grouped, pipelined
+// commits make its cost one fsync per group, overlapped with the next.
+func WithSynchronous(s Synchronous) Option {
+	return func(o *options) error {
+		if s != SyncFull && s != SyncNormal {
+			return fmt.Errorf("sqlitestore: unknown synchronous mode %q", s)
+		}
+		o.synchronous = s
+		return nil
+	}
+}
+
+// Store is a webhooks.Store in a SQLite file. It is safe for concurrent
+// use. Create it with Open and release it with Close.
+type Store struct {
+	w      *wtx
+	r      *readers
+	sealer *sealer // nil: secrets are stored in plaintext
+
+	ops        chan *op
+	closing    chan struct{}
+	writerDone chan struct{}
+	closeOnce  sync.Once
+	closeErr   error
+
+	// With SyncFull, the writer hands committed ops to the syncer.
+	wal        *os.File // the write-ahead log; nil with SyncNormal
+	syncMu     sync.Mutex
+	unsynced   []*op
+	syncKick   chan struct{}
+	syncerDone chan struct{}
+	syncErr    atomic.Pointer[error] // set once a sync fails
+}
+
+// Open opens the database at path, creating it if needed, and brings its
+// schema up to date. It refuses a database written by a newer version of
+// this package.
+func Open(path string, opts ...Option) (*Store, error) {
+	o := options{busyTimeout: DefaultBusyTimeout, synchronous: SyncFull}
+	for _, opt := range opts {
+		if err := opt(&o); err != nil {
+			return nil, err
+		}
+	}
+	if path == "" || strings.ContainsAny(path, "?#") {
+		return nil, fmt.Errorf("sqlitestore: invalid database path %q", path)
+	}
+	// SQLite would create the file world-readable; the secrets in it are
+	// not. Its -wal and -shm files copy these permissions.
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("sqlitestore: %w", err)
+	}
+	if err := f.Close(); err != nil {
+		return nil, fmt.Errorf("sqlitestore: %w", err)
+	}
+
+	wdb, err := sql.Open("sqlite", dsn(path, o, false))
+	if err != nil {
+		return nil, fmt.Errorf("sqlitestore: %w", err)
+	}
+	// One connection writes: the writer goroutine serializes this
+	// process's writes, and the write lock those of other processes.
+	wdb.SetMaxOpenConns(1)
+	conn, err := wdb.Conn(context.Background())
+	if err != nil {
+		_ = wdb.Close()
+		return nil, fmt.Errorf("sqlitestore: %w", err)
+	}
+	rdb, err := sql.Open("sqlite", dsn(path, o, true))
+	if err != nil {
+		_ = conn.Close()
+		_ = wdb.Close()
+		return nil, fmt.Errorf("sqlitestore: %w", err)
+	}
+	rdb.SetMaxOpenConns(maxReaders)
+	rdb.SetMaxIdleConns(maxReaders)
+
+	s := &Store{
+		w:          &wtx{db: wdb, conn: conn, stmts: make(map[string]*sql.Stmt)},
+		r:          &readers{db: rdb, stmts: make(map[string]*sql.Stmt)},
+		ops:        make(chan *op),
+		closing:    make(chan struct{}),
+		writerDone: make(chan struct{}),
+		syncKick:   make(chan struct{}, 1),
+		syncerDone: make(chan struct{}),
+	}
+	if o.key != nil {
+		if s.sealer, err = newSealer(o.key); err != nil {
+			_ = s.closeDBs()
+			return nil, err
+		}
+	}
+	if err := s.migrate(context.Background()); err != nil {
+		_ = s.closeDBs()
+		return nil, err
+	}
+	if o.synchronous == SyncFull {
+		// The WAL exists from the first open in WAL mode while any
+		// connection, such as the writer's, has the database open.
+		if s.wal, err = os.Open(path + "-wal"); err != nil {
+			_ = s.closeDBs()
+			return nil, fmt.Errorf("sqlitestore: %w", err)
+		}
+		go s.syncer()
+	}
+	go s.writer()
+	return s, nil
+}
+
+// Close stops the writer, after the writes already accepted, and closes
+// the database. Writes after Close return ErrClosed.
+func (s *Store) Close() error {
+	s.closeOnce.Do(func() {
+		close(s.closing)
+		<-s.writerDone
+		var errs []error
+		if s.wal != nil {
+			<-s.syncerDone
+			errs = append(errs, s.wal.Close())
+		}
+		s.closeErr = errors.Join(append(errs, s.closeDBs())...)
+	})
+	return s.closeErr
+}
+
+func (s *Store) closeDBs() error {
+	return errors.Join(s.r.close(), s.w.close())
+}
+
+// dsn is the data source name of the database at path, for the writer or
+// for readers.
+func dsn(path string, o options, readOnly bool) string {
+	q := url.Values{}
+	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", o.busyTimeout.Milliseconds()))
+	q.Add("_pragma", "journal_mode(WAL)")
+	// With SyncFull the syncer goroutine syncs the WAL after commits.
+	q.Add("_pragma", "synchronous(NORMAL)")
+	q.Add("_pragma", "foreign_keys(1)")
+	if readOnly {
+		q.Add("_pragma", "query_only(1)")
+	}
+	return path + "?" + q.Encode()
+}
+
+// Time bounds of a Unix nanosecond timestamp.
+var (
+	minTime = time.Unix(0, math.MinInt64)
+	maxTime = time.Unix(0, math.MaxInt64)
+)
+
+// nanos encodes t as UTC Unix nanoseconds, NULL when zero.
+func nanos(t time.Time) (sql.NullInt64, error) {
+	if t.IsZero() {
+		return sql.NullInt64{}, nil
+	}
+	if t.Before(minTime) || t.After(maxTime) {
+		return sql.NullInt64{}, fmt.Errorf("sqlitestore: time %v is outside the storable range", t)
+	}
+	return sql.NullInt64{Int64: t.UnixNano(), Valid: true}, nil
+}
+
+// fromNanos decodes what nanos encoded, in UTC.
+func fromNanos(n sql.NullInt64) time.Time {
+	if !n.Valid {
+		return time.Time{}
+	}
+	return time.Unix(0, n.Int64).UTC()
+}

@@ -1,0 +1,323 @@
+package sqlitestore_test
+
+import (
+	"bytes"
+	"context"
+	"database/sql"
+	"errors"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	webhooks "github.com/streamhooks/webhooks"
+	"github.com/streamhooks/webhooks/sqlitestore"
+	"github.com/streamhooks/webhooks/storetest"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+func TestStore(t *testing.T) {
+	storetest.Run(t, func(t *testing.T) webhooks.Store {
+		s, err := sqlitestore.Open(filepath.Join(t.TempDir(), "hooks.db"))
+		require.NoError(t, err)
+		return s
+	})
+}
+
+func TestStoreDurable(t *testing.T) {
+	storetest.RunDurable(t, func(t *testing.T, dir string) webhooks.Store {
+		s, err := sqlitestore.Open(filepath.Join(dir, "hooks.db"))
+		require.NoError(t, err)
+		return s
+	})
+}
+
+func TestStoreEncryptedDurable(t *testing.T) {
+	storetest.RunDurable(t, func(t *testing.T, dir string) webhooks.Store {
+		s, err := sqlitestore.Open(filepath.Join(dir, "hooks.db"), sqlitestore.WithEncryptionKey(sqlKey('k')))
+		require.NoError(t, err)
+		return s
+	})
+}
+
+var sqlT0 = time.Date(2025, 1, 1, 0, 0, 0, 0, time.UTC)
+
+func sqlKey(b byte) []byte { return bytes.Repeat([]byte{b}, 32) }
+
+// sqlOpen opens path and closes the store when the test ends.
+func sqlOpen(t testing.TB, path string, opts ...sqlitestore.Option) *sqlitestore.Store {
+	t.Helper()
+	s, err := sqlitestore.Open(path, opts...)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, s.Close()) })
+	return s
+}
+
+// sqlSetup creates subscription "s" with a consumer on each path.
+func sqlSetup(t testing.TB, s webhooks.Store, paths ...string) {
+	t.Helper()
+	ctx := context.Background()
+	require.NoError(t, s.CreateSubscription(ctx, &webhooks.Subscription{ID: "s", Pattern: "/**", Webhook: "https://example.com/s", Secret: "whsec_s", CreatedAt: sqlT0}))
+	for _, p := range paths {
+		require.NoError(t, s.CreateConsumer(ctx, &webhooks.Consumer{
+			ID:             webhooks.ConsumerID("s", p),
+			SubscriptionID: "s",
+			PrimaryStream:  p,
+			State:          webhooks.StateIdle,
+			Streams:        []webhooks.StreamOffset{{Path: p, Offset: webhooks.OffsetNone}},
+			CreatedAt:      sqlT0,
+			UpdatedAt:      sqlT0,
+		}))
+	}
+}
+
+func sqlSave(fn func(c *webhooks.Consumer)) func(c *webhooks.Consumer) (webhooks.UpdateAction, error) {
+	return func(c *webhooks.Consumer) (webhooks.UpdateAction, error) {
+		fn(c)
+		return webhooks.UpdateSave, nil
+	}
+}
+
+// sqlUserVersion reads the schema version straight from the file.
+func sqlUserVersion(t *testing.T, path string) int {
+	t.Helper()
+	db, err := sql.Open("sqlite", path)
+	require.NoError(t, err)
+	defer db.Close()
+	var v int
+	require.NoError(t, db.QueryRow("PRAGMA user_version").Scan(&v))
+	return v
+}
+
+func TestOpenEmptyFileMigratesAndReopens(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "hooks.db")
+	require.NoError(t, os.WriteFile(path, nil, 0o600)) // an empty file is an empty database
+
+	s, err := sqlitestore.Open(path)
+	require.NoError(t, err)
+	sqlSetup(t, s, "/a")
+	require.NoError(t, s.Close())
+	version := sqlUserVersion(t, path)
+	require.Positive(t, version)
+
+	s = sqlOpen(t, path)
+	require.Equal(t, version, sqlUserVersion(t, path), "reopening runs no migration")
+	c, err := s.GetConsumer(ctx, webhooks.ConsumerID("s", "/a"))
+	require.NoError(t, err)
+	require.Equal(t, "/a", c.PrimaryStream)
+}
+
+func TestOpenCreatesPrivateFiles(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "hooks.db")
+	s := sqlOpen(t, path)
+	sqlSetup(t, s, "/a") // writes the WAL
+	for _, name := range []string{"hooks.db", "hooks.db-wal"} {
+		fi, err := os.Stat(filepath.Join(dir, name))
+		require.NoError(t, err)
+		require.Equal(t, os.FileMode(0o600), fi.Mode().Perm(), name)
+	}
+}
+
+func TestOpenRefusesNewerSchema(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "hooks.db")
+	s, err := sqlitestore.Open(path)
+	require.NoError(t, err)
+	require.NoError(t, s.Close())
+
+	db, err := sql.Open("sqlite", path)
+	require.NoError(t, err)
+	_, err = db.Exec("PRAGMA user_version = 999")
+	require.NoError(t, err)
+	require.NoError(t, db.Close())
+
+	_, err = sqlitestore.Open(path)
+	require.ErrorContains(t, err, "schema version 999 is newer")
+	require.Equal(t, 999, sqlUserVersion(t, path), "a refused database is left alone")
+}
+
+func TestOpenRejectsBadOptions(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "hooks.db")
+	for _, opt := range []sqlitestore.Option{
+		sqlitestore.WithEncryptionKey(make([]byte, 16)),
+		sqlitestore.WithBusyTimeout(0),
+		sqlitestore.WithSynchronous("OFF"),
+	} {
+		_, err := sqlitestore.Open(path, opt)
+		require.Error(t, err)
+	}
+	_, err := sqlitestore.Open(path + "?mode=memory")
+	require.Error(t, err)
+	_, err = os.Stat(path)
+	require.ErrorIs(t, err, os.ErrNotExist, "a rejected Open creates nothing")
+}
+
+// sqlFileBytes returns the contents of every file in dir: the database and
+// whatever WAL is left.
+func sqlFileBytes(t *testing.T, dir string) []byte {
+	t.Helper()
+	entries, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	var all []byte
+	for _, e := range entries {
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		require.NoError(t, err)
+		all = append(all, b...)
+	}
+	return all
+}
+
+func TestEncryption(t *testing.T) {
+	ctx := context.Background()
+	const secret = "whsec_needle_4b1d9a"
+	signingKey := []byte("signing_needle_77e0c3_0123456789")
+
+	// store writes a secret and a signing key into a fresh directory and
+	// returns the directory.
+	store := func(opts ...sqlitestore.Option) string {
+		dir := t.TempDir()
+		s, err := sqlitestore.Open(filepath.Join(dir, "hooks.db"), opts...)
+		require.NoError(t, err)
+		require.NoError(t, s.CreateSubscription(ctx, &webhooks.Subscription{ID: "s", Pattern: "/**", Webhook: "https://example.com/s", Secret: secret}))
+		_, err = s.LoadOrStoreSigningKey(ctx, signingKey)
+		require.NoError(t, err)
+		require.NoError(t, s.Close())
+		return dir
+	}
+
+	t.Run("plaintext without a key", func(t *testing.T) {
+		raw := sqlFileBytes(t, store())
+		require.True(t, bytes.Contains(raw, []byte(secret)), "the search finds plaintext")
+		require.True(t, bytes.Contains(raw, signingKey))
+	})
+
+	dir := store(sqlitestore.WithEncryptionKey(sqlKey('k')))
+	path := filepath.Join(dir, "hooks.db")
+
+	t.Run("sealed with a key", func(t *testing.T) {
+		raw := sqlFileBytes(t, dir)
+		require.False(t, bytes.Contains(raw, []byte(secret)))
+		require.False(t, bytes.Contains(raw, signingKey))
+	})
+
+	t.Run("the key opens it", func(t *testing.T) {
+		s := sqlOpen(t, path, sqlitestore.WithEncryptionKey(sqlKey('k')))
+		sub, err := s.GetSubscription(ctx, "s")
+		require.NoError(t, err)
+		require.Equal(t, secret, sub.Secret)
+		subs, err := s.ListSubscriptions(ctx)
+		require.NoError(t, err)
+		require.Equal(t, secret, subs[0].Secret)
+		got, err := s.LoadOrStoreSigningKey(ctx, []byte("another key"))
+		require.NoError(t, err)
+		require.Equal(t, signingKey, got)
+	})
+
+	t.Run("a wrong key fails at open", func(t *testing.T) {
+		_, err := sqlitestore.Open(path, sqlitestore.WithEncryptionKey(sqlKey('x')))
+		require.ErrorContains(t, err, "encryption key does not match")
+	})
+
+	t.Run("no key fails at open", func(t *testing.T) {
+		_, err := sqlitestore.Open(path)
+		require.ErrorContains(t, err, "database is encrypted")
+	})
+
+	t.Run("a key cannot adopt plaintext secrets", func(t *testing.T) {
+		_, err := sqlitestore.Open(filepath.Join(store(), "hooks.db"), sqlitestore.WithEncryptionKey(sqlKey('k')))
+		require.ErrorContains(t, err, "plaintext secrets")
+	})
+}
+
+// TestTwoHandlesNoLostUpdate increments one counter through two Stores on
+// the same file, as two engine processes would: the write lock taken before
+// the read must serialize them across handles.
+func TestTwoHandlesNoLostUpdate(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "hooks.db")
+	a, b := sqlOpen(t, path), sqlOpen(t, path)
+	sqlSetup(t, a, "/a")
+	id := webhooks.ConsumerID("s", "/a")
+
+	const workers, increments = 4, 50
+	var wg sync.WaitGroup
+	for i := range workers {
+		s := []*sqlitestore.Store{a, b}[i%2]
+		wg.Go(func() {
+			for range increments {
+				if _, err := s.UpdateConsumer(ctx, id, sqlSave(func(c *webhooks.Consumer) { c.Epoch++ })); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for _, s := range []*sqlitestore.Store{a, b} {
+		c, err := s.GetConsumer(ctx, id)
+		require.NoError(t, err)
+		require.EqualValues(t, workers*increments, c.Epoch)
+	}
+}
+
+func TestUpdateConsumerPanicRollsBack(t *testing.T) {
+	ctx := context.Background()
+	s := sqlOpen(t, filepath.Join(t.TempDir(), "hooks.db"))
+	sqlSetup(t, s, "/a")
+	id := webhooks.ConsumerID("s", "/a")
+
+	require.PanicsWithValue(t, "boom", func() {
+		_, _ = s.UpdateConsumer(ctx, id, func(c *webhooks.Consumer) (webhooks.UpdateAction, error) {
+			c.Epoch = 9
+			panic("boom")
+		})
+	}, "the panic reaches the caller, not the writer goroutine")
+
+	c, err := s.UpdateConsumer(ctx, id, sqlSave(func(c *webhooks.Consumer) { c.Attempt = 1 }))
+	require.NoError(t, err, "the store still writes")
+	require.Zero(t, c.Epoch)
+	require.Equal(t, 1, c.Attempt)
+}
+
+func TestUpdateConsumerCanceledContext(t *testing.T) {
+	s := sqlOpen(t, filepath.Join(t.TempDir(), "hooks.db"))
+	sqlSetup(t, s, "/a")
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	_, err := s.UpdateConsumer(ctx, webhooks.ConsumerID("s", "/a"), func(*webhooks.Consumer) (webhooks.UpdateAction, error) {
+		t.Error("fn called with a canceled context")
+		return webhooks.UpdateNone, nil
+	})
+	require.ErrorIs(t, err, context.Canceled)
+}
+
+func TestTimesOutsideRangeAreRejected(t *testing.T) {
+	ctx := context.Background()
+	s := sqlOpen(t, filepath.Join(t.TempDir(), "hooks.db"))
+	sqlSetup(t, s, "/a")
+	id := webhooks.ConsumerID("s", "/a")
+	far := time.Date(3000, 1, 1, 0, 0, 0, 0, time.UTC)
+	_, err := s.UpdateConsumer(ctx, id, sqlSave(func(c *webhooks.Consumer) { c.Deadline = far }))
+	require.ErrorContains(t, err, "outside the storable range")
+	c, err := s.GetConsumer(ctx, id)
+	require.NoError(t, err)
+	require.True(t, c.Deadline.IsZero())
+}
+
+func TestClose(t *testing.T) {
+	ctx := context.Background()
+	s, err := sqlitestore.Open(filepath.Join(t.TempDir(), "hooks.db"))
+	require.NoError(t, err)
+	require.NoError(t, s.Close())
+	require.NoError(t, s.Close(), "Close is idempotent")
+	err = s.CreateSubscription(ctx, &webhooks.Subscription{ID: "s"})
+	require.True(t, errors.Is(err, sqlitestore.ErrClosed), err)
+}

@@ -1,0 +1,128 @@
+package sqlitestore
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+
+	webhooks "github.com/streamhooks/webhooks"
+)
+
+const subscriptionCols = "id, pattern, webhook, description, secret, created_at"
+
+// CreateSubscription implements webhooks.Store.
+func (s *Store) CreateSubscription(ctx context.Context, sub *webhooks.Subscription) error {
+	created, err := nanos(sub.CreatedAt)
+	if err != nil {
+		return err
+	}
+	secret := s.sealer.seal([]byte(sub.Secret), adSecret(sub.ID))
+	return s.write(ctx, func(tx *wtx) error {
+		res, err := tx.exec(`INSERT INTO subscriptions (`+subscriptionCols+`) VALUES (?, ?, ?, ?, ?, ?)
+			ON CONFLICT (id) DO NOTHING`,
+			sub.ID, sub.Pattern, sub.Webhook, sub.Description, secret, created)
+		if err != nil {
+			return fmt.Errorf("sqlitestore: create subscription: %w", err)
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return fmt.Errorf("sqlitestore: create subscription: %w", err)
+		} else if n == 0 {
+			return webhooks.ErrSubscriptionExists
+		}
+		return nil
+	})
+}
+
+// GetSubscription implements webhooks.Store.
+func (s *Store) GetSubscription(ctx context.Context, id string) (*webhooks.Subscription, error) {
+	sub, err := s.scanSubscription(s.r.queryRow(ctx, "SELECT "+subscriptionCols+" FROM subscriptions WHERE id = ?", id))
+	if errors.Is(err, sql.ErrNoRows) {
+		return nil, webhooks.ErrSubscriptionNotFound
+	}
+	return sub, err
+}
+
+// ListSubscriptions implements webhooks.Store.
+func (s *Store) ListSubscriptions(ctx context.Context) ([]*webhooks.Subscription, error) {
+	rows, err := s.r.query(ctx, "SELECT "+subscriptionCols+" FROM subscriptions ORDER BY id")
+	if err != nil {
+		return nil, fmt.Errorf("sqlitestore: list subscriptions: %w", err)
+	}
+	defer rows.Close()
+	out := []*webhooks.Subscription{}
+	for rows.Next() {
+		sub, err := s.scanSubscription(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, sub)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("sqlitestore: list subscriptions: %w", err)
+	}
+	return out, nil
+}
+
+// DeleteSubscription implements webhooks.Store. Its consumers go with it,
+// by the schema's cascading foreign keys, in the same transaction.
+func (s *Store) DeleteSubscription(ctx context.Context, id string) error {
+	return s.write(ctx, func(tx *wtx) error {
+		res, err := tx.exec("DELETE FROM subscriptions WHERE id = ?", id)
+		if err != nil {
+			return fmt.Errorf("sqlitestore: delete subscription: %w", err)
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return fmt.Errorf("sqlitestore: delete subscription: %w", err)
+		} else if n == 0 {
+			return webhooks.ErrSubscriptionNotFound
+		}
+		return nil
+	})
+}
+
+// LoadOrStoreSigningKey implements webhooks.Store. It rejects an empty key,
+// which would make every token forgeable.
+func (s *Store) LoadOrStoreSigningKey(ctx context.Context, key []byte) ([]byte, error) {
+	if len(key) == 0 {
+		return nil, errors.New("sqlitestore: empty signing key")
+	}
+	const load = "SELECT value FROM meta WHERE key = 'signing_key'"
+	var sealed []byte
+	err := s.r.queryRow(ctx, load).Scan(&sealed)
+	if errors.Is(err, sql.ErrNoRows) {
+		err = s.write(ctx, func(tx *wtx) error {
+			// Another Store may have stored a key since the read above.
+			if _, err := tx.exec("INSERT INTO meta (key, value) VALUES ('signing_key', ?) ON CONFLICT (key) DO NOTHING",
+				s.sealer.seal(key, adSigningKey)); err != nil {
+				return err
+			}
+			return tx.queryRow(load).Scan(&sealed)
+		})
+	}
+	if err != nil {
+		return nil, fmt.Errorf("sqlitestore: signing key: %w", err)
+	}
+	return s.sealer.open(sealed, adSigningKey)
+}
+
+func (s *Store) scanSubscription(row scanner) (*webhooks.Subscription, error) {
+	var (
+		sub     webhooks.Subscription
+		secret  []byte
+		created sql.NullInt64
+	)
+	if err := row.Scan(&sub.ID, &sub.Pattern, &sub.Webhook, &sub.Description, &secret, &created); err != nil {
+		if errors.Is(err, sql.ErrNoRows) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("sqlitestore: read subscription: %w", err)
+	}
+	plain, err := s.sealer.open(secret, adSecret(sub.ID))
+	if err != nil {
+		return nil, err
+	}
+	sub.Secret = string(plain)
+	sub.CreatedAt = fromNanos(created)
+	return &sub, nil
+}

@@ -1,0 +1,187 @@
+package sqlitestore
+
+import (
+	"context"
+	"fmt"
+)
+
+// op is one write, run by the writer inside a group's transaction.
+type op struct {
+	ctx      context.Context
+	run      func(tx *wtx) error
+	err      error
+	panicked any // what run panicked with, re-raised in the caller
+	done     chan struct{}
+}
+
+// write runs fn in a write transaction that holds the database's write lock
+// and returns once that transaction has committed. If fn returns an error,
+// its changes are rolled back and write returns the error. fn runs on the
+// writer goroutine, so it must not call the Store's write methods.
+func (s *Store) write(ctx context.Context, fn func(tx *wtx) error) error {
+	o := &op{ctx: ctx, run: fn, done: make(chan struct{})}
+	select {
+	case s.ops <- o:
+	case <-s.closing:
+		return ErrClosed
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	// Once accepted, an op runs to its outcome: abandoning it here would
+	// leave the caller unsure whether it committed.
+	<-o.done
+	if o.panicked != nil {
+		panic(o.panicked)
+	}
+	return o.err
+}
+
+// writer is the single goroutine that writes. It takes the ops that queued
+// while the previous group committed and commits them as one group.
+func (s *Store) writer() {
+	defer close(s.writerDone)
+	if s.wal != nil {
+		defer close(s.syncKick)
+	}
+	batch := make([]*op, 0, maxBatch)
+	for {
+		select {
+		case o := <-s.ops:
+			batch = append(batch, o)
+		case <-s.closing:
+			return
+		}
+	fill:
+		for len(batch) < maxBatch {
+			select {
+			case o := <-s.ops:
+				batch = append(batch, o)
+			default:
+				break fill
+			}
+		}
+		if err := s.syncErr.Load(); err != nil {
+			fail(batch, *err)
+		} else {
+			s.commit(batch)
+		}
+		s.release(batch)
+		clear(batch)
+		batch = batch[:0]
+	}
+}
+
+// commit runs batch in one transaction, each op inside a savepoint so that
+// a failing op rolls back only its own changes. Ops whose changes were kept
+// succeed only if the transaction commits.
+func (s *Store) commit(batch []*op) {
+	// The transaction serves many callers, so no caller's context may
+	// interrupt it; each op's context is checked before the op runs.
+	if err := s.w.begin(); err != nil {
+		fail(batch, fmt.Errorf("sqlitestore: begin: %w", err))
+		return
+	}
+	for i, o := range batch {
+		if o.err = o.ctx.Err(); o.err != nil {
+			continue
+		}
+		if err := runInSavepoint(s.w, o); err != nil {
+			// The transaction is broken, perhaps rolled back by SQLite
+			// itself: nothing of this group can commit.
+			s.w.rollback()
+			fail(batch[:i+1], err)
+			for _, rest := range batch[i+1:] {
+				rest.err = err
+			}
+			return
+		}
+	}
+	if err := s.w.commit(); err != nil {
+		s.w.rollback()
+		fail(batch, fmt.Errorf("sqlitestore: commit: %w", err))
+	}
+}
+
+// release returns the ops of a committed group to their callers: at once
+// with SyncNormal, else once the syncer has synced the WAL.
+func (s *Store) release(batch []*op) {
+	if s.wal == nil {
+		for _, o := range batch {
+			close(o.done)
+		}
+		return
+	}
+	s.syncMu.Lock()
+	s.unsynced = append(s.unsynced, batch...)
+	s.syncMu.Unlock()
+	select {
+	case s.syncKick <- struct{}{}:
+	default: // the syncer has a kick pending and will see these ops
+	}
+}
+
+// syncWAL is fdatasync, replaced by tests that fail or hold syncs.
+var syncWAL = fdatasync
+
+// syncer makes committed groups durable. SQLite runs with
+// synchronous=NORMAL, so a commit writes the WAL without syncing it; one
+// fdatasync here then covers every group committed before it, while the
+// writer goes on with the next group instead of waiting for the disk.
+// Callers, including those whose op failed and may have read the unsynced
+// state, are released only after the sync.
+func (s *Store) syncer() {
+	defer close(s.syncerDone)
+	for range s.syncKick {
+		s.syncMu.Lock()
+		ops := s.unsynced
+		s.unsynced = nil
+		s.syncMu.Unlock()
+		if len(ops) == 0 {
+			continue
+		}
+		if err := syncWAL(s.wal); err != nil {
+			// What the failed sync covered may be lost, and a later sync
+			// could succeed without writing it: stop writing for good.
+			err = fmt.Errorf("sqlitestore: sync: %w", err)
+			s.syncErr.CompareAndSwap(nil, &err)
+			fail(ops, err)
+		}
+		for _, o := range ops {
+			close(o.done)
+		}
+	}
+}
+
+// runInSavepoint runs o inside a savepoint, recording its outcome in o. It
+// returns an error only if the savepoint itself fails.
+func runInSavepoint(tx *wtx, o *op) error {
+	if _, err := tx.exec("SAVEPOINT op"); err != nil {
+		return fmt.Errorf("sqlitestore: savepoint: %w", err)
+	}
+	func() {
+		defer func() { o.panicked = recover() }()
+		o.err = o.run(tx)
+	}()
+	if o.err == nil && o.panicked == nil {
+		if _, err := tx.exec("RELEASE op"); err != nil {
+			return fmt.Errorf("sqlitestore: release savepoint: %w", err)
+		}
+		return nil
+	}
+	if _, err := tx.exec("ROLLBACK TO op"); err != nil {
+		return fmt.Errorf("sqlitestore: rollback to savepoint: %w", err)
+	}
+	if _, err := tx.exec("RELEASE op"); err != nil {
+		return fmt.Errorf("sqlitestore: release savepoint: %w", err)
+	}
+	return nil
+}
+
+// fail sets err on the ops of batch that would otherwise have succeeded.
+func fail(batch []*op, err error) {
+	for _, o := range batch {
+		if o.err == nil && o.panicked == nil {
+			o.err = err
+		}
+	}
+}

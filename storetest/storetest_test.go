@@ -1,0 +1,397 @@
+package storetest_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"maps"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	webhooks "github.com/streamhooks/webhooks"
+	"github.com/streamhooks/webhooks/memstore"
+	"github.com/streamhooks/webhooks/storetest"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// TestRunDurable runs RunDurable against a store that snapshots a memstore
+// to a file on Close, so that the durable suite itself is exercised.
+func TestRunDurable(t *testing.T) {
+	storetest.RunDurable(t, func(t *testing.T, dir string) webhooks.Store { return openSnapshot(t, dir, nil) })
+}
+
+// mutants are stores broken in one way each, with the subtests that must
+// catch the breakage. TestSuiteCatchesMutants runs the suite against each
+// in a child process and expects those subtests to fail.
+var mutants = map[string]struct {
+	durable bool
+	open    func(t *testing.T, dir string) webhooks.Store
+	caught  []string
+	says    string // in the output too, if set
+}{
+	"lost-update": {
+		open:   func(*testing.T, string) webhooks.Store { return &lostUpdate{memstore.New()} },
+		caught: []string{"Concurrent/NoLostUpdate"},
+	},
+	"no-cascade": {
+		open:   func(*testing.T, string) webhooks.Store { return newNoCascade() },
+		caught: []string{"DeleteSubscriptionCascade", "Concurrent/DeleteCascade", "Model"},
+	},
+	"unordered-by-stream": {
+		open:   func(*testing.T, string) webhooks.Store { return &reversedByStream{memstore.New()} },
+		caught: []string{"ConsumersByStream", "Model"},
+	},
+	"latest-due-first": {
+		open:   func(*testing.T, string) webhooks.Store { return &latestDueFirst{memstore.New()} },
+		caught: []string{"DueConsumers", "Model"},
+	},
+	"aliasing": {
+		open:   func(*testing.T, string) webhooks.Store { return &aliasing{Store: memstore.New()} },
+		caught: []string{"CallerOwnsConsumers"},
+	},
+	"microseconds": {
+		open:   func(*testing.T, string) webhooks.Store { return &microseconds{memstore.New()} },
+		caught: []string{"ConsumerFields", "DueConsumers"},
+	},
+	"racy-key": {
+		open:   func(*testing.T, string) webhooks.Store { return &racyKey{Store: memstore.New()} },
+		caught: []string{"Concurrent/SigningKey"},
+	},
+	"forgets-secrets": {
+		durable: true,
+		open: func(t *testing.T, dir string) webhooks.Store {
+			return openSnapshot(t, dir, func(s *snapshot) {
+				for _, sub := range s.Subs {
+					sub.Secret = ""
+				}
+			})
+		},
+		caught: []string{"Everything", "Deletes"},
+	},
+	"not-a-closer": {
+		durable: true,
+		open:    func(*testing.T, string) webhooks.Store { return memstore.New() },
+		caught:  []string{"Empty", "Everything", "Updates", "Deletes"},
+		says:    "RunDurable needs a Store that implements io.Closer, and *memstore.Store does not",
+	},
+	"keeps-first-snapshot": {
+		durable: true,
+		open: func(t *testing.T, dir string) webhooks.Store {
+			st := openSnapshot(t, dir, nil)
+			_, err := os.Stat(st.file)
+			st.readOnly = err == nil
+			return st
+		},
+		caught: []string{"Updates", "Deletes"},
+	},
+}
+
+func TestSuiteCatchesMutants(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs the suite in child processes")
+	}
+	for name, m := range mutants {
+		t.Run(name, func(t *testing.T) {
+			cmd := exec.Command(os.Args[0], "-test.run=^TestMutant$", "-test.v", "-test.count=1")
+			cmd.Env = append(os.Environ(), "STORETEST_MUTANT="+name)
+			out, err := cmd.CombinedOutput()
+			var exit *exec.ExitError
+			require.ErrorAs(t, err, &exit, "the suite passed against mutant %s:\n%s", name, out)
+			for _, sub := range m.caught {
+				require.Contains(t, string(out), "--- FAIL: TestMutant/"+sub+" ", "mutant %s not caught by %s", name, sub)
+			}
+			require.Contains(t, string(out), m.says)
+		})
+	}
+}
+
+// TestMutant runs the suite against the mutant STORETEST_MUTANT names, in
+// the child process of TestSuiteCatchesMutants.
+func TestMutant(t *testing.T) {
+	name := os.Getenv("STORETEST_MUTANT")
+	if name == "" {
+		t.Skip("run by TestSuiteCatchesMutants")
+	}
+	m, ok := mutants[name]
+	require.True(t, ok, "unknown mutant %q", name)
+	if m.durable {
+		storetest.RunDurable(t, m.open)
+	} else {
+		storetest.Run(t, func(t *testing.T) webhooks.Store { return m.open(t, "") })
+	}
+}
+
+// lostUpdate reads, runs fn and writes without holding the consumer.
+type lostUpdate struct{ *memstore.Store }
+
+func (s *lostUpdate) UpdateConsumer(ctx context.Context, id string, fn func(c *webhooks.Consumer) (webhooks.UpdateAction, error)) (*webhooks.Consumer, error) {
+	c, err := s.GetConsumer(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	action, err := fn(c)
+	if err != nil {
+		return nil, err
+	}
+	return s.Store.UpdateConsumer(ctx, id, func(stored *webhooks.Consumer) (webhooks.UpdateAction, error) {
+		*stored = *c
+		return action, nil
+	})
+}
+
+// noCascade keeps subscriptions apart from the memstore that holds the
+// consumers, so deleting one leaves its consumers behind.
+type noCascade struct {
+	*memstore.Store
+	mu   sync.Mutex
+	subs map[string]*webhooks.Subscription
+}
+
+func newNoCascade() *noCascade {
+	return &noCascade{Store: memstore.New(), subs: make(map[string]*webhooks.Subscription)}
+}
+
+func (s *noCascade) CreateSubscription(ctx context.Context, sub *webhooks.Subscription) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.subs[sub.ID] != nil {
+		return webhooks.ErrSubscriptionExists
+	}
+	s.subs[sub.ID] = sub.Clone()
+	if err := s.Store.CreateSubscription(ctx, sub); err != nil && !errors.Is(err, webhooks.ErrSubscriptionExists) {
+		return err
+	}
+	return nil
+}
+
+func (s *noCascade) GetSubscription(_ context.Context, id string) (*webhooks.Subscription, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if sub := s.subs[id]; sub != nil {
+		return sub.Clone(), nil
+	}
+	return nil, webhooks.ErrSubscriptionNotFound
+}
+
+func (s *noCascade) ListSubscriptions(context.Context) ([]*webhooks.Subscription, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []*webhooks.Subscription
+	for _, id := range slices.Sorted(maps.Keys(s.subs)) {
+		out = append(out, s.subs[id].Clone())
+	}
+	return out, nil
+}
+
+func (s *noCascade) DeleteSubscription(_ context.Context, id string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.subs[id] == nil {
+		return webhooks.ErrSubscriptionNotFound
+	}
+	delete(s.subs, id)
+	return nil
+}
+
+func (s *noCascade) CreateConsumer(ctx context.Context, c *webhooks.Consumer) error {
+	if _, err := s.GetSubscription(ctx, c.SubscriptionID); err != nil {
+		return err
+	}
+	return s.Store.CreateConsumer(ctx, c)
+}
+
+// reversedByStream returns ConsumersByStream in descending ID order.
+type reversedByStream struct{ *memstore.Store }
+
+func (s *reversedByStream) ConsumersByStream(ctx context.Context, path string) ([]*webhooks.Consumer, error) {
+	cs, err := s.Store.ConsumersByStream(ctx, path)
+	slices.Reverse(cs)
+	return cs, err
+}
+
+// latestDueFirst returns the latest due consumers first.
+type latestDueFirst struct{ *memstore.Store }
+
+func (s *latestDueFirst) DueConsumers(ctx context.Context, now time.Time, limit int) ([]*webhooks.Consumer, error) {
+	cs, err := s.Store.DueConsumers(ctx, now, 1<<20)
+	slices.Reverse(cs)
+	return cs[:min(limit, len(cs))], err
+}
+
+// aliasing hands out the same value to every GetConsumer until it changes.
+type aliasing struct {
+	*memstore.Store
+	mu    sync.Mutex
+	cache map[string]*webhooks.Consumer
+}
+
+func (s *aliasing) GetConsumer(ctx context.Context, id string) (*webhooks.Consumer, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c := s.cache[id]; c != nil {
+		return c, nil
+	}
+	c, err := s.Store.GetConsumer(ctx, id)
+	if err == nil {
+		if s.cache == nil {
+			s.cache = make(map[string]*webhooks.Consumer)
+		}
+		s.cache[id] = c
+	}
+	return c, err
+}
+
+func (s *aliasing) UpdateConsumer(ctx context.Context, id string, fn func(c *webhooks.Consumer) (webhooks.UpdateAction, error)) (*webhooks.Consumer, error) {
+	s.mu.Lock()
+	delete(s.cache, id)
+	s.mu.Unlock()
+	return s.Store.UpdateConsumer(ctx, id, fn)
+}
+
+// microseconds stores times rounded down to the microsecond.
+type microseconds struct{ *memstore.Store }
+
+func truncate(c *webhooks.Consumer) {
+	c.Deadline = c.Deadline.Truncate(time.Microsecond)
+	c.FailingSince = c.FailingSince.Truncate(time.Microsecond)
+	c.CreatedAt = c.CreatedAt.Truncate(time.Microsecond)
+	c.UpdatedAt = c.UpdatedAt.Truncate(time.Microsecond)
+}
+
+func (s *microseconds) CreateConsumer(ctx context.Context, c *webhooks.Consumer) error {
+	c = c.Clone()
+	truncate(c)
+	return s.Store.CreateConsumer(ctx, c)
+}
+
+func (s *microseconds) UpdateConsumer(ctx context.Context, id string, fn func(c *webhooks.Consumer) (webhooks.UpdateAction, error)) (*webhooks.Consumer, error) {
+	return s.Store.UpdateConsumer(ctx, id, func(c *webhooks.Consumer) (webhooks.UpdateAction, error) {
+		action, err := fn(c)
+		truncate(c)
+		return action, err
+	})
+}
+
+// racyKey checks for a stored key and stores one in two steps.
+type racyKey struct {
+	*memstore.Store
+	mu  sync.Mutex
+	key []byte
+}
+
+func (s *racyKey) LoadOrStoreSigningKey(_ context.Context, key []byte) ([]byte, error) {
+	s.mu.Lock()
+	stored := s.key
+	s.mu.Unlock()
+	if stored != nil {
+		return slices.Clone(stored), nil
+	}
+	runtime.Gosched()
+	s.mu.Lock()
+	s.key = slices.Clone(key)
+	s.mu.Unlock()
+	return slices.Clone(key), nil
+}
+
+// snapshot is what snapshotStore writes to its file.
+type snapshot struct {
+	Subs      []*webhooks.Subscription
+	Consumers []*webhooks.Consumer
+	Key       []byte
+}
+
+// snapshotStore is a memstore loaded from a file when opened and written
+// back when closed: the simplest durable Store.
+type snapshotStore struct {
+	*memstore.Store
+	file     string
+	onWrite  func(*snapshot) // breaks the snapshot, for mutants
+	readOnly bool            // never writes, for mutants
+
+	mu  sync.Mutex
+	ids map[string]bool // every consumer ID ever created; some deleted
+}
+
+func openSnapshot(t *testing.T, dir string, onWrite func(*snapshot)) *snapshotStore {
+	ctx := t.Context()
+	s := &snapshotStore{Store: memstore.New(), file: filepath.Join(dir, "store.json"), onWrite: onWrite, ids: make(map[string]bool)}
+	data, err := os.ReadFile(s.file)
+	if errors.Is(err, os.ErrNotExist) {
+		return s
+	}
+	require.NoError(t, err)
+	var snap snapshot
+	require.NoError(t, json.Unmarshal(data, &snap))
+	for _, sub := range snap.Subs {
+		require.NoError(t, s.Store.CreateSubscription(ctx, sub))
+	}
+	for _, c := range snap.Consumers {
+		require.NoError(t, s.CreateConsumer(ctx, c))
+	}
+	if snap.Key != nil {
+		_, err := s.LoadOrStoreSigningKey(ctx, snap.Key)
+		require.NoError(t, err)
+	}
+	return s
+}
+
+var _ io.Closer = (*snapshotStore)(nil)
+
+func (s *snapshotStore) CreateConsumer(ctx context.Context, c *webhooks.Consumer) error {
+	err := s.Store.CreateConsumer(ctx, c)
+	if err == nil {
+		s.mu.Lock()
+		s.ids[c.ID] = true
+		s.mu.Unlock()
+	}
+	return err
+}
+
+// Close writes the snapshot. The stored key is read back by offering an
+// empty key, which memstore refuses when it has none.
+func (s *snapshotStore) Close() error {
+	if s.readOnly {
+		return nil
+	}
+	ctx := context.Background()
+	var snap snapshot
+	var err error
+	if snap.Subs, err = s.ListSubscriptions(ctx); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	ids := slices.Sorted(maps.Keys(s.ids))
+	s.mu.Unlock()
+	for _, id := range ids {
+		c, err := s.GetConsumer(ctx, id)
+		if errors.Is(err, webhooks.ErrConsumerNotFound) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		snap.Consumers = append(snap.Consumers, c)
+	}
+	snap.Key, _ = s.LoadOrStoreSigningKey(ctx, nil)
+	if s.onWrite != nil {
+		s.onWrite(&snap)
+	}
+	data, err := json.Marshal(&snap)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(s.file, data, 0o600)
+}
