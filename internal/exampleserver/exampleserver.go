@@ -33,6 +33,9 @@ type Config struct {
 	Logger *slog.Logger
 	// EngineOptions are added to the engine's options.
 	EngineOptions []webhooks.Option
+	// Store holds the engine's subscriptions and consumers; nil means a new
+	// memstore. The benchmark program selects it.
+	Store webhooks.Store
 }
 
 // Running is a started server. Call Close, once, to stop it.
@@ -42,7 +45,7 @@ type Running struct {
 	URL string
 	// Store holds the engine's subscriptions and consumers; tests and the
 	// demo read consumer state from it.
-	Store *memstore.Store
+	Store webhooks.Store
 
 	streams *dstream.Server
 	engine  *webhooks.Engine
@@ -74,7 +77,10 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 	}
 	opts = append(opts, cfg.EngineOptions...)
 	streams := dstream.New(dstream.Options{Logger: log})
-	store := memstore.New()
+	store := cfg.Store
+	if store == nil {
+		store = memstore.New()
+	}
 	engine, err := webhooks.New(store, streams, opts...)
 	if err == nil {
 		err = engine.Start(ctx)
