@@ -1,8 +1,9 @@
-// Command streamserver is an in-memory Durable Streams server with the
-// webhook engine mounted: streams, the subscription API and the callback
-// API on one address.
+// Command streamserver is a Durable Streams server with the webhook engine
+// mounted: streams, the subscription API and the callback API on one
+// address. It keeps everything in memory, or with -data in a directory, so
+// that streams, subscriptions and acked offsets survive a restart.
 //
-//	go run ./examples/streamserver -addr 127.0.0.1:8787 -dev
+//	go run ./examples/streamserver -addr 127.0.0.1:8787 -dev -data ./data
 package main
 
 import (
@@ -24,6 +25,7 @@ func main() {
 	dev := flag.Bool("dev", false, "allow webhooks on loopback over plain http (development only)")
 	callbackBase := flag.String("callback-base", "", `public base URL of the callback API (default "http://" + the listen address)`)
 	waking := flag.Duration("waking-timeout", webhooks.DefaultWakingTimeout, "how long a woken consumer has to claim its wake")
+	data := flag.String("data", "", "keep streams and engine state in this directory (default: in memory)")
 	liveness := flag.Duration("liveness-timeout", webhooks.DefaultLivenessTimeout, "how long a LIVE consumer may stay silent")
 	flag.Parse()
 
@@ -33,6 +35,7 @@ func main() {
 		CallbackBase:  *callbackBase,
 		Dev:           *dev,
 		Logger:        log,
+		DataDir:       *data,
 		EngineOptions: []webhooks.Option{webhooks.WithTimeouts(*waking, *liveness, 0)},
 	}
 	if err := run(cfg, log); err != nil {
@@ -48,7 +51,7 @@ func run(cfg exampleserver.Config, log *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("starting: %w", err)
 	}
-	log.Info("serving streams, subscriptions and callbacks", "url", srv.URL, "dev", cfg.Dev)
+	log.Info("serving streams, subscriptions and callbacks", "url", srv.URL, "dev", cfg.Dev, "data", cfg.DataDir)
 	<-ctx.Done()
 	stop() // a second signal kills the process at once
 	log.Info("shutting down")

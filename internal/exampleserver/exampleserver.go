@@ -1,5 +1,5 @@
 // Package exampleserver runs a Durable Streams server with the webhook
-// engine mounted on an in-memory store. It is the wiring that
+// engine mounted, in memory or on a data directory. It is the wiring that
 // examples/streamserver, the demo and the end-to-end tests share, so that
 // what the tests exercise is what the example runs.
 package exampleserver
@@ -8,14 +8,18 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"path/filepath"
 	"time"
 
 	webhooks "github.com/streamhooks/webhooks"
 	"github.com/streamhooks/webhooks/internal/dstream"
 	"github.com/streamhooks/webhooks/memstore"
+	"github.com/streamhooks/webhooks/sqlitestore"
 )
 
 // Config configures Start.
@@ -33,9 +37,13 @@ type Config struct {
 	Logger *slog.Logger
 	// EngineOptions are added to the engine's options.
 	EngineOptions []webhooks.Option
-	// Store holds the engine's subscriptions and consumers; nil means a new
-	// memstore. The benchmark program selects it.
+	// Store holds the engine's subscriptions and consumers; nil means a
+	// SQLite store in DataDir, or a new memstore without one. The benchmark
+	// program selects it.
 	Store webhooks.Store
+	// DataDir, if set, keeps the streams and, unless Store is set, the
+	// engine's state in this directory, so that both survive a restart.
+	DataDir string
 }
 
 // Running is a started server. Call Close, once, to stop it.
@@ -48,6 +56,7 @@ type Running struct {
 	Store webhooks.Store
 
 	streams *dstream.Server
+	owned   io.Closer // the store Start opened, if any
 	engine  *webhooks.Engine
 	http    *http.Server
 	served  chan error
@@ -76,10 +85,10 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 		opts = append(opts, webhooks.WithWebhookPolicy(webhooks.WebhookPolicy{AllowLoopback: true}))
 	}
 	opts = append(opts, cfg.EngineOptions...)
-	streams := dstream.New(dstream.Options{Logger: log})
-	store := cfg.Store
-	if store == nil {
-		store = memstore.New()
+	streams, store, owned, err := open(cfg, log)
+	if err != nil {
+		_ = ln.Close()
+		return nil, err
 	}
 	engine, err := webhooks.New(store, streams, opts...)
 	if err == nil {
@@ -87,6 +96,9 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 	}
 	if err != nil {
 		_ = ln.Close()
+		if owned != nil {
+			_ = owned.Close()
+		}
 		return nil, err
 	}
 	// The engine is built from the stream server, so it is registered as
@@ -96,6 +108,7 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 		URL:     url,
 		Store:   store,
 		streams: streams,
+		owned:   owned,
 		engine:  engine,
 		http: &http.Server{
 			Handler:           engine.Handler(streams),
@@ -117,7 +130,38 @@ func (r *Running) Close(ctx context.Context) error {
 	if serr := <-r.served; !errors.Is(serr, http.ErrServerClosed) {
 		err = errors.Join(err, fmt.Errorf("serving: %w", serr))
 	}
-	return errors.Join(err, r.engine.Stop(ctx))
+	err = errors.Join(err, r.engine.Stop(ctx))
+	if r.owned != nil {
+		err = errors.Join(err, r.owned.Close())
+	}
+	return err
+}
+
+// open returns the stream server and the engine's store that cfg asks for,
+// and the store to close with the server if open created it.
+func open(cfg Config, log *slog.Logger) (*dstream.Server, webhooks.Store, io.Closer, error) {
+	if cfg.DataDir == "" {
+		store := cfg.Store
+		if store == nil {
+			store = memstore.New()
+		}
+		return dstream.New(dstream.Options{Logger: log}), store, nil, nil
+	}
+	if err := os.MkdirAll(cfg.DataDir, 0o700); err != nil {
+		return nil, nil, nil, err
+	}
+	streams, err := dstream.Open(filepath.Join(cfg.DataDir, "streams"), dstream.Options{Logger: log})
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("opening streams: %w", err)
+	}
+	if cfg.Store != nil {
+		return streams, cfg.Store, nil, nil
+	}
+	store, err := sqlitestore.Open(filepath.Join(cfg.DataDir, "engine.db"))
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("opening the engine's store: %w", err)
+	}
+	return streams, store, store, nil
 }
 
 // advertised is the host:port clients dial for a listener at addr. A

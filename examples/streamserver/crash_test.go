@@ -1,0 +1,642 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httptrace"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	webhooks "github.com/streamhooks/webhooks"
+	"github.com/streamhooks/webhooks/sqlitestore"
+)
+
+// crashChildEnv makes the test binary run the stream server instead of the
+// tests, so the crash test kills the real program.
+const crashChildEnv = "STREAMSERVER_CRASH_CHILD"
+
+var (
+	crashKills = flag.Int("crash.kills", 12, "how many times TestCrashRecovery kills the server")
+	crashSeed  = flag.Uint64("crash.seed", 0, "seed of TestCrashRecovery's kill schedule; 0 picks one")
+)
+
+func TestMain(m *testing.M) {
+	if os.Getenv(crashChildEnv) == "1" {
+		main()
+		return
+	}
+	goleak.VerifyTestMain(m)
+}
+
+const (
+	crashWaking   = 2 * time.Second
+	crashLiveness = 3 * time.Second
+	crashStreams  = 6
+)
+
+// crashSubs are the test's subscriptions: every stream has a consumer of
+// "all", and /crash/s1 one of "one" too.
+var crashSubs = map[string]string{"all": "/crash/*", "one": "/crash/s1", "none": "/elsewhere/**"}
+
+// TestCrashRecovery runs the example server as a child process on a data
+// directory, with consumers cycling through wake, claim, ack and done, and
+// kills it with SIGKILL again and again: at random moments, while a webhook
+// is being delivered, and between an ack reaching the server and its
+// response. After every kill it reads the engine's database and checks that
+// nothing was lost; at the end every consumer must catch up.
+func TestCrashRecovery(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts and kills a server process many times")
+	}
+	seed := *crashSeed
+	if seed == 0 {
+		seed = uint64(time.Now().UnixNano())
+	}
+	t.Logf("seed %d (replay with -crash.seed=%d)", seed, seed)
+	rng := rand.New(rand.NewPCG(seed, seed))
+
+	w := newCrashWorld(t)
+	w.start()
+	for id, pattern := range crashSubs {
+		w.subscribe(id, pattern)
+	}
+	for i := 1; i <= crashStreams; i++ {
+		w.createStream(fmt.Sprintf("/crash/s%d", i))
+	}
+	stopWriter := w.writeContinuously()
+
+	for kill := range *crashKills {
+		switch moment := kill % 3; moment {
+		case 0:
+			time.Sleep(time.Duration(50+rng.IntN(500)) * time.Millisecond)
+		case 1:
+			w.killOn(&w.onWebhook, "mid-delivery")
+		case 2:
+			w.killOn(&w.onAckSent, "between an ack and its response")
+		}
+		w.kill()
+		w.checkDurableState()
+		w.start()
+	}
+
+	// Deadlines that pass while the server is down fire at start-up.
+	w.stall.Store(true)
+	w.waitAllLive()
+	w.appendToAll()
+	w.kill()
+	w.checkDurableState()
+	live, deadline := w.liveAtKill()
+	time.Sleep(time.Until(deadline) + 100*time.Millisecond)
+	before := map[string]int64{}
+	for id, e := range w.epochs() {
+		if live[id] {
+			before[id] = e
+		}
+	}
+	require.NotEmpty(t, before, "no consumer was LIVE at the kill")
+	w.stall.Store(false)
+	restarted := time.Now()
+	w.start()
+	w.waitRewoken(before, restarted)
+
+	stopWriter()
+	w.waitCaughtUp()
+	w.checkNoTokenRefused()
+}
+
+// crashWorld is the server process, its data directory, the webhook
+// receiver acting as every consumer, and what the test has observed.
+type crashWorld struct {
+	t       *testing.T
+	dir     string
+	addr    string
+	base    string
+	recv    *httptest.Server
+	client  *http.Client
+	cmd     *exec.Cmd
+	exited  chan struct{}
+	logs    *syncBuffer
+	stall   atomic.Bool
+	workers sync.WaitGroup
+
+	// onWebhook and onAckSent, when set, are closed by the next webhook to
+	// arrive or the next ack to be sent, which then waits for the kill.
+	onWebhook atomic.Pointer[chan struct{}]
+	onAckSent atomic.Pointer[chan struct{}]
+
+	mu       sync.Mutex
+	secrets  map[string]string                // subscription → secret
+	appended map[string]string                // stream → tail after its last successful append
+	acked    map[string]map[string]string     // consumer → stream → offset acked with a 200
+	notified map[string]webhooks.Notification // consumer → latest notification
+	wakes    map[string]map[int64]string      // consumer → epoch → wake id
+	stored   map[string]*webhooks.Consumer    // consumer → state read after the last kill
+	refused  []string                         // callbacks refused with TOKEN_INVALID
+}
+
+func newCrashWorld(t *testing.T) *crashWorld {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close())
+	w := &crashWorld{
+		t:        t,
+		dir:      t.TempDir(),
+		addr:     addr,
+		base:     "http://" + addr,
+		client:   &http.Client{Timeout: 5 * time.Second},
+		logs:     &syncBuffer{},
+		secrets:  map[string]string{},
+		appended: map[string]string{},
+		acked:    map[string]map[string]string{},
+		notified: map[string]webhooks.Notification{},
+		stored:   map[string]*webhooks.Consumer{},
+		wakes:    map[string]map[int64]string{},
+	}
+	w.recv = httptest.NewServer(http.HandlerFunc(w.webhook))
+	t.Cleanup(func() {
+		if w.cmd != nil {
+			w.kill()
+		}
+		w.workers.Wait()
+		w.recv.Close()
+		w.client.CloseIdleConnections()
+		if t.Failed() {
+			t.Logf("server logs (tail):\n%s", w.logs.tail(4000))
+		}
+	})
+	return w
+}
+
+// start runs the server on the data directory and waits until it answers.
+func (w *crashWorld) start() {
+	w.t.Helper()
+	cmd := exec.Command(os.Args[0],
+		"-addr", w.addr, "-dev", "-data", w.dir,
+		"-waking-timeout", crashWaking.String(), "-liveness-timeout", crashLiveness.String())
+	cmd.Env = append(os.Environ(), crashChildEnv+"=1")
+	cmd.Stdout, cmd.Stderr = w.logs, w.logs
+	require.NoError(w.t, cmd.Start())
+	exited := make(chan struct{})
+	w.cmd, w.exited = cmd, exited
+	go func() {
+		_ = cmd.Wait()
+		close(exited)
+	}()
+	require.Eventually(w.t, func() bool {
+		resp, err := w.client.Get(w.base + "/crash/*?subscriptions")
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}, 20*time.Second, 10*time.Millisecond, "the server did not come up")
+}
+
+// kill ends the server with SIGKILL and waits until it is gone.
+func (w *crashWorld) kill() {
+	w.t.Helper()
+	require.NoError(w.t, w.cmd.Process.Signal(syscall.SIGKILL))
+	<-w.exited
+	w.cmd = nil
+	// Connections to the dead process would fail on first use.
+	w.client.CloseIdleConnections()
+}
+
+// killOn arms hook, then waits for it to fire before the caller kills.
+func (w *crashWorld) killOn(hook *atomic.Pointer[chan struct{}], moment string) {
+	w.t.Helper()
+	ch := make(chan struct{})
+	hook.Store(&ch)
+	select {
+	case <-ch:
+	case <-time.After(10 * time.Second):
+		hook.Store(nil)
+		w.t.Logf("nothing happened %s within 10s; killing anyway", moment)
+	}
+}
+
+// fire closes hook's channel, if armed, and reports whether it did.
+func fire(hook *atomic.Pointer[chan struct{}]) bool {
+	ch := hook.Swap(nil)
+	if ch == nil {
+		return false
+	}
+	close(*ch)
+	return true
+}
+
+func (w *crashWorld) subscribe(id, pattern string) {
+	w.t.Helper()
+	body := fmt.Sprintf(`{"webhook":%q}`, w.recv.URL+"/hook")
+	req, err := http.NewRequest(http.MethodPut, w.base+pattern+"?subscription="+id, strings.NewReader(body))
+	require.NoError(w.t, err)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := w.client.Do(req)
+	require.NoError(w.t, err)
+	defer resp.Body.Close()
+	require.Equal(w.t, http.StatusCreated, resp.StatusCode)
+	var created struct {
+		Secret string `json:"webhook_secret"`
+	}
+	require.NoError(w.t, json.NewDecoder(resp.Body).Decode(&created))
+	w.mu.Lock()
+	w.secrets[id] = created.Secret
+	w.mu.Unlock()
+}
+
+func (w *crashWorld) createStream(path string) {
+	w.t.Helper()
+	req, err := http.NewRequest(http.MethodPut, w.base+path, nil)
+	require.NoError(w.t, err)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := w.client.Do(req)
+	require.NoError(w.t, err)
+	resp.Body.Close()
+	require.Equal(w.t, http.StatusCreated, resp.StatusCode)
+}
+
+// appendEvent appends one event to path and records the new tail. Appends
+// made while the server is down fail and are not recorded.
+func (w *crashWorld) appendEvent(path string, n int) error {
+	resp, err := w.client.Post(w.base+path, "application/json", strings.NewReader(fmt.Sprintf(`[{"n":%d}]`, n)))
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode/100 != 2 {
+		return fmt.Errorf("append to %s: %s", path, resp.Status)
+	}
+	w.mu.Lock()
+	w.appended[path] = resp.Header.Get("Stream-Next-Offset")
+	w.mu.Unlock()
+	return nil
+}
+
+// writeContinuously appends to random streams until the returned function
+// is called, or the test ends.
+func (w *crashWorld) writeContinuously() (stop func()) {
+	done := make(chan struct{})
+	w.workers.Add(1)
+	go func() {
+		defer w.workers.Done()
+		for n := 0; ; n++ {
+			select {
+			case <-done:
+				return
+			case <-time.After(15 * time.Millisecond):
+			}
+			_ = w.appendEvent(fmt.Sprintf("/crash/s%d", 1+n%crashStreams), n)
+		}
+	}()
+	stop = sync.OnceFunc(func() { close(done) })
+	w.t.Cleanup(stop) // runs before newCrashWorld's cleanup waits for workers
+	return stop
+}
+
+func (w *crashWorld) appendToAll() {
+	w.t.Helper()
+	for i := 1; i <= crashStreams; i++ {
+		require.NoError(w.t, w.appendEvent(fmt.Sprintf("/crash/s%d", i), -i))
+	}
+}
+
+// webhook is every consumer's endpoint. It checks the notification and
+// answers 200 at once, then claims, acks and finishes in the background,
+// the way a serverless consumer does.
+func (w *crashWorld) webhook(rw http.ResponseWriter, r *http.Request) {
+	body, err := io.ReadAll(r.Body)
+	if err != nil {
+		return
+	}
+	var peek webhooks.Notification
+	if err := json.Unmarshal(body, &peek); err != nil {
+		w.t.Errorf("webhook body: %v", err)
+		return
+	}
+	w.mu.Lock()
+	secret := w.secrets[strings.SplitN(peek.ConsumerID, ":", 2)[0]]
+	w.mu.Unlock()
+	r.Body = io.NopCloser(bytes.NewReader(body))
+	n, err := webhooks.ParseNotification(r, secret, time.Now())
+	if err != nil {
+		w.t.Errorf("webhook for %s does not verify: %v", peek.ConsumerID, err)
+		return
+	}
+	w.recordWake(n)
+	if fire(&w.onWebhook) {
+		// Killed before the response is written: a delivery in flight.
+		<-r.Context().Done()
+		return
+	}
+	rw.WriteHeader(http.StatusOK)
+	if w.stall.Load() {
+		return
+	}
+	w.workers.Add(1)
+	go func() {
+		defer w.workers.Done()
+		w.consume(n)
+	}()
+}
+
+// recordWake checks S1 on what the consumer sees: epochs never go back, and
+// an epoch always comes with the same wake id.
+func (w *crashWorld) recordWake(n *webhooks.Notification) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.wakes[n.ConsumerID] == nil {
+		w.wakes[n.ConsumerID] = map[int64]string{}
+	}
+	if id, ok := w.wakes[n.ConsumerID][n.Epoch]; ok && id != n.WakeID {
+		w.t.Errorf("S1: %s epoch %d came with wake ids %s and %s", n.ConsumerID, n.Epoch, id, n.WakeID)
+	}
+	w.wakes[n.ConsumerID][n.Epoch] = n.WakeID
+	if last, ok := w.notified[n.ConsumerID]; ok && n.Epoch < last.Epoch {
+		w.t.Errorf("S1: %s woken at epoch %d after epoch %d", n.ConsumerID, n.Epoch, last.Epoch)
+	}
+	w.notified[n.ConsumerID] = *n
+}
+
+// consume claims the wake, acks every stream up to its tail and says done.
+// Calls that fail because the server is down are retried for a while;
+// refusals end the cycle, which the engine then expires and wakes again.
+func (w *crashWorld) consume(n *webhooks.Notification) {
+	hc := &http.Client{Timeout: 5 * time.Second}
+	defer hc.CloseIdleConnections()
+	cc := webhooks.NewCallbackClient(n, hc)
+	var acks []webhooks.StreamOffset
+	for _, s := range n.Streams {
+		tail, err := w.tail(s.Path)
+		if err != nil {
+			return
+		}
+		acks = append(acks, webhooks.StreamOffset{Path: s.Path, Offset: tail})
+	}
+	for _, req := range []webhooks.CallbackRequest{{Acks: acks}, {Done: true}} {
+		if !w.call(n, cc, req) {
+			return
+		}
+	}
+}
+
+// call sends one callback, retrying while the server is unreachable.
+func (w *crashWorld) call(n *webhooks.Notification, cc *webhooks.CallbackClient, req webhooks.CallbackRequest) bool {
+	ctx := context.Background()
+	if len(req.Acks) > 0 {
+		// Once an ack is on the wire the test may kill the server before
+		// it answers.
+		ctx = httptrace.WithClientTrace(ctx, &httptrace.ClientTrace{
+			WroteRequest: func(httptrace.WroteRequestInfo) { fire(&w.onAckSent) },
+		})
+	}
+	for range 50 {
+		_, err := cc.Send(ctx, req)
+		var ce *webhooks.CallbackError
+		switch {
+		case err == nil:
+			w.recordAcks(n.ConsumerID, req.Acks)
+			return true
+		case errors.As(err, &ce):
+			if ce.Code == webhooks.CodeTokenInvalid {
+				w.mu.Lock()
+				w.refused = append(w.refused, fmt.Sprintf("%s epoch %d: %s", n.ConsumerID, n.Epoch, ce.Message))
+				w.mu.Unlock()
+			}
+			return false
+		}
+		time.Sleep(100 * time.Millisecond) // the server is restarting
+	}
+	return false
+}
+
+func (w *crashWorld) recordAcks(id string, acks []webhooks.StreamOffset) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.acked[id] == nil {
+		w.acked[id] = map[string]string{}
+	}
+	for _, a := range acks {
+		if a.Offset > w.acked[id][a.Path] {
+			w.acked[id][a.Path] = a.Offset
+		}
+	}
+}
+
+// tail reads a stream's tail offset with HEAD.
+func (w *crashWorld) tail(path string) (string, error) {
+	resp, err := w.client.Head(w.base + path)
+	if err != nil {
+		return "", err
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return "", fmt.Errorf("HEAD %s: %s", path, resp.Status)
+	}
+	return resp.Header.Get("Stream-Next-Offset"), nil
+}
+
+// checkDurableState reads the engine's database while the server is down
+// and checks it against everything the server acknowledged: no
+// subscription is lost, no acked offset moved back (S4), epochs never fall
+// (S1).
+func (w *crashWorld) checkDurableState() {
+	w.t.Helper()
+	store, err := sqlitestore.Open(filepath.Join(w.dir, "engine.db"))
+	require.NoError(w.t, err)
+	defer store.Close()
+	ctx := context.Background()
+
+	subs, err := store.ListSubscriptions(ctx)
+	require.NoError(w.t, err)
+	var ids []string
+	for _, s := range subs {
+		ids = append(ids, s.ID)
+	}
+	require.ElementsMatch(w.t, []string{"all", "one", "none"}, ids, "a subscription was lost")
+
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for i := 1; i <= crashStreams; i++ {
+		path := fmt.Sprintf("/crash/s%d", i)
+		for _, sub := range []string{"all", "one"} {
+			if sub == "one" && path != "/crash/s1" {
+				continue
+			}
+			id := webhooks.ConsumerID(sub, path)
+			c, err := store.GetConsumer(ctx, id)
+			if errors.Is(err, webhooks.ErrConsumerNotFound) && w.acked[id] == nil && w.notified[id].Epoch == 0 {
+				continue // spawned on the first append, which may not have happened yet
+			}
+			require.NoError(w.t, err, "consumer %s", id)
+			for _, s := range c.Streams {
+				require.GreaterOrEqual(w.t, s.Offset, w.acked[id][s.Path], "S4: %s's ack of %s moved back", id, s.Path)
+				if prev := w.stored[id]; prev != nil {
+					for _, p := range prev.Streams {
+						if p.Path == s.Path {
+							require.GreaterOrEqual(w.t, s.Offset, p.Offset, "S4: %s's ack of %s moved back across a restart", id, s.Path)
+						}
+					}
+				}
+			}
+			require.GreaterOrEqual(w.t, c.Epoch, w.notified[id].Epoch, "S1: %s's epoch fell below one it was woken with", id)
+			if prev := w.stored[id]; prev != nil {
+				require.GreaterOrEqual(w.t, c.Epoch, prev.Epoch, "S1: %s's epoch fell across a restart", id)
+			}
+			w.stored[id] = c
+		}
+	}
+}
+
+// liveAtKill returns the consumers that were LIVE when the server was last
+// killed, and the latest of their deadlines.
+func (w *crashWorld) liveAtKill() (map[string]bool, time.Time) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	live := map[string]bool{}
+	var latest time.Time
+	for id, c := range w.stored {
+		if c.State != webhooks.StateLive {
+			continue
+		}
+		live[id] = true
+		if c.Deadline.After(latest) {
+			latest = c.Deadline
+		}
+	}
+	return live, latest
+}
+
+// epochs returns the latest epoch each consumer was woken with.
+func (w *crashWorld) epochs() map[string]int64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := map[string]int64{}
+	for id, n := range w.notified {
+		out[id] = n.Epoch
+	}
+	return out
+}
+
+// waitAllLive waits until every consumer has answered a wake while the
+// receiver stalls, so all are LIVE and none will call back.
+func (w *crashWorld) waitAllLive() {
+	w.t.Helper()
+	require.Eventually(w.t, func() bool {
+		w.mu.Lock()
+		n := len(w.notified)
+		w.mu.Unlock()
+		return n == crashStreams+1
+	}, 30*time.Second, 10*time.Millisecond)
+	// Wakes already answered before the stall may still be cycling; let
+	// every consumer be woken once more while stalled.
+	before := w.epochs()
+	require.NoError(w.t, w.appendEventsAndWait(before))
+}
+
+func (w *crashWorld) appendEventsAndWait(before map[string]int64) error {
+	w.appendToAll()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		now := w.epochs()
+		all := true
+		for id, e := range before {
+			if now[id] <= e {
+				all = false
+			}
+		}
+		if all {
+			return nil
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return errors.New("not every consumer was woken while stalled")
+}
+
+// waitRewoken checks that every consumer, LIVE with an expired deadline
+// when the server came back, is woken again well within one liveness
+// timeout of the restart.
+func (w *crashWorld) waitRewoken(before map[string]int64, restarted time.Time) {
+	w.t.Helper()
+	require.Eventually(w.t, func() bool {
+		now := w.epochs()
+		for id, e := range before {
+			if now[id] <= e {
+				return false
+			}
+		}
+		return true
+	}, 30*time.Second, 10*time.Millisecond, "not every consumer was woken after the restart")
+	took := time.Since(restarted)
+	require.Less(w.t, took, crashLiveness/2,
+		"overdue deadlines took %v to fire after the restart; they must fire at start-up", took)
+}
+
+// waitCaughtUp waits until every consumer has acked every event (L1).
+func (w *crashWorld) waitCaughtUp() {
+	w.t.Helper()
+	require.Eventually(w.t, func() bool {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		for path, tail := range w.appended {
+			for sub := range crashSubs {
+				if sub == "none" || (sub == "one" && path != "/crash/s1") {
+					continue
+				}
+				if w.acked[webhooks.ConsumerID(sub, path)][path] < tail {
+					return false
+				}
+			}
+		}
+		return true
+	}, 60*time.Second, 20*time.Millisecond, "L1: a consumer never caught up with its streams")
+}
+
+// checkNoTokenRefused checks that tokens issued before a restart kept
+// verifying after it.
+func (w *crashWorld) checkNoTokenRefused() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	require.Empty(w.t, w.refused, "tokens issued before a restart were refused after it")
+}
+
+// syncBuffer collects the child's output.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) tail(n int) string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	s := b.buf.String()
+	if len(s) > n {
+		s = s[len(s)-n:]
+	}
+	return s
+}
