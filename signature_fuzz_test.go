@@ -33,10 +33,6 @@ func FuzzSignature(f *testing.F) {
 	// The timestamp is signed as written, leading zeros and all.
 	f.Add(testSecret, "t=01704067200,sha256="+sigFuzzMAC(testSecret, "01704067200", testBody), testBody, sign, sign, int64(0), tol, uint16(2), byte(1))
 	f.Add("whsec_x", "t=99999999999999999999,sha256=00", []byte("{}"), int64(1<<62), sign, int64(0), tol, uint16(12), byte(0x80))
-	// A timestamp centuries ahead once overflowed the skew to "in range".
-	f.Add(testSecret, "", testBody, int64(19223372037), sign, int64(0), tol, uint16(5), byte(1))
-	f.Add(testSecret, "", testBody, int64(1)<<62, sign, int64(0), tol, uint16(5), byte(1))
-	f.Add(testSecret, "", testBody, sign, int64(-1)<<63, int64(0), int64(1<<63-1), uint16(5), byte(1))
 	f.Fuzz(func(t *testing.T, secret, header string, body []byte, signSec, nowSec, nowNsec, tolerance int64, pos uint16, xor byte) {
 		now := time.Unix(nowSec, nowNsec%int64(time.Second))
 		tol := time.Duration(tolerance)

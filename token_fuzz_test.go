@@ -37,9 +37,6 @@ func FuzzToken(f *testing.F) {
 	f.Add("a.b.c", "s:%2F", int64(-1), uint16(2), byte(0x20))
 	f.Add("eyJhbGciOiJub25lIiwidHlwIjoiSldUIn0.eyJlcG9jaCI6MSwic3ViIjoicyJ9.", "s:%2Fa", int64(1<<62), uint16(7), byte(0x80))
 	f.Add(issued+"=", "x:%2F%C3%A9", int64(-1<<63), uint16(0), byte(0xff))
-	// base64 ignores line breaks, even in strict mode.
-	f.Add(issued[:len(issued)-5]+"\n"+issued[len(issued)-5:], "s", int64(1), uint16(0), byte(1))
-	f.Add(issued+"\r\n", "s", int64(1), uint16(0), byte(1))
 	f.Add(strings.ReplaceAll(issued, ".", ".."), "\xff:/a", int64(3), uint16(36), byte(1))
 	f.Fuzz(func(t *testing.T, raw, consumer string, epoch int64, pos uint16, xor byte) {
 		if claims, err := tk.verify(raw); err == nil || err == errTokenExpired {
