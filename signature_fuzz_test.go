@@ -24,16 +24,20 @@ func FuzzSignature(f *testing.F) {
 	good := SignPayload(testSecret, testSignTime, testBody)
 	sign := testSignTime.Unix()
 	tol := int64(DefaultSignatureTolerance)
-	f.Add(testSecret, good, testBody, sign, sign, int64(0), tol, uint16(0), byte(1))
-	f.Add(testSecret, good, testBody, sign, sign+300, int64(999_999_999), tol, uint16(len(good)-1), byte(1))
-	f.Add(testSecret, good, testBody, sign, sign-301, int64(0), tol, uint16(3), byte('0'^'1'))
-	f.Add(testSecret, good, []byte{}, sign, sign+1, int64(0), int64(time.Second)-1, uint16(20), byte(0x20))
-	f.Add("", good, testBody, sign, sign, int64(0), tol, uint16(0), byte(0))
-	f.Add("whsec_x", "t=0001704067200,sha256="+good[len(good)-64:], testBody, int64(-1), sign, int64(0), int64(-1), uint16(0), byte(0))
+	f.Add(testSecret, good, testBody, sign, int64(0), uint8(0), int64(0), tol, uint16(0), byte(1))
+	f.Add(testSecret, good, testBody, sign+300, int64(-300), uint8(0), int64(999_999_999), tol, uint16(len(good)-1), byte(1))
+	f.Add(testSecret, good, testBody, sign-301, int64(301), uint8(0), int64(0), tol, uint16(3), byte('0'^'1'))
+	f.Add(testSecret, good, []byte{}, sign+1, int64(-1), uint8(0), int64(0), int64(time.Second)-1, uint16(20), byte(0x20))
+	f.Add(testSecret, good, testBody, sign, int64(1), uint8(40), int64(0), tol, uint16(9), byte(2))
+	f.Add("", good, testBody, sign, int64(0), uint8(0), int64(0), tol, uint16(0), byte(0))
 	// The timestamp is signed as written, leading zeros and all.
-	f.Add(testSecret, "t=01704067200,sha256="+sigFuzzMAC(testSecret, "01704067200", testBody), testBody, sign, sign, int64(0), tol, uint16(2), byte(1))
-	f.Add("whsec_x", "t=99999999999999999999,sha256=00", []byte("{}"), int64(1<<62), sign, int64(0), tol, uint16(12), byte(0x80))
-	f.Fuzz(func(t *testing.T, secret, header string, body []byte, signSec, nowSec, nowNsec, tolerance int64, pos uint16, xor byte) {
+	f.Add(testSecret, "t=01704067200,sha256="+sigFuzzMAC(testSecret, "01704067200", testBody), testBody, sign, int64(0), uint8(0), int64(0), tol, uint16(2), byte(1))
+	f.Add("whsec_x", "t=0001704067200,sha256="+good[len(good)-64:], testBody, sign, int64(-1), uint8(63), int64(0), int64(-1), uint16(0), byte(0))
+	f.Add("whsec_x", "t=99999999999999999999,sha256=00", []byte("{}"), sign, int64(-1), uint8(1), int64(0), tol, uint16(12), byte(0x80))
+	// The signing time is now + skew<<shift: the mutator moves integers by
+	// at most 100, and a shift reaches the far ends of int64.
+	f.Fuzz(func(t *testing.T, secret, header string, body []byte, nowSec, skew int64, shift uint8, nowNsec, tolerance int64, pos uint16, xor byte) {
+		signSec := nowSec + skew<<(shift%64)
 		now := time.Unix(nowSec, nowNsec%int64(time.Second))
 		tol := time.Duration(tolerance)
 		verify := func(header string, body []byte) error {
