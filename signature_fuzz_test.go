@@ -28,6 +28,7 @@ func FuzzSignature(f *testing.F) {
 	f.Add(testSecret, good, testBody, sign+300, int64(-300), uint8(0), int64(999_999_999), tol, uint16(len(good)-1), byte(1))
 	f.Add(testSecret, good, testBody, sign-301, int64(301), uint8(0), int64(0), tol, uint16(3), byte('0'^'1'))
 	f.Add(testSecret, good, []byte{}, sign+1, int64(-1), uint8(0), int64(0), int64(time.Second)-1, uint16(20), byte(0x20))
+	// 2^40 s ahead, past what a time.Duration holds.
 	f.Add(testSecret, good, testBody, sign, int64(1), uint8(40), int64(0), tol, uint16(9), byte(2))
 	f.Add("", good, testBody, sign, int64(0), uint8(0), int64(0), tol, uint16(0), byte(0))
 	// The timestamp is signed as written, leading zeros and all.
