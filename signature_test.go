@@ -67,6 +67,9 @@ func TestVerifySignatureRejects(t *testing.T) {
 		{"too old", testSecret, good, testBody, testSignTime.Add(DefaultSignatureTolerance + time.Second)},
 		{"too new", testSecret, good, testBody, testSignTime.Add(-DefaultSignatureTolerance - time.Second)},
 		{"signed at other time", testSecret, strings.Replace(good, "t=1704067200", "t=1704067201", 1), testBody, testSignTime},
+		// Beyond ~292 years a time.Duration skew saturated and passed.
+		{"centuries ahead", testSecret, SignPayload(testSecret, time.Unix(1<<40, 0), testBody), testBody, testSignTime},
+		{"clock centuries behind", testSecret, good, testBody, time.Unix(-1<<40, 0)},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

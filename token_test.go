@@ -87,3 +87,24 @@ func TestTokenRenewal(t *testing.T) {
 	require.Equal(t, int64(3), renewed.Epoch)
 	require.True(t, clk.Now().Add(time.Hour).Equal(renewed.ExpiresAt.Time))
 }
+
+// TestTokenVerifiesOnlyAsIssued checks that no other spelling of a token
+// verifies: lax base64 ignores a segment's unused low bits, and line breaks.
+func TestTokenVerifiesOnlyAsIssued(t *testing.T) {
+	tk, _ := testTokens(t)
+	raw, err := tk.issue("s:%2Fa", 1)
+	require.NoError(t, err)
+	const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
+	// 43 characters carry a 32-byte MAC; the last one's low 2 bits are unused.
+	last := strings.IndexByte(alphabet, raw[len(raw)-1])
+	for _, low := range []int{0, 1, 2, 3} {
+		if v := last&^3 | low; v != last {
+			_, err := tk.verify(raw[:len(raw)-1] + alphabet[v:v+1])
+			require.ErrorIs(t, err, errTokenInvalid, "low bits %d", low)
+		}
+	}
+	for _, s := range []string{raw + "\r\n", raw[:len(raw)-4] + "\n" + raw[len(raw)-4:]} {
+		_, err := tk.verify(s)
+		require.ErrorIs(t, err, errTokenInvalid, "%q", s)
+	}
+}
