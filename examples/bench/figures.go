@@ -1,0 +1,520 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"runtime"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	webhooks "github.com/streamhooks/webhooks"
+)
+
+// hotStreams is how many streams the latency figures append to in turn, so
+// that a consumer has long finished its last wake when it is appended to
+// again.
+const hotStreams = 8
+
+// wakeLatency measures from an append's response to its webhook's arrival
+// with cfg.idle idle consumers in the Store.
+func wakeLatency(ctx context.Context, b *bench) (_ []result, err error) {
+	wake, arrivals := recordArrivals()
+	e, err := b.start(ctx, wake)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { err = errors.Join(err, e.close()) }()
+
+	if err := e.subscribe(ctx, "idle", "/idle/*"); err != nil {
+		return nil, err
+	}
+	if err := e.createStreams(ctx, b.cfg.idle, func(i int) string { return "/idle/" + strconv.Itoa(i) }); err != nil {
+		return nil, err
+	}
+	if err := e.subscribe(ctx, "lat", "/lat/*"); err != nil {
+		return nil, err
+	}
+	var hot []target
+	for i := range hotStreams {
+		path := "/lat/" + strconv.Itoa(i)
+		hot = append(hot, target{path: path, id: webhooks.ConsumerID("lat", path)})
+		if err := e.createStream(ctx, path); err != nil {
+			return nil, err
+		}
+	}
+	if n, err := e.consumers(ctx); err != nil || n != b.cfg.idle+hotStreams {
+		return nil, fmt.Errorf("store has %d consumers, want %d (%v)", n, b.cfg.idle+hotStreams, err)
+	}
+	fromSend, fromResp, err := e.wakeLatencies(ctx, hot, b.cfg.samples, arrivals)
+	if err != nil {
+		return nil, err
+	}
+	l := summarize(fromSend)
+	r := result{name: "wake_latency", label: fmt.Sprintf("wake latency, %d idle consumers", b.cfg.idle)}
+	r.add("idle", b.cfg.idle)
+	r.add("samples", l.n)
+	l.addTo(&r, "")
+	summarize(fromResp).addTo(&r, "from_response_")
+	r.value = l.String()
+	r.goal = "p50 ≤ 1ms, p99 ≤ 5ms"
+	r.met = l.p50 <= time.Millisecond && l.p99 <= 5*time.Millisecond
+	return []result{r}, nil
+}
+
+// target is a stream the latency figures append to, and the consumer that
+// must wake.
+type target struct{ path, id string }
+
+// arrival is a webhook as the receiver saw it.
+type arrival struct {
+	id string
+	at time.Time
+}
+
+// recordArrivals returns an onWake that reports every notification on the
+// channel and finishes its wake synchronously, as a consumer with nothing
+// to do would.
+func recordArrivals() (onWake, <-chan arrival) {
+	ch := make(chan arrival, 1024)
+	return func(n *webhooks.Notification, at time.Time) bool {
+		select {
+		case ch <- arrival{id: n.ConsumerID, at: at}:
+		default:
+		}
+		return true
+	}, ch
+}
+
+// wakeLatencies appends to the targets in turn, one append at a time, and
+// measures when each target's webhook arrived: after the append was sent,
+// and after its response was read. The server wakes the consumer before it
+// answers the append, so the webhook often beats the response and the
+// second figure is then negative; the first, which includes the append's
+// own round trip, is the one held to the goals. The first tenth, up to
+// 200, warm up and are not recorded.
+func (e *env) wakeLatencies(ctx context.Context, targets []target, n int, arrivals <-chan arrival) (fromSend, fromResp []time.Duration, err error) {
+	warm := min(n/10, 200)
+	for i := range warm + n {
+		t := targets[i%len(targets)]
+		sent := time.Now()
+		if _, err := e.appendTo(ctx, t.path); err != nil {
+			return nil, nil, err
+		}
+		answered := time.Now()
+		a, err := await(arrivals, t.id)
+		if err != nil {
+			return nil, nil, err
+		}
+		if i >= warm {
+			fromSend = append(fromSend, a.at.Sub(sent))
+			fromResp = append(fromResp, a.at.Sub(answered))
+		}
+	}
+	return fromSend, fromResp, nil
+}
+
+// await waits for consumer id's webhook, skipping others.
+func await(arrivals <-chan arrival, id string) (arrival, error) {
+	timeout := time.NewTimer(waitFor)
+	defer timeout.Stop()
+	for {
+		select {
+		case a := <-arrivals:
+			if a.id == id {
+				return a, nil
+			}
+		case <-timeout.C:
+			return arrival{}, fmt.Errorf("no webhook for %s within %v", id, waitFor)
+		}
+	}
+}
+
+// inbox hands each consumer's notifications to the goroutine that plays
+// that consumer.
+type inbox map[string]chan *webhooks.Notification
+
+func newInbox(sub string, paths []string) inbox {
+	in := make(inbox, len(paths))
+	for _, p := range paths {
+		in[webhooks.ConsumerID(sub, p)] = make(chan *webhooks.Notification, 4)
+	}
+	return in
+}
+
+// wake is an onWake that answers 200 without done: the consumer calls
+// back.
+func (in inbox) wake(n *webhooks.Notification, _ time.Time) bool {
+	if ch, ok := in[n.ConsumerID]; ok {
+		select {
+		case ch <- n:
+		default:
+		}
+	}
+	return false
+}
+
+func (in inbox) await(id string) (*webhooks.Notification, error) {
+	select {
+	case n := <-in[id]:
+		return n, nil
+	case <-time.After(waitFor):
+		return nil, fmt.Errorf("no webhook for %s within %v", id, waitFor)
+	}
+}
+
+func streamNames(prefix string, n int) []string {
+	paths := make([]string, n)
+	for i := range paths {
+		paths[i] = prefix + strconv.Itoa(i)
+	}
+	return paths
+}
+
+// wakeCycle measures cfg.cycleC consumers each looping append → webhook →
+// one callback that claims, acks and finishes, against a ceiling: a third of
+// the rate at which the same client gets a bare handler to answer a small
+// JSON POST, since a cycle is three such requests.
+func wakeCycle(ctx context.Context, b *bench) (_ []result, err error) {
+	c := b.cfg.cycleC
+	bare, err := bareRate(ctx, b, c, b.cfg.cycleFor)
+	if err != nil {
+		return nil, fmt.Errorf("bare handler: %w", err)
+	}
+	paths := streamNames("/cyc/", c)
+	in := newInbox("cyc", paths)
+	e, err := b.start(ctx, in.wake)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { err = errors.Join(err, e.close()) }()
+	if err := e.subscribe(ctx, "cyc", "/cyc/*"); err != nil {
+		return nil, err
+	}
+	if err := e.createStreams(ctx, c, func(i int) string { return paths[i] }); err != nil {
+		return nil, err
+	}
+	var cycles atomic.Int64
+	start := time.Now()
+	deadline := start.Add(b.cfg.cycleFor)
+	err = parallel(ctx, c, c, func(i int) error {
+		path := paths[i]
+		for time.Now().Before(deadline) {
+			tail, err := e.appendTo(ctx, path)
+			if err != nil {
+				return err
+			}
+			n, err := in.await(webhooks.ConsumerID("cyc", path))
+			if err != nil {
+				return err
+			}
+			cc := webhooks.NewCallbackClient(n, b.hc)
+			req := webhooks.CallbackRequest{Acks: []webhooks.StreamOffset{{Path: path, Offset: tail}}, Done: true}
+			if _, err := cc.Send(ctx, req); err != nil {
+				return err
+			}
+			cycles.Add(1)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	rate := float64(cycles.Load()) / time.Since(start).Seconds()
+	ceiling := bare / 3
+	r := result{name: "wake_cycle", label: fmt.Sprintf("wake cycles/s, %d consumers", c)}
+	r.add("c", c)
+	r.add("cycles", cycles.Load())
+	r.add("cycles_per_s", int64(rate))
+	r.add("bare_rps", int64(bare))
+	r.add("ceiling", int64(ceiling))
+	r.add("fraction", fmt.Sprintf("%.2f", rate/ceiling))
+	r.value = fmt.Sprintf("%.0f/s = %.2f of ceiling %.0f/s (bare %.0f req/s)", rate, rate/ceiling, ceiling, bare)
+	r.goal = "≥ 0.5 of ceiling"
+	r.met = rate >= ceiling/2
+	return []result{r}, nil
+}
+
+// bareBody is a callback-sized JSON body.
+var bareBody = []byte(`{"epoch":1,"acks":[{"path":"/cyc/0","offset":"0000000000000000_0000000000000016"}],"done":true}`)
+
+// bareRate is how many small JSON POSTs per second c concurrent callers of
+// the bench's client get answered by a bare handler on loopback.
+func bareRate(ctx context.Context, b *bench, c int, d time.Duration) (_ float64, err error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	srv := &http.Server{ReadHeaderTimeout: waitFor, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"ok":true}`)
+	})}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	defer func() {
+		err = errors.Join(err, srv.Shutdown(ctx))
+		if serr := <-served; !errors.Is(serr, http.ErrServerClosed) {
+			err = errors.Join(err, serr)
+		}
+		b.hc.CloseIdleConnections()
+	}()
+	url := "http://" + ln.Addr().String() + "/callback"
+	var n atomic.Int64
+	start := time.Now()
+	deadline := start.Add(d)
+	err = parallel(ctx, c, c, func(int) error {
+		for time.Now().Before(deadline) {
+			req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(string(bareBody)))
+			if err != nil {
+				return err
+			}
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Authorization", "Bearer x")
+			resp, err := b.hc.Do(req)
+			if err != nil {
+				return err
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusOK {
+				return fmt.Errorf("bare handler answered %s", resp.Status)
+			}
+			n.Add(1)
+		}
+		return nil
+	})
+	return float64(n.Load()) / time.Since(start).Seconds(), err
+}
+
+// fanOut measures wake latency with each of cfg.fanout subscriptions in the
+// Store, every append matching exactly one of them.
+func fanOut(ctx context.Context, b *bench) ([]result, error) {
+	var out []result
+	var base latencies
+	for i, s := range b.cfg.fanout {
+		l, rate, err := fanOutAt(ctx, b, s)
+		if err != nil {
+			return nil, fmt.Errorf("%d subscriptions: %w", s, err)
+		}
+		r := result{name: "fanout", label: fmt.Sprintf("fan-out wake latency, %d subscriptions", s)}
+		r.add("subs", s)
+		r.add("samples", l.n)
+		l.addTo(&r, "")
+		r.add("subs_created_per_s", int64(rate))
+		r.value = l.String()
+		if i == 0 {
+			base = l
+		} else {
+			ratio := float64(l.p50) / float64(base.p50)
+			r.add("p50_ratio", fmt.Sprintf("%.2f", ratio))
+			r.value += fmt.Sprintf(" (p50 %.2f× S=%d)", ratio, b.cfg.fanout[0])
+			r.goal = fmt.Sprintf("p50 ≤ 1.5× S=%d", b.cfg.fanout[0])
+			r.met = ratio <= 1.5
+		}
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+// fanOutWildcards are the wildcard subscriptions of the fan-out figure;
+// none matches a target stream, but the index must walk them.
+var fanOutWildcards = []string{"/fan/*/never", "/**/inbox", "/fan/**/deep"}
+
+// fanOutAt measures wake latency with s subscriptions: the wildcards and
+// distinct literal patterns. It also returns how many subscriptions per
+// second the API created.
+func fanOutAt(ctx context.Context, b *bench, s int) (_ latencies, _ float64, err error) {
+	literals := s - len(fanOutWildcards)
+	if literals < 1 {
+		return latencies{}, 0, fmt.Errorf("fan-out needs at least %d subscriptions", len(fanOutWildcards)+1)
+	}
+	wake, arrivals := recordArrivals()
+	e, err := b.start(ctx, wake)
+	if err != nil {
+		return latencies{}, 0, err
+	}
+	defer func() { err = errors.Join(err, e.close()) }()
+	literal := func(i int) string { return fmt.Sprintf("/fan/t%d/s%d", i%1000, i) }
+	start := time.Now()
+	err = parallel(ctx, s, b.cfg.workers, func(i int) error {
+		if i < len(fanOutWildcards) {
+			return e.subscribe(ctx, "w"+strconv.Itoa(i), fanOutWildcards[i])
+		}
+		i -= len(fanOutWildcards)
+		return e.subscribe(ctx, "f"+strconv.Itoa(i), literal(i))
+	})
+	if err != nil {
+		return latencies{}, 0, err
+	}
+	rate := float64(s) / time.Since(start).Seconds()
+	var hot []target
+	for i := range min(hotStreams, literals) {
+		path := literal(i)
+		hot = append(hot, target{path: path, id: webhooks.ConsumerID("f"+strconv.Itoa(i), path)})
+		if err := e.createStream(ctx, path); err != nil {
+			return latencies{}, 0, err
+		}
+	}
+	if n, err := e.consumers(ctx); err != nil || n != len(hot) {
+		return latencies{}, 0, fmt.Errorf("store has %d consumers, want %d (%v)", n, len(hot), err)
+	}
+	fromSend, _, err := e.wakeLatencies(ctx, hot, b.cfg.samples, arrivals)
+	return summarize(fromSend), rate, err
+}
+
+// idleScale measures what cfg.idleK consumers at rest cost: heap and RSS
+// each, the time to create them, and the goroutines they add (none).
+func idleScale(ctx context.Context, b *bench) (_ []result, err error) {
+	e, err := b.start(ctx, func(*webhooks.Notification, time.Time) bool { return true })
+	if err != nil {
+		return nil, err
+	}
+	defer func() { err = errors.Join(err, e.close()) }()
+	k := b.cfg.idleK
+
+	heap0 := heapAfterGC()
+	start := time.Now()
+	// The host's streams first, so that their cost is not counted as the
+	// consumers'.
+	if err := e.createStreams(ctx, k, func(i int) string { return "/idle/" + strconv.Itoa(i) }); err != nil {
+		return nil, err
+	}
+	streamsTook := time.Since(start)
+	heap1, rss1, g1 := heapAfterGC(), rss(), runtime.NumGoroutine()
+
+	// One subscription adopts every stream: k IDLE consumers.
+	start = time.Now()
+	if err := e.subscribe(ctx, "idle", "/idle/*"); err != nil {
+		return nil, err
+	}
+	took := time.Since(start)
+	heap2, rss2, g2 := heapAfterGC(), rss(), runtime.NumGoroutine()
+	if n, err := e.consumers(ctx); err != nil || n != k {
+		return nil, fmt.Errorf("store has %d consumers, want %d (%v)", n, k, err)
+	}
+
+	heapPer := bytesPer(int64(heap2)-int64(heap1), k)
+	rssPer := bytesPer(rss2-rss1, k)
+	r := result{name: "idle_scale", label: fmt.Sprintf("idle consumers, K=%d", k)}
+	r.add("k", k)
+	r.add("heap_bytes_per_consumer", int64(heapPer))
+	r.add("rss_bytes_per_consumer", int64(rssPer))
+	r.add("create_ms", took.Milliseconds())
+	r.add("consumers_per_s", int64(float64(k)/took.Seconds()))
+	r.add("goroutines_before", g1)
+	r.add("goroutines_after", g2)
+	r.add("stream_heap_bytes", int64(bytesPer(int64(heap1)-int64(heap0), k)))
+	r.add("streams_create_ms", streamsTook.Milliseconds())
+	r.value = fmt.Sprintf("heap %.0f B, RSS %.0f B each; created in %v; goroutines %d → %d",
+		heapPer, rssPer, round(took), g1, g2)
+	r.goal = "≤ 1 KiB each, no goroutine each"
+	r.met = heapPer <= 1024 && rssPer <= 1024 && g2-g1 < 8
+	return []result{r}, nil
+}
+
+// heapAfterGC is the live heap once garbage is collected and returned to
+// the OS.
+func heapAfterGC() uint64 {
+	debug.FreeOSMemory()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.HeapAlloc
+}
+
+// rss is the process's resident set size from /proc/self/status, or 0
+// where there is none.
+func rss() int64 {
+	data, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}
+
+// callbackRate measures ack-only callbacks per second on LIVE consumers,
+// one client each.
+func callbackRate(ctx context.Context, b *bench) (_ []result, err error) {
+	c := b.cfg.callbackC
+	paths := streamNames("/cb/", c)
+	in := newInbox("cb", paths)
+	e, err := b.start(ctx, in.wake)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { err = errors.Join(err, e.close()) }()
+	if err := e.subscribe(ctx, "cb", "/cb/*"); err != nil {
+		return nil, err
+	}
+	if err := e.createStreams(ctx, c, func(i int) string { return paths[i] }); err != nil {
+		return nil, err
+	}
+	// Wake each consumer and claim the wake: it is LIVE from then on, and
+	// every ack restarts its liveness timeout.
+	clients := make([]*webhooks.CallbackClient, c)
+	acks := make([]webhooks.StreamOffset, c)
+	err = parallel(ctx, c, b.cfg.workers, func(i int) error {
+		tail, err := e.appendTo(ctx, paths[i])
+		if err != nil {
+			return err
+		}
+		n, err := in.await(webhooks.ConsumerID("cb", paths[i]))
+		if err != nil {
+			return err
+		}
+		clients[i] = webhooks.NewCallbackClient(n, b.hc)
+		acks[i] = webhooks.StreamOffset{Path: paths[i], Offset: tail}
+		_, err = clients[i].Ack(ctx, acks[i])
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	if counts, err := e.store.CountConsumers(ctx); err != nil || counts[webhooks.StateLive] != c {
+		return nil, fmt.Errorf("%d LIVE consumers, want %d (%v)", counts[webhooks.StateLive], c, err)
+	}
+	var mu sync.Mutex
+	var all []time.Duration
+	start := time.Now()
+	deadline := start.Add(b.cfg.callbackFor)
+	err = parallel(ctx, c, c, func(i int) error {
+		var took []time.Duration
+		for time.Now().Before(deadline) {
+			t := time.Now()
+			if _, err := clients[i].Ack(ctx, acks[i]); err != nil {
+				return err
+			}
+			took = append(took, time.Since(t))
+		}
+		mu.Lock()
+		all = append(all, took...)
+		mu.Unlock()
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	rate := float64(len(all)) / time.Since(start).Seconds()
+	l := summarize(all)
+	r := result{name: "callback_ack", label: fmt.Sprintf("ack callbacks/s, %d clients", c)}
+	r.add("c", c)
+	r.add("callbacks", len(all))
+	r.add("callbacks_per_s", int64(rate))
+	l.addTo(&r, "")
+	r.value = fmt.Sprintf("%.0f/s (%v)", rate, l)
+	return []result{r}, nil
+}
