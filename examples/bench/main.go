@@ -36,7 +36,9 @@ import (
 // fresh, empty Store in dir, a new directory for Stores that keep files, and
 // returns it with the function that closes it.
 var stores = map[string]func(dir string) (webhooks.Store, func() error, error){
-	"memory": func(string) (webhooks.Store, func() error, error) { return memstore.New(), func() error { return nil }, nil },
+	"memory": func(string) (webhooks.Store, func() error, error) {
+		return memstore.New(), func() error { return nil }, nil
+	},
 }
 
 // figures are the measurements, in the order they run.
