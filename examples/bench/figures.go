@@ -4,16 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net"
-	"net/http"
 	"os"
 	"runtime"
 	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	webhooks "github.com/streamhooks/webhooks"
@@ -177,122 +173,6 @@ func streamNames(prefix string, n int) []string {
 		paths[i] = prefix + strconv.Itoa(i)
 	}
 	return paths
-}
-
-// wakeCycle measures cfg.cycleC consumers each looping append → webhook →
-// one callback that claims, acks and finishes, against a ceiling: a third of
-// the rate at which the same client gets a bare handler to answer a small
-// JSON POST, since a cycle is three such requests.
-func wakeCycle(ctx context.Context, b *bench) (_ []result, err error) {
-	c := b.cfg.cycleC
-	bare, err := bareRate(ctx, b, c, b.cfg.cycleFor)
-	if err != nil {
-		return nil, fmt.Errorf("bare handler: %w", err)
-	}
-	paths := streamNames("/cyc/", c)
-	in := newInbox("cyc", paths)
-	e, err := b.start(ctx, in.wake)
-	if err != nil {
-		return nil, err
-	}
-	defer func() { err = errors.Join(err, e.close()) }()
-	if err := e.subscribe(ctx, "cyc", "/cyc/*"); err != nil {
-		return nil, err
-	}
-	if err := e.createStreams(ctx, c, func(i int) string { return paths[i] }); err != nil {
-		return nil, err
-	}
-	var cycles atomic.Int64
-	start := time.Now()
-	deadline := start.Add(b.cfg.cycleFor)
-	err = parallel(ctx, c, c, func(i int) error {
-		path := paths[i]
-		for time.Now().Before(deadline) {
-			tail, err := e.appendTo(ctx, path)
-			if err != nil {
-				return err
-			}
-			n, err := in.await(webhooks.ConsumerID("cyc", path))
-			if err != nil {
-				return err
-			}
-			cc := webhooks.NewCallbackClient(n, b.hc)
-			req := webhooks.CallbackRequest{Acks: []webhooks.StreamOffset{{Path: path, Offset: tail}}, Done: true}
-			if _, err := cc.Send(ctx, req); err != nil {
-				return err
-			}
-			cycles.Add(1)
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, err
-	}
-	rate := float64(cycles.Load()) / time.Since(start).Seconds()
-	ceiling := bare / 3
-	r := result{name: "wake_cycle", label: fmt.Sprintf("wake cycles/s, %d consumers", c)}
-	r.add("c", c)
-	r.add("cycles", cycles.Load())
-	r.add("cycles_per_s", int64(rate))
-	r.add("bare_rps", int64(bare))
-	r.add("ceiling", int64(ceiling))
-	r.add("fraction", fmt.Sprintf("%.2f", rate/ceiling))
-	r.value = fmt.Sprintf("%.0f/s = %.2f of ceiling %.0f/s (bare %.0f req/s)", rate, rate/ceiling, ceiling, bare)
-	r.goal = "≥ 0.5 of ceiling"
-	r.met = rate >= ceiling/2
-	return []result{r}, nil
-}
-
-// bareBody is a callback-sized JSON body.
-var bareBody = []byte(`{"epoch":1,"acks":[{"path":"/cyc/0","offset":"0000000000000000_0000000000000016"}],"done":true}`)
-
-// bareRate is how many small JSON POSTs per second c concurrent callers of
-// the bench's client get answered by a bare handler on loopback.
-func bareRate(ctx context.Context, b *bench, c int, d time.Duration) (_ float64, err error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	srv := &http.Server{ReadHeaderTimeout: waitFor, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.Copy(io.Discard, r.Body)
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = io.WriteString(w, `{"ok":true}`)
-	})}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
-	defer func() {
-		err = errors.Join(err, srv.Shutdown(ctx))
-		if serr := <-served; !errors.Is(serr, http.ErrServerClosed) {
-			err = errors.Join(err, serr)
-		}
-		b.hc.CloseIdleConnections()
-	}()
-	url := "http://" + ln.Addr().String() + "/callback"
-	var n atomic.Int64
-	start := time.Now()
-	deadline := start.Add(d)
-	err = parallel(ctx, c, c, func(int) error {
-		for time.Now().Before(deadline) {
-			req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(string(bareBody)))
-			if err != nil {
-				return err
-			}
-			req.Header.Set("Content-Type", "application/json")
-			req.Header.Set("Authorization", "Bearer x")
-			resp, err := b.hc.Do(req)
-			if err != nil {
-				return err
-			}
-			_, _ = io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode != http.StatusOK {
-				return fmt.Errorf("bare handler answered %s", resp.Status)
-			}
-			n.Add(1)
-		}
-		return nil
-	})
-	return float64(n.Load()) / time.Since(start).Seconds(), err
 }
 
 // fanOut measures wake latency with each of cfg.fanout subscriptions in the
