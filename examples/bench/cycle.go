@@ -7,6 +7,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"runtime"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -18,7 +19,7 @@ import (
 // cycleRounds is how many times the wake-cycle figure alternates between
 // the bare handler and the engine. On a machine shared with other work the
 // CPU this process gets drifts; alternating exposes both to the same drift.
-const cycleRounds = 5
+const cycleRounds = 10
 
 // wakeCycle measures cfg.cycleC consumers each looping append → webhook →
 // one callback that claims, acks and finishes, against a ceiling: a third of
@@ -89,6 +90,8 @@ func wakeCycle(ctx context.Context, b *bench) (_ []result, err error) {
 	r.add("cpu_us_per_cycle", fmt.Sprintf("%.1f", us64(cpuCycle)))
 	r.add("cpu_us_per_bare", fmt.Sprintf("%.1f", us64(cpuBare)))
 	r.add("cpu_fraction", fmt.Sprintf("%.2f", 3*us64(cpuBare)/us64(cpuCycle)))
+	r.add("allocs_per_cycle", int64(cycleTotal.mallocsPer()))
+	r.add("allocs_per_bare", int64(bareTotal.mallocsPer()))
 	r.value = fmt.Sprintf("%.0f/s = %.2f of ceiling %.0f/s (bare %.0f req/s); CPU %.0fµs/cycle vs %.0fµs/3 bare (%.2f)",
 		rate, rate/ceiling, ceiling, bareRate, us64(cpuCycle), 3*us64(cpuBare), 3*us64(cpuBare)/us64(cpuCycle))
 	r.goal = "≥ 0.5 of ceiling"
@@ -99,17 +102,22 @@ func wakeCycle(ctx context.Context, b *bench) (_ []result, err error) {
 func us64(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
 
 // phase is the work done in a timed run: how many operations, in what wall
-// time, using how much of the process's CPU time.
+// time, using how much of the process's CPU time and how many heap
+// allocations.
 type phase struct {
 	n         int64
 	wall, cpu time.Duration
+	mallocs   uint64
 }
 
 func (p *phase) add(q phase) {
 	p.n += q.n
 	p.wall += q.wall
 	p.cpu += q.cpu
+	p.mallocs += q.mallocs
 }
+
+func (p phase) mallocsPer() float64 { return float64(p.mallocs) / float64(max(p.n, 1)) }
 
 func (p phase) rate() float64 { return float64(p.n) / p.wall.Seconds() }
 
@@ -124,6 +132,8 @@ func (p phase) cpuPer() time.Duration {
 // has passed, and counts the operations.
 func runFor(ctx context.Context, c int, d time.Duration, op func(i int) error) (phase, error) {
 	var n atomic.Int64
+	var m0, m1 runtime.MemStats
+	runtime.ReadMemStats(&m0)
 	cpu0 := cpuTime()
 	start := time.Now()
 	deadline := start.Add(d)
@@ -136,7 +146,9 @@ func runFor(ctx context.Context, c int, d time.Duration, op func(i int) error) (
 		}
 		return nil
 	})
-	return phase{n: n.Load(), wall: time.Since(start), cpu: cpuTime() - cpu0}, err
+	wall, cpu := time.Since(start), cpuTime()-cpu0
+	runtime.ReadMemStats(&m1)
+	return phase{n: n.Load(), wall: wall, cpu: cpu, mallocs: m1.Mallocs - m0.Mallocs}, err
 }
 
 // cpuTime is the user and system CPU time the process has used.

@@ -50,16 +50,16 @@ func wakeLatency(ctx context.Context, b *bench) (_ []result, err error) {
 	if n, err := e.consumers(ctx); err != nil || n != b.cfg.idle+hotStreams {
 		return nil, fmt.Errorf("store has %d consumers, want %d (%v)", n, b.cfg.idle+hotStreams, err)
 	}
-	fromSend, fromResp, err := e.wakeLatencies(ctx, hot, b.cfg.samples, arrivals)
-	if err != nil {
+	p := &prober{e: e, targets: hot, arrivals: arrivals}
+	if err := probeAll(ctx, b.cfg.samples, p); err != nil {
 		return nil, err
 	}
-	l := summarize(fromSend)
+	l := summarize(p.fromSend)
 	r := result{name: "wake_latency", label: fmt.Sprintf("wake latency, %d idle consumers", b.cfg.idle)}
 	r.add("idle", b.cfg.idle)
 	r.add("samples", l.n)
 	l.addTo(&r, "")
-	summarize(fromResp).addTo(&r, "from_response_")
+	summarize(p.fromResp).addTo(&r, "from_response_")
 	r.value = l.String()
 	r.goal = "p50 ≤ 1ms, p99 ≤ 5ms"
 	r.met = l.p50 <= time.Millisecond && l.p99 <= 5*time.Millisecond
@@ -90,32 +90,55 @@ func recordArrivals() (onWake, <-chan arrival) {
 	}, ch
 }
 
-// wakeLatencies appends to the targets in turn, one append at a time, and
-// measures when each target's webhook arrived: after the append was sent,
-// and after its response was read. The server wakes the consumer before it
-// answers the append, so the webhook often beats the response and the
-// second figure is then negative; the first, which includes the append's
-// own round trip, is the one held to the goals. The first tenth, up to
-// 200, warm up and are not recorded.
-func (e *env) wakeLatencies(ctx context.Context, targets []target, n int, arrivals <-chan arrival) (fromSend, fromResp []time.Duration, err error) {
+// prober measures wake latency on one server: it appends to its targets
+// in turn, one append at a time, and notes when each target's webhook
+// arrived, after the append was sent and after its response was read. The
+// server wakes the consumer before it answers the append, so the webhook
+// often beats the response and the second figure is then negative; the
+// first, which includes the append's own round trip, is the one held to the
+// goals.
+type prober struct {
+	e                  *env
+	targets            []target
+	arrivals           <-chan arrival
+	next               int
+	fromSend, fromResp []time.Duration
+}
+
+// probe makes one append and waits for its webhook; it records the result
+// only if record is set, so that the first probes can warm up.
+func (p *prober) probe(ctx context.Context, record bool) error {
+	t := p.targets[p.next%len(p.targets)]
+	p.next++
+	sent := time.Now()
+	if _, err := p.e.appendTo(ctx, t.path); err != nil {
+		return err
+	}
+	answered := time.Now()
+	a, err := await(p.arrivals, t.id)
+	if err != nil {
+		return err
+	}
+	if record {
+		p.fromSend = append(p.fromSend, a.at.Sub(sent))
+		p.fromResp = append(p.fromResp, a.at.Sub(answered))
+	}
+	return nil
+}
+
+// probeAll probes each prober in turn, n recorded rounds after a tenth as
+// many, up to 200, of warm-up. Taking turns exposes every server to the same
+// drift in the CPU this process gets from a shared machine.
+func probeAll(ctx context.Context, n int, ps ...*prober) error {
 	warm := min(n/10, 200)
 	for i := range warm + n {
-		t := targets[i%len(targets)]
-		sent := time.Now()
-		if _, err := e.appendTo(ctx, t.path); err != nil {
-			return nil, nil, err
-		}
-		answered := time.Now()
-		a, err := await(arrivals, t.id)
-		if err != nil {
-			return nil, nil, err
-		}
-		if i >= warm {
-			fromSend = append(fromSend, a.at.Sub(sent))
-			fromResp = append(fromResp, a.at.Sub(answered))
+		for _, p := range ps {
+			if err := p.probe(ctx, i >= warm); err != nil {
+				return err
+			}
 		}
 	}
-	return fromSend, fromResp, nil
+	return nil
 }
 
 // await waits for consumer id's webhook, skipping others.
@@ -175,25 +198,39 @@ func streamNames(prefix string, n int) []string {
 	return paths
 }
 
-// fanOut measures wake latency with each of cfg.fanout subscriptions in the
-// Store, every append matching exactly one of them.
-func fanOut(ctx context.Context, b *bench) ([]result, error) {
-	var out []result
-	var base latencies
-	for i, s := range b.cfg.fanout {
-		l, rate, err := fanOutAt(ctx, b, s)
+// fanOut measures wake latency with each of cfg.fanout subscriptions in
+// the Store, every append matching exactly one of them. The servers run side
+// by side and are probed in turn, so that their figures compare.
+func fanOut(ctx context.Context, b *bench) (_ []result, err error) {
+	var probers []*prober
+	var rates []float64
+	defer func() {
+		for _, p := range probers {
+			err = errors.Join(err, p.e.close())
+		}
+	}()
+	for _, s := range b.cfg.fanout {
+		p, rate, err := fanOutServer(ctx, b, s)
 		if err != nil {
 			return nil, fmt.Errorf("%d subscriptions: %w", s, err)
 		}
+		probers = append(probers, p)
+		rates = append(rates, rate)
+	}
+	if err := probeAll(ctx, b.cfg.samples, probers...); err != nil {
+		return nil, err
+	}
+	var out []result
+	base := summarize(probers[0].fromSend)
+	for i, s := range b.cfg.fanout {
+		l := summarize(probers[i].fromSend)
 		r := result{name: "fanout", label: fmt.Sprintf("fan-out wake latency, %d subscriptions", s)}
 		r.add("subs", s)
 		r.add("samples", l.n)
 		l.addTo(&r, "")
-		r.add("subs_created_per_s", int64(rate))
+		r.add("subs_created_per_s", int64(rates[i]))
 		r.value = l.String()
-		if i == 0 {
-			base = l
-		} else {
+		if i > 0 {
 			ratio := float64(l.p50) / float64(base.p50)
 			r.add("p50_ratio", fmt.Sprintf("%.2f", ratio))
 			r.value += fmt.Sprintf(" (p50 %.2f× S=%d)", ratio, b.cfg.fanout[0])
@@ -209,20 +246,25 @@ func fanOut(ctx context.Context, b *bench) ([]result, error) {
 // none matches a target stream, but the index must walk them.
 var fanOutWildcards = []string{"/fan/*/never", "/**/inbox", "/fan/**/deep"}
 
-// fanOutAt measures wake latency with s subscriptions: the wildcards and
-// distinct literal patterns. It also returns how many subscriptions per
-// second the API created.
-func fanOutAt(ctx context.Context, b *bench, s int) (_ latencies, _ float64, err error) {
+// fanOutServer starts a server with s subscriptions, the wildcards and
+// distinct literal patterns, and returns a prober of streams that each
+// match one literal. It also returns how many subscriptions per second the
+// API created.
+func fanOutServer(ctx context.Context, b *bench, s int) (_ *prober, _ float64, err error) {
 	literals := s - len(fanOutWildcards)
 	if literals < 1 {
-		return latencies{}, 0, fmt.Errorf("fan-out needs at least %d subscriptions", len(fanOutWildcards)+1)
+		return nil, 0, fmt.Errorf("fan-out needs at least %d subscriptions", len(fanOutWildcards)+1)
 	}
 	wake, arrivals := recordArrivals()
 	e, err := b.start(ctx, wake)
 	if err != nil {
-		return latencies{}, 0, err
+		return nil, 0, err
 	}
-	defer func() { err = errors.Join(err, e.close()) }()
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, e.close())
+		}
+	}()
 	literal := func(i int) string { return fmt.Sprintf("/fan/t%d/s%d", i%1000, i) }
 	start := time.Now()
 	err = parallel(ctx, s, b.cfg.workers, func(i int) error {
@@ -233,7 +275,7 @@ func fanOutAt(ctx context.Context, b *bench, s int) (_ latencies, _ float64, err
 		return e.subscribe(ctx, "f"+strconv.Itoa(i), literal(i))
 	})
 	if err != nil {
-		return latencies{}, 0, err
+		return nil, 0, err
 	}
 	rate := float64(s) / time.Since(start).Seconds()
 	var hot []target
@@ -241,14 +283,13 @@ func fanOutAt(ctx context.Context, b *bench, s int) (_ latencies, _ float64, err
 		path := literal(i)
 		hot = append(hot, target{path: path, id: webhooks.ConsumerID("f"+strconv.Itoa(i), path)})
 		if err := e.createStream(ctx, path); err != nil {
-			return latencies{}, 0, err
+			return nil, 0, err
 		}
 	}
 	if n, err := e.consumers(ctx); err != nil || n != len(hot) {
-		return latencies{}, 0, fmt.Errorf("store has %d consumers, want %d (%v)", n, len(hot), err)
+		return nil, 0, fmt.Errorf("store has %d consumers, want %d (%v)", n, len(hot), err)
 	}
-	fromSend, _, err := e.wakeLatencies(ctx, hot, b.cfg.samples, arrivals)
-	return summarize(fromSend), rate, err
+	return &prober{e: e, targets: hot, arrivals: arrivals}, rate, nil
 }
 
 // idleScale measures what cfg.idleK consumers at rest cost: heap and RSS
