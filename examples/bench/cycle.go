@@ -4,22 +4,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net"
-	"net/http"
-	"runtime"
-	"strings"
-	"sync/atomic"
-	"syscall"
-	"time"
 
 	webhooks "github.com/streamhooks/webhooks"
 )
 
-// cycleRounds is how many times the wake-cycle figure alternates between
-// the bare handler and the engine. On a machine shared with other work the
-// CPU this process gets drifts; alternating exposes both to the same drift.
-const cycleRounds = 10
+// rounds is how many times a throughput figure alternates between the bare
+// handler and the engine.
+const rounds = 10
 
 // wakeCycle measures cfg.cycleC consumers each looping append → webhook →
 // one callback that claims, acks and finishes, against a ceiling: a third of
@@ -64,18 +55,9 @@ func wakeCycle(ctx context.Context, b *bench) (_ []result, err error) {
 	}
 	bare := func(int) error { return postBare(ctx, b.hc, bareURL) }
 
-	var bareTotal, cycleTotal phase
-	slice := b.cfg.cycleFor / cycleRounds
-	for range cycleRounds {
-		p, err := runFor(ctx, c, slice, bare)
-		if err != nil {
-			return nil, fmt.Errorf("bare handler: %w", err)
-		}
-		bareTotal.add(p)
-		if p, err = runFor(ctx, c, slice, cycle); err != nil {
-			return nil, err
-		}
-		cycleTotal.add(p)
+	bareTotal, cycleTotal, err := alternate(ctx, c, rounds, b.cfg.cycleFor, bare, cycle)
+	if err != nil {
+		return nil, err
 	}
 	rate, bareRate := cycleTotal.rate(), bareTotal.rate()
 	ceiling := bareRate / 3
@@ -92,116 +74,10 @@ func wakeCycle(ctx context.Context, b *bench) (_ []result, err error) {
 	r.add("cpu_fraction", fmt.Sprintf("%.2f", 3*us64(cpuBare)/us64(cpuCycle)))
 	r.add("allocs_per_cycle", int64(cycleTotal.mallocsPer()))
 	r.add("allocs_per_bare", int64(bareTotal.mallocsPer()))
+	summarize(cycleTotal.took).addTo(&r, "cycle_")
 	r.value = fmt.Sprintf("%.0f/s = %.2f of ceiling %.0f/s (bare %.0f req/s); CPU %.0fµs/cycle vs %.0fµs/3 bare (%.2f)",
 		rate, rate/ceiling, ceiling, bareRate, us64(cpuCycle), 3*us64(cpuBare), 3*us64(cpuBare)/us64(cpuCycle))
 	r.goal = "≥ 0.5 of ceiling"
 	r.met = rate >= ceiling/2
 	return []result{r}, nil
-}
-
-func us64(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
-
-// phase is the work done in a timed run: how many operations, in what wall
-// time, using how much of the process's CPU time and how many heap
-// allocations.
-type phase struct {
-	n         int64
-	wall, cpu time.Duration
-	mallocs   uint64
-}
-
-func (p *phase) add(q phase) {
-	p.n += q.n
-	p.wall += q.wall
-	p.cpu += q.cpu
-	p.mallocs += q.mallocs
-}
-
-func (p phase) mallocsPer() float64 { return float64(p.mallocs) / float64(max(p.n, 1)) }
-
-func (p phase) rate() float64 { return float64(p.n) / p.wall.Seconds() }
-
-func (p phase) cpuPer() time.Duration {
-	if p.n == 0 {
-		return 0
-	}
-	return p.cpu / time.Duration(p.n)
-}
-
-// runFor runs op in a loop from c goroutines, goroutine i passing i, until d
-// has passed, and counts the operations.
-func runFor(ctx context.Context, c int, d time.Duration, op func(i int) error) (phase, error) {
-	var n atomic.Int64
-	var m0, m1 runtime.MemStats
-	runtime.ReadMemStats(&m0)
-	cpu0 := cpuTime()
-	start := time.Now()
-	deadline := start.Add(d)
-	err := parallel(ctx, c, c, func(i int) error {
-		for time.Now().Before(deadline) {
-			if err := op(i); err != nil {
-				return err
-			}
-			n.Add(1)
-		}
-		return nil
-	})
-	wall, cpu := time.Since(start), cpuTime()-cpu0
-	runtime.ReadMemStats(&m1)
-	return phase{n: n.Load(), wall: wall, cpu: cpu, mallocs: m1.Mallocs - m0.Mallocs}, err
-}
-
-// cpuTime is the user and system CPU time the process has used.
-func cpuTime() time.Duration {
-	var ru syscall.Rusage
-	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
-		return 0
-	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-// bareBody is a callback-sized JSON body.
-const bareBody = `{"epoch":1,"acks":[{"path":"/cyc/0","offset":"0000000000000000_0000000000000016"}],"done":true}`
-
-// startBare serves a bare handler that answers a small JSON POST, the
-// least any HTTP request can cost, on loopback.
-func startBare() (url string, stop func(context.Context) error, err error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return "", nil, err
-	}
-	srv := &http.Server{ReadHeaderTimeout: waitFor, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		_, _ = io.Copy(io.Discard, r.Body)
-		w.Header().Set("Content-Type", "application/json")
-		_, _ = io.WriteString(w, `{"ok":true}`)
-	})}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
-	return "http://" + ln.Addr().String() + "/callback", func(ctx context.Context) error {
-		err := srv.Shutdown(ctx)
-		if serr := <-served; !errors.Is(serr, http.ErrServerClosed) {
-			err = errors.Join(err, serr)
-		}
-		return err
-	}, nil
-}
-
-// postBare makes one request to the bare handler.
-func postBare(ctx context.Context, hc *http.Client, url string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, strings.NewReader(bareBody))
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Authorization", "Bearer x")
-	resp, err := hc.Do(req)
-	if err != nil {
-		return err
-	}
-	_, _ = io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return fmt.Errorf("bare handler answered %s", resp.Status)
-	}
-	return nil
 }

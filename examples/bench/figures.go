@@ -9,7 +9,6 @@ import (
 	"runtime/debug"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	webhooks "github.com/streamhooks/webhooks"
@@ -368,9 +367,15 @@ func rss() int64 {
 }
 
 // callbackRate measures ack-only callbacks per second on LIVE consumers,
-// one client each.
+// one client each, alternating with the bare handler at the same
+// concurrency for comparison.
 func callbackRate(ctx context.Context, b *bench) (_ []result, err error) {
 	c := b.cfg.callbackC
+	bareURL, stopBare, err := startBare()
+	if err != nil {
+		return nil, err
+	}
+	defer func() { err = errors.Join(err, stopBare(ctx)) }()
 	paths := streamNames("/cb/", c)
 	in := newInbox("cb", paths)
 	e, err := b.start(ctx, in.wake)
@@ -408,34 +413,27 @@ func callbackRate(ctx context.Context, b *bench) (_ []result, err error) {
 	if counts, err := e.store.CountConsumers(ctx); err != nil || counts[webhooks.StateLive] != c {
 		return nil, fmt.Errorf("%d LIVE consumers, want %d (%v)", counts[webhooks.StateLive], c, err)
 	}
-	var mu sync.Mutex
-	var all []time.Duration
-	start := time.Now()
-	deadline := start.Add(b.cfg.callbackFor)
-	err = parallel(ctx, c, c, func(i int) error {
-		var took []time.Duration
-		for time.Now().Before(deadline) {
-			t := time.Now()
-			if _, err := clients[i].Ack(ctx, acks[i]); err != nil {
-				return err
-			}
-			took = append(took, time.Since(t))
-		}
-		mu.Lock()
-		all = append(all, took...)
-		mu.Unlock()
-		return nil
-	})
+	ack := func(i int) error {
+		_, err := clients[i].Ack(ctx, acks[i])
+		return err
+	}
+	bare := func(int) error { return postBare(ctx, b.hc, bareURL) }
+	bareTotal, ackTotal, err := alternate(ctx, c, rounds, b.cfg.callbackFor, bare, ack)
 	if err != nil {
 		return nil, err
 	}
-	rate := float64(len(all)) / time.Since(start).Seconds()
-	l := summarize(all)
+	rate, bareRate := ackTotal.rate(), bareTotal.rate()
+	l := summarize(ackTotal.took)
 	r := result{name: "callback_ack", label: fmt.Sprintf("ack callbacks/s, %d clients", c)}
 	r.add("c", c)
-	r.add("callbacks", len(all))
+	r.add("callbacks", ackTotal.n)
 	r.add("callbacks_per_s", int64(rate))
 	l.addTo(&r, "")
-	r.value = fmt.Sprintf("%.0f/s (%v)", rate, l)
+	r.add("bare_rps", int64(bareRate))
+	r.add("fraction", fmt.Sprintf("%.2f", rate/bareRate))
+	r.add("cpu_us_per_callback", fmt.Sprintf("%.1f", us64(ackTotal.cpuPer())))
+	r.add("cpu_us_per_bare", fmt.Sprintf("%.1f", us64(bareTotal.cpuPer())))
+	summarize(bareTotal.took).addTo(&r, "bare_")
+	r.value = fmt.Sprintf("%.0f/s = %.2f of bare %.0f req/s (%v; bare p99 %v)", rate, rate/bareRate, bareRate, l, round(summarize(bareTotal.took).p99))
 	return []result{r}, nil
 }
