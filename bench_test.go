@@ -1,7 +1,11 @@
 package webhooks_test
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"io"
+	"net/http"
 	"strconv"
 	"strings"
 	"testing"
@@ -27,6 +31,31 @@ func BenchmarkVerifySignature(b *testing.B) {
 	b.ReportAllocs()
 	for b.Loop() {
 		if err := webhooks.VerifySignature("whsec_0123456789abcdef", sig, benchBody, testStart, webhooks.DefaultSignatureTolerance); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkParseNotification measures what a Go consumer does first with
+// every wake-up: verify the signature and decode the body.
+func BenchmarkParseNotification(b *testing.B) {
+	const secret = "whsec_0123456789abcdef"
+	body, err := json.Marshal(webhooks.Notification{
+		ConsumerID:    agentAID,
+		Epoch:         7,
+		WakeID:        "w_0123456789abcdef0123456789abcdef",
+		PrimaryStream: agentA,
+		Streams:       streamOffsets(agentA, offset(10)),
+		TriggeredBy:   []string{agentA},
+		Callback:      callbackBase + "/callback/" + agentAID,
+		Token:         strings.Repeat("t", 220),
+	})
+	require.NoError(b, err)
+	r := &http.Request{Header: http.Header{webhooks.SignatureHeader: {webhooks.SignPayload(secret, testStart, body)}}}
+	b.ReportAllocs()
+	for b.Loop() {
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		if _, err := webhooks.ParseNotification(r, secret, testStart); err != nil {
 			b.Fatal(err)
 		}
 	}
