@@ -342,8 +342,10 @@ func idleScale(ctx context.Context, b *bench) (_ []result, err error) {
 }
 
 // heapAfterGC is the live heap once garbage is collected and returned to
-// the OS.
+// the OS. The first collection empties sync.Pools into their victim caches,
+// the second frees those.
 func heapAfterGC() uint64 {
+	runtime.GC()
 	debug.FreeOSMemory()
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
