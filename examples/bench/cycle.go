@@ -8,10 +8,6 @@ import (
 	webhooks "github.com/streamhooks/webhooks"
 )
 
-// rounds is how many times a throughput figure alternates between the bare
-// handler and the engine.
-const rounds = 10
-
 // wakeCycle measures cfg.cycleC consumers each looping append → webhook →
 // one callback that claims, acks and finishes, against a ceiling: a third of
 // the rate at which the same client, at the same concurrency, gets a bare
@@ -55,7 +51,7 @@ func wakeCycle(ctx context.Context, b *bench) (_ []result, err error) {
 	}
 	bare := func(int) error { return postBare(ctx, b.hc, bareURL) }
 
-	bareTotal, cycleTotal, err := alternate(ctx, c, rounds, b.cfg.cycleFor, bare, cycle)
+	bareTotal, cycleTotal, err := alternate(ctx, c, b.cfg.cycleFor, bare, cycle)
 	if err != nil {
 		return nil, err
 	}

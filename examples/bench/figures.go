@@ -19,8 +19,8 @@ import (
 // again.
 const hotStreams = 8
 
-// wakeLatency measures from an append's response to its webhook's arrival
-// with cfg.idle idle consumers in the Store.
+// wakeLatency measures how long after an append its webhook arrives, with
+// cfg.idle idle consumers in the Store.
 func wakeLatency(ctx context.Context, b *bench) (_ []result, err error) {
 	wake, arrivals := recordArrivals()
 	e, err := b.start(ctx, wake)
@@ -420,7 +420,7 @@ func callbackRate(ctx context.Context, b *bench) (_ []result, err error) {
 		return err
 	}
 	bare := func(int) error { return postBare(ctx, b.hc, bareURL) }
-	bareTotal, ackTotal, err := alternate(ctx, c, rounds, b.cfg.callbackFor, bare, ack)
+	bareTotal, ackTotal, err := alternate(ctx, c, b.cfg.callbackFor, bare, ack)
 	if err != nil {
 		return nil, err
 	}

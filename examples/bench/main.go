@@ -65,8 +65,8 @@ type config struct {
 	fanout      []int         // subscription counts of the fan-out figure
 	idleK       int           // consumers at rest in the idle-scale figure
 	callbackC   int           // concurrent clients in the callback figure
-	callbackFor time.Duration
-	workers     int // concurrent requests while setting up
+	callbackFor time.Duration // how long the callbacks and the bare handler each run
+	workers     int           // concurrent requests while setting up
 	cpuProfile  string
 	memProfile  string
 }
@@ -107,7 +107,7 @@ func main() {
 	fan := fs.String("fanout", joinInts(cfg.fanout), "comma-separated subscription counts of the fan-out figure")
 	fs.IntVar(&cfg.idleK, "idle-k", cfg.idleK, "consumers at rest in the idle-scale figure (try 1000000)")
 	fs.IntVar(&cfg.callbackC, "callback-c", cfg.callbackC, "concurrent clients in the callback figure")
-	fs.DurationVar(&cfg.callbackFor, "callback-for", cfg.callbackFor, "duration of the callback run")
+	fs.DurationVar(&cfg.callbackFor, "callback-for", cfg.callbackFor, "duration of the callback run and of the bare-handler run")
 	fs.IntVar(&cfg.workers, "workers", cfg.workers, "concurrent requests while setting up")
 	fs.StringVar(&cfg.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
 	fs.StringVar(&cfg.memProfile, "memprofile", "", "write an allocation profile of the whole run to this file")

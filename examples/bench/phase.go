@@ -14,6 +14,11 @@ import (
 	"time"
 )
 
+// rounds is how many times a throughput figure alternates between the bare
+// handler and the engine.
+const rounds = 10
+
+// us64 is d in microseconds, with fractions.
 func us64(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }
 
 // phase is the work done in timed runs: how many operations, in what wall
@@ -75,10 +80,10 @@ func runFor(ctx context.Context, c int, d time.Duration, op func(i int) error) (
 	return phase{n: int64(len(took)), wall: wall, cpu: cpu, mallocs: m1.Mallocs - m0.Mallocs, took: took}, err
 }
 
-// alternate runs a and b in turn, rounds times for d/rounds each. On a
+// alternate runs a and b in turn, each rounds times for d/rounds. On a
 // machine shared with other work the CPU this process gets drifts;
 // alternating exposes both to the same drift.
-func alternate(ctx context.Context, c, rounds int, d time.Duration, a, b func(i int) error) (pa, pb phase, err error) {
+func alternate(ctx context.Context, c int, d time.Duration, a, b func(i int) error) (pa, pb phase, err error) {
 	slice := d / time.Duration(rounds)
 	for range rounds {
 		p, err := runFor(ctx, c, slice, a)
