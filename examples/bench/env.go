@@ -68,9 +68,11 @@ func (b *bench) start(ctx context.Context, wake onWake) (_ *env, err error) {
 	if e.dir, err = os.MkdirTemp("", "streamhooks-bench-"); err != nil {
 		return e, err
 	}
-	if e.store, e.closeStore, err = b.open(e.dir); err != nil {
+	store, closeStore, err := b.open(e.dir)
+	if err != nil {
 		return e, fmt.Errorf("opening store: %w", err)
 	}
+	e.store, e.closeStore = store, closeStore
 	if e.recv, err = newReceiver(wake); err != nil {
 		return e, err
 	}
