@@ -1,0 +1,275 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	webhooks "github.com/streamhooks/webhooks"
+	"github.com/streamhooks/webhooks/internal/exampleserver"
+)
+
+// waitFor bounds every wait for one webhook; a wake takes milliseconds.
+const waitFor = 10 * time.Second
+
+// bench is what every figure shares: the configuration, the Store to open
+// and one HTTP client for producers and consumers alike.
+type bench struct {
+	cfg  config
+	open func(dir string) (webhooks.Store, func() error, error)
+	hc   *http.Client
+}
+
+func newBench(cfg config, open func(dir string) (webhooks.Store, func() error, error)) *bench {
+	// Keep a connection per concurrent caller, as a tuned client would; the
+	// default of two idle connections per host would measure dialing.
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConns = 4096
+	t.MaxIdleConnsPerHost = 4096
+	return &bench{cfg: cfg, open: open, hc: &http.Client{Transport: t}}
+}
+
+func (b *bench) close() { b.hc.CloseIdleConnections() }
+
+// env is one figure's world: a fresh Store, the example server over it and
+// a webhook receiver.
+type env struct {
+	b          *bench
+	srv        *exampleserver.Running
+	store      webhooks.Store
+	closeStore func() error
+	dir        string
+	recv       *receiver
+}
+
+// onWake handles one verified notification that arrived at at. It returns
+// true to finish the wake synchronously with {"done":true}.
+type onWake func(n *webhooks.Notification, at time.Time) (done bool)
+
+// start opens a fresh Store, starts the example server on it and a receiver
+// that hands every notification to wake.
+func (b *bench) start(ctx context.Context, wake onWake) (_ *env, err error) {
+	e := &env{b: b}
+	defer func() {
+		if err != nil {
+			err = errors.Join(err, e.close())
+		}
+	}()
+	if e.dir, err = os.MkdirTemp("", "streamhooks-bench-"); err != nil {
+		return e, err
+	}
+	store, closeStore, err := b.open(e.dir)
+	if err != nil {
+		return e, fmt.Errorf("opening store: %w", err)
+	}
+	e.store, e.closeStore = store, closeStore
+	if e.recv, err = newReceiver(wake); err != nil {
+		return e, err
+	}
+	e.srv, err = exampleserver.Start(ctx, exampleserver.Config{
+		Addr:   "127.0.0.1:0",
+		Dev:    true,
+		Logger: quietLogger(),
+		Store:  e.store,
+	})
+	return e, err
+}
+
+// close stops the server, the receiver and the Store, and removes the
+// Store's directory.
+func (e *env) close() error {
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	// Idle keep-alive connections first: a server's Shutdown counts a
+	// connection that never carried a request as busy for five seconds.
+	e.b.hc.CloseIdleConnections()
+	var err error
+	if e.srv != nil {
+		err = e.srv.Close(ctx)
+	}
+	if e.recv != nil {
+		err = errors.Join(err, e.recv.close(ctx))
+	}
+	if e.closeStore != nil {
+		err = errors.Join(err, e.closeStore())
+	}
+	if e.dir != "" {
+		err = errors.Join(err, os.RemoveAll(e.dir))
+	}
+	return err
+}
+
+// receiver is an in-process webhook endpoint on loopback. Subscription id's
+// webhook is url/hook/id; the receiver verifies each notification with that
+// subscription's secret before handing it on.
+type receiver struct {
+	srv     *http.Server
+	url     string
+	wake    onWake
+	secrets sync.Map // subscription ID → secret
+	served  chan error
+	// refused counts notifications that failed verification.
+	refused atomic.Int64
+}
+
+func newReceiver(wake onWake) (*receiver, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	rc := &receiver{url: "http://" + ln.Addr().String(), wake: wake, served: make(chan error, 1)}
+	rc.srv = &http.Server{Handler: rc, ReadHeaderTimeout: waitFor}
+	go func() { rc.served <- rc.srv.Serve(ln) }()
+	return rc, nil
+}
+
+func (rc *receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	at := time.Now()
+	secret, _ := rc.secrets.Load(strings.TrimPrefix(r.URL.Path, "/hook/"))
+	s, _ := secret.(string)
+	n, err := webhooks.ParseNotification(r, s, at)
+	if err != nil {
+		rc.refused.Add(1)
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	if rc.wake(n, at) {
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = io.WriteString(w, `{"done":true}`)
+	}
+}
+
+func (rc *receiver) close(ctx context.Context) error {
+	err := rc.srv.Shutdown(ctx)
+	if serr := <-rc.served; !errors.Is(serr, http.ErrServerClosed) {
+		err = errors.Join(err, serr)
+	}
+	if n := rc.refused.Load(); n > 0 {
+		err = errors.Join(err, fmt.Errorf("receiver refused %d notifications", n))
+	}
+	return err
+}
+
+// do sends one request to the server and checks the status.
+func (e *env) do(ctx context.Context, method, path, contentType string, body []byte, want int) (*http.Response, error) {
+	req, err := http.NewRequestWithContext(ctx, method, e.srv.URL+path, bytes.NewReader(body))
+	if err != nil {
+		return nil, err
+	}
+	if contentType != "" {
+		req.Header.Set("Content-Type", contentType)
+	}
+	resp, err := e.b.hc.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	data, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode != want {
+		return nil, fmt.Errorf("%s %s: %s: %s", method, path, resp.Status, bytes.TrimSpace(data))
+	}
+	return resp, nil
+}
+
+// subscribe creates subscription id on pattern, with its webhook on the
+// receiver.
+func (e *env) subscribe(ctx context.Context, id, pattern string) error {
+	body, _ := json.Marshal(map[string]string{"webhook": e.recv.url + "/hook/" + id})
+	req, err := http.NewRequestWithContext(ctx, http.MethodPut, e.srv.URL+pattern+"?subscription="+id, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := e.b.hc.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	var out struct {
+		Secret string `json:"webhook_secret"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || resp.StatusCode != http.StatusCreated {
+		return fmt.Errorf("creating subscription %s: %s %v", id, resp.Status, err)
+	}
+	e.recv.secrets.Store(id, out.Secret)
+	return nil
+}
+
+// createStream creates an empty byte stream.
+func (e *env) createStream(ctx context.Context, path string) error {
+	_, err := e.do(ctx, http.MethodPut, path, "application/octet-stream", nil, http.StatusCreated)
+	return err
+}
+
+// payload is what every append writes.
+var payload = []byte("0123456789abcdef")
+
+// appendTo appends payload to a stream and returns the new tail.
+func (e *env) appendTo(ctx context.Context, path string) (string, error) {
+	resp, err := e.do(ctx, http.MethodPost, path, "application/octet-stream", payload, http.StatusNoContent)
+	if err != nil {
+		return "", err
+	}
+	return resp.Header.Get("Stream-Next-Offset"), nil
+}
+
+// createStreams creates n empty streams named by name(i), with the
+// configured number of concurrent requests.
+func (e *env) createStreams(ctx context.Context, n int, name func(i int) string) error {
+	return parallel(ctx, n, e.b.cfg.workers, func(i int) error { return e.createStream(ctx, name(i)) })
+}
+
+// consumers counts the consumers in the Store.
+func (e *env) consumers(ctx context.Context) (int, error) {
+	counts, err := e.store.CountConsumers(ctx)
+	total := 0
+	for _, n := range counts {
+		total += n
+	}
+	return total, err
+}
+
+// parallel calls fn for 0..n-1 from the given number of goroutines and
+// returns the first error; after one, the remaining calls are skipped.
+func parallel(ctx context.Context, n, workers int, fn func(i int) error) error {
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	var once sync.Once
+	var first error
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	for range min(workers, n) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				i := int(next.Add(1)) - 1
+				if i >= n {
+					return
+				}
+				if err := fn(i); err != nil {
+					once.Do(func() { first = err; cancel() })
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if first == nil {
+		first = ctx.Err()
+	}
+	return first
+}

@@ -1,0 +1,217 @@
+// Command bench measures the webhook engine end to end: the example stream
+// server with the engine mounted, on loopback, and in-process webhook
+// receivers that act as consumers through the callback API.
+//
+//	go run ./examples/bench                            # every figure, < 2 min
+//	go run ./examples/bench -figures cycle -cycle-c 64 # one figure, scaled
+//	go run ./examples/bench -figures idle -idle-k 1000000
+//
+// It prints a table for people and, for each figure, one line for machines:
+//
+//	BENCH name=wake_latency store=memory idle=10000 ... p50_us=... p99_us=...
+//
+// The Store is chosen by -store from the stores table.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"runtime"
+	"runtime/pprof"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	webhooks "github.com/streamhooks/webhooks"
+	"github.com/streamhooks/webhooks/memstore"
+)
+
+// stores are the Stores a run can use, by -store name. Each call opens a
+// fresh, empty Store in dir, a new directory for Stores that keep files, and
+// returns it with the function that closes it.
+var stores = map[string]func(dir string) (webhooks.Store, func() error, error){
+	"memory": func(string) (webhooks.Store, func() error, error) {
+		return memstore.New(), func() error { return nil }, nil
+	},
+}
+
+// figures are the measurements, in the order they run.
+var figures = []struct {
+	name string
+	run  func(ctx context.Context, b *bench) ([]result, error)
+}{
+	{"latency", wakeLatency},
+	{"cycle", wakeCycle},
+	{"fanout", fanOut},
+	{"idle", idleScale},
+	{"callback", callbackRate},
+}
+
+// config holds the flags. Every figure has its own knobs so that each can be
+// scaled alone.
+type config struct {
+	store       string
+	figures     []string
+	idle        int           // idle consumers present while wake latency is measured
+	samples     int           // wakes measured per latency figure
+	cycleC      int           // concurrent consumers in the wake-cycle figure
+	cycleFor    time.Duration // how long the wake cycle and the bare ceiling each run
+	fanout      []int         // subscription counts of the fan-out figure
+	idleK       int           // consumers at rest in the idle-scale figure
+	callbackC   int           // concurrent clients in the callback figure
+	callbackFor time.Duration // how long the callbacks and the bare handler each run
+	workers     int           // concurrent requests while setting up
+	cpuProfile  string
+	memProfile  string
+}
+
+func defaultConfig() config {
+	return config{
+		store:       "memory",
+		figures:     figureNames(),
+		idle:        10_000,
+		samples:     3000,
+		cycleC:      32,
+		cycleFor:    5 * time.Second,
+		fanout:      []int{10, 10_000, 100_000},
+		idleK:       100_000,
+		callbackC:   32,
+		callbackFor: 5 * time.Second,
+		workers:     8,
+	}
+}
+
+func figureNames() []string {
+	var names []string
+	for _, f := range figures {
+		names = append(names, f.name)
+	}
+	return names
+}
+
+func main() {
+	cfg := defaultConfig()
+	fs := flag.NewFlagSet("bench", flag.ExitOnError)
+	fs.StringVar(&cfg.store, "store", cfg.store, "store to measure: "+strings.Join(storeNames(), ", "))
+	figs := fs.String("figures", strings.Join(cfg.figures, ","), "comma-separated figures to run")
+	fs.IntVar(&cfg.idle, "idle", cfg.idle, "idle consumers present while wake latency is measured")
+	fs.IntVar(&cfg.samples, "samples", cfg.samples, "wakes measured per latency figure (wake latency, each fan-out size)")
+	fs.IntVar(&cfg.cycleC, "cycle-c", cfg.cycleC, "concurrent consumers in the wake-cycle figure")
+	fs.DurationVar(&cfg.cycleFor, "cycle-for", cfg.cycleFor, "duration of the wake-cycle run and of the bare-handler run")
+	fan := fs.String("fanout", joinInts(cfg.fanout), "comma-separated subscription counts of the fan-out figure")
+	fs.IntVar(&cfg.idleK, "idle-k", cfg.idleK, "consumers at rest in the idle-scale figure (try 1000000)")
+	fs.IntVar(&cfg.callbackC, "callback-c", cfg.callbackC, "concurrent clients in the callback figure")
+	fs.DurationVar(&cfg.callbackFor, "callback-for", cfg.callbackFor, "duration of the callback run and of the bare-handler run")
+	fs.IntVar(&cfg.workers, "workers", cfg.workers, "concurrent requests while setting up")
+	fs.StringVar(&cfg.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
+	fs.StringVar(&cfg.memProfile, "memprofile", "", "write an allocation profile of the whole run to this file")
+	_ = fs.Parse(os.Args[1:])
+	cfg.figures = strings.Split(*figs, ",")
+	var err error
+	if cfg.fanout, err = parseInts(*fan); err != nil {
+		fmt.Fprintln(os.Stderr, "bench: -fanout:", err)
+		os.Exit(2)
+	}
+	if err := run(context.Background(), cfg, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+// run measures the figures cfg names and writes the BENCH lines and the
+// table to out.
+func run(ctx context.Context, cfg config, out io.Writer) (err error) {
+	open, ok := stores[cfg.store]
+	if !ok {
+		return fmt.Errorf("unknown store %q; have %s", cfg.store, strings.Join(storeNames(), ", "))
+	}
+	for _, name := range cfg.figures {
+		if !slices.Contains(figureNames(), name) {
+			return fmt.Errorf("unknown figure %q; have %s", name, strings.Join(figureNames(), ", "))
+		}
+	}
+	if cfg.cpuProfile != "" {
+		f, err := os.Create(cfg.cpuProfile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
+	}
+	b := newBench(cfg, open)
+	defer b.close()
+	fmt.Fprintf(out, "# store=%s nproc=%d GOMAXPROCS=%d %s\n", cfg.store, runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version())
+	var results []result
+	for _, f := range figures {
+		if !slices.Contains(cfg.figures, f.name) {
+			continue
+		}
+		start := time.Now()
+		rs, err := f.run(ctx, b)
+		if err != nil {
+			return fmt.Errorf("%s: %w", f.name, err)
+		}
+		for _, r := range rs {
+			fmt.Fprintln(out, r.benchLine(cfg.store))
+		}
+		fmt.Fprintf(out, "# %s took %v\n", f.name, round(time.Since(start)))
+		results = append(results, rs...)
+	}
+	fmt.Fprintln(out)
+	writeTable(out, results)
+	if cfg.memProfile != "" {
+		err = errors.Join(err, writeAllocProfile(cfg.memProfile))
+	}
+	return err
+}
+
+func writeAllocProfile(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	return errors.Join(pprof.Lookup("allocs").WriteTo(f, 0), f.Close())
+}
+
+func storeNames() []string {
+	var names []string
+	for name := range stores {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	return names
+}
+
+func joinInts(ns []int) string {
+	s := make([]string, len(ns))
+	for i, n := range ns {
+		s[i] = strconv.Itoa(n)
+	}
+	return strings.Join(s, ",")
+}
+
+func parseInts(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("%q is not a positive integer", f)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// quietLogger logs only errors, so that a run's output stays the figures.
+func quietLogger() *slog.Logger {
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelError}))
+}
