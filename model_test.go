@@ -45,8 +45,9 @@ import (
 )
 
 var (
-	modelSeed = flag.Uint64("model.seed", 0, "run only the model-test sequence with this seed")
-	modelRuns = flag.Int("model.runs", 0, "model-test sequences to run (default 1000, 200 with -short)")
+	modelSeed   = flag.Uint64("model.seed", 0, "run only the model-test sequence with this seed")
+	modelRuns   = flag.Int("model.runs", 0, "model-test sequences to run at most (default 2000, 200 with -short)")
+	modelBudget = flag.Duration("model.budget", 0, "start no model-test sequence after this long (default 40s, 10s with -short)")
 )
 
 // modelWorkers is how many sequences run at once. Each spends much of its
@@ -59,14 +60,21 @@ func TestModel(t *testing.T) {
 		t.Run(fmt.Sprintf("seed=%d", *modelSeed), func(t *testing.T) { modelRun(t, *modelSeed) })
 		return
 	}
-	runs := *modelRuns
+	runs, budget := *modelRuns, *modelBudget
 	if runs == 0 {
-		runs = 1000
+		runs = 2000
 		if testing.Short() {
 			runs = 200
 		}
 	}
-	base := uint64(time.Now().UnixNano())
+	if budget == 0 {
+		budget = 40 * time.Second
+		if testing.Short() {
+			budget = 10 * time.Second
+		}
+	}
+	start := time.Now()
+	base := uint64(start.UnixNano())
 	var next atomic.Int64
 	var failed atomic.Bool
 	var wg sync.WaitGroup
@@ -74,7 +82,7 @@ func TestModel(t *testing.T) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for !failed.Load() {
+			for !failed.Load() && time.Since(start) < budget {
 				i := next.Add(1) - 1
 				if i >= int64(runs) {
 					return
@@ -87,7 +95,8 @@ func TestModel(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	t.Logf("%d sequences from seed %d exercised:\n%s", runs, base, modelCoverage.report())
+	t.Logf("%d sequences from seed %d in %v exercised:\n%s",
+		min(next.Load(), int64(runs)), base, time.Since(start).Round(time.Millisecond), modelCoverage.report())
 }
 
 // modelCounts counts what the sequences exercised; TestModel logs it, so
@@ -487,12 +496,6 @@ func (m *model) deleteStream(path string) {
 		if len(c.streams) == 0 {
 			delete(m.consumers, id)
 		}
-		// A stream created again at the path is another stream: a
-		// synchronous done must not ack it to the old one's tail.
-		if _, ok := c.wakeTails[path]; ok {
-			delete(c.wakeTails, path)
-			modelCount("stream deleted during a wake")
-		}
 	}
 }
 
@@ -567,6 +570,10 @@ func (m *model) callback(call modelCall) modelAnswer {
 				off = offset(n)
 			}
 			next.streams = append(next.streams, webhooks.StreamOffset{Path: p, Offset: off})
+			// A synchronous done acks only what the wake covered: a
+			// stream subscribed since, maybe one deleted and created
+			// again at p, starts at its tail.
+			delete(next.wakeTails, p)
 		}
 	}
 	for _, a := range call.req.Acks {
@@ -1815,4 +1822,51 @@ func modelSameConsumer(a, b *webhooks.Consumer) bool {
 		return a == b
 	}
 	return fmt.Sprintf("%+v", *a) == fmt.Sprintf("%+v", *b)
+}
+
+// A synchronous done acks each stream to its tail when the wake began. A
+// stream deleted during the wake and created again at the same path is
+// another stream: were it acked to the old stream's tail, its events up to
+// there would never be delivered.
+func TestSyncDoneSkipsAStreamRecreatedDuringTheWake(t *testing.T) {
+	const tools = "/tools/x"
+	for _, unsubscribeFirst := range []bool{false, true} {
+		t.Run(fmt.Sprintf("unsubscribe first %t", unsubscribeFirst), func(t *testing.T) {
+			h := newHarness(t)
+			h.subscribe("s1", "/agents/*")
+			h.create(tools, 5)
+			h.create(agentA, 0)
+			h.appendTo(agentA, 10)
+			d := h.nextDelivery()
+			h.waitConsumer(agentAID, func(c *webhooks.Consumer) bool { return c.State == webhooks.StateLive })
+			r := h.callback(agentAID, d.n.Token, webhooks.CallbackRequest{Epoch: epoch(1), Subscribe: []string{tools}, Acks: streamOffsets(agentA, offset(10)), Done: true})
+			require.Equal(t, http.StatusOK, r.status, r.raw)
+
+			// The second wake records tools at 10; its POST answers
+			// done only after the consumer claimed the wake by callback.
+			hold := make(chan struct{})
+			h.recv.queue(reply{status: http.StatusOK, body: `{"done":true}`, hold: hold})
+			h.appendTo(tools, 5)
+			d = h.nextDelivery()
+			r = h.callback(agentAID, d.n.Token, webhooks.CallbackRequest{Epoch: epoch(2), WakeID: d.n.WakeID})
+			require.Equal(t, http.StatusOK, r.status, r.raw)
+			if unsubscribeFirst {
+				r = h.callback(agentAID, d.n.Token, webhooks.CallbackRequest{Epoch: epoch(2), Unsubscribe: []string{tools}})
+				require.Equal(t, http.StatusOK, r.status, r.raw)
+			}
+			h.source.remove(tools)
+			require.NoError(t, h.engine.StreamDeleted(context.Background(), tools))
+			h.create(tools, 2)
+			r = h.callback(agentAID, d.n.Token, webhooks.CallbackRequest{Epoch: epoch(2), Subscribe: []string{tools}})
+			require.Equal(t, http.StatusOK, r.status, r.raw)
+			close(hold)
+
+			c := h.waitConsumer(agentAID, func(c *webhooks.Consumer) bool { return c.State == webhooks.StateIdle })
+			require.Equal(t, streamOffsets(agentA, offset(10), tools, offset(2)), c.Streams)
+			h.appendTo(tools, 3)
+			d = h.nextDelivery()
+			require.Equal(t, int64(3), d.n.Epoch, "the new stream's events wake the consumer")
+			require.Equal(t, []string{tools}, d.n.TriggeredBy)
+		})
+	}
 }
