@@ -673,13 +673,21 @@ type modelReply struct {
 
 type modelReceiver struct {
 	srv      *httptest.Server
+	url      string
 	arrivals chan *modelArrival
 	quit     chan struct{}
 }
 
-func newModelReceiver(t *testing.T) *modelReceiver {
+// newModelReceiver starts a receiver at a path of its own: other test
+// processes may dial a loopback port this one has reused.
+func newModelReceiver(t *testing.T, seed uint64) *modelReceiver {
 	r := &modelReceiver{arrivals: make(chan *modelArrival, 64), quit: make(chan struct{})}
+	path := "/hook/" + strconv.FormatUint(seed, 36)
 	r.srv = httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
+		if req.URL.Path != path {
+			http.NotFound(w, req)
+			return
+		}
 		body, _ := io.ReadAll(req.Body)
 		a := &modelArrival{body: body, sig: req.Header.Get(webhooks.SignatureHeader), reply: make(chan modelReply, 1)}
 		_ = json.Unmarshal(body, &a.n) // a bad body shows as a mismatch
@@ -710,6 +718,7 @@ func newModelReceiver(t *testing.T) *modelReceiver {
 	// No idle connections: fewer goroutines for quiesce to read through.
 	r.srv.Config.SetKeepAlivesEnabled(false)
 	r.srv.Start()
+	r.url = r.srv.URL + path
 	t.Cleanup(func() {
 		close(r.quit)
 		r.srv.Close()
@@ -765,7 +774,7 @@ type modelRig struct {
 func modelRun(t *testing.T, seed uint64) {
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	cfg := newModelConfig(rng)
-	recv := newModelReceiver(t) // before the harness: the engine stops first
+	recv := newModelReceiver(t, seed) // before the harness: the engine stops first
 	clk := &modelClock{Mock: newMockClock()}
 	h := newHarness(t,
 		webhooks.WithTimeouts(cfg.waking, cfg.liveness, cfg.request),
@@ -958,7 +967,7 @@ func (r *modelRig) subscriptionStep() bool {
 
 func (r *modelRig) createSub(id string) {
 	r.note("create subscription %s on %s", id, modelPatterns[id])
-	rec := r.h.do(http.MethodPut, modelPatterns[id]+"?subscription="+id, fmt.Sprintf(`{"webhook":%q}`, r.recv.srv.URL+"/hook"))
+	rec := r.h.do(http.MethodPut, modelPatterns[id]+"?subscription="+id, fmt.Sprintf(`{"webhook":%q}`, r.recv.url))
 	require.Equal(r.t, http.StatusCreated, rec.Code, rec.Body.String())
 	var out struct {
 		Secret string `json:"webhook_secret"`
