@@ -12,6 +12,8 @@ package webhooks_test
 // Replay a failing sequence with:
 //
 //	go test -race -run TestModel -model.seed=N
+//
+// and soak with, for example, -model.runs=100000 -model.budget=30m.
 
 import (
 	"context"
