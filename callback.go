@@ -164,6 +164,9 @@ func (e *Engine) applyCallback(ctx context.Context, c *Consumer, claims *tokenCl
 			offset = info.Tail
 		}
 		c.Streams = append(c.Streams, StreamOffset{Path: p, Offset: offset})
+		// The wake's tail of p, if any, may be that of a stream since
+		// deleted: a synchronous done must not ack the new one to it.
+		c.WakeTails = slices.DeleteFunc(c.WakeTails, func(s StreamOffset) bool { return s.Path == p })
 	}
 	if len(c.Streams) > MaxStreamsPerConsumer {
 		return UpdateNone, newAPIError(http.StatusBadRequest, CodeInvalidRequest, "a consumer may subscribe to at most %d streams", MaxStreamsPerConsumer)
