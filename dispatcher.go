@@ -23,6 +23,9 @@ const (
 	dueBatch = 256
 	// storeErrorRetry is how long the scheduler waits after a Store error.
 	storeErrorRetry = time.Second
+	// armSlack is how long arming the scheduler's timer may take before the
+	// scheduler assumes the clock jumped meanwhile and looks again.
+	armSlack = time.Millisecond
 )
 
 // errRequestTimeout cancels a webhook POST that outlived the request timeout.
@@ -52,21 +55,29 @@ func (e *Engine) schedule(ctx context.Context) {
 		// While it works every new deadline kicks it; once it knows the
 		// next deadline, only earlier ones do.
 		e.armed.Store(0)
-		wait := e.runDue(ctx)
+		next := e.runDue(ctx)
 		if ctx.Err() != nil {
 			return
 		}
-		if wait == 0 {
-			// Due already: a timer set to zero would wait for the next tick
-			// of a mock clock.
-			continue
-		}
-		if wait > 0 {
-			e.armed.Store(e.clock.Now().Add(wait).UnixNano())
-			timer.Reset(wait)
-		} else {
+		if next.IsZero() {
 			e.armed.Store(math.MaxInt64)
 			timer.Stop()
+		} else {
+			now := e.clock.Now()
+			wait := e.clock.Until(next)
+			if wait <= 0 {
+				// Due already: a timer set to zero would wait for the next
+				// tick of a mock clock.
+				continue
+			}
+			e.armed.Store(next.UnixNano())
+			timer.Reset(wait)
+			if e.clock.Since(now) > armSlack {
+				// The clock jumped while the timer was being armed (a paused
+				// process, or a mock clock set by a test), so the timer
+				// fires late by the jump: look again.
+				continue
+			}
 		}
 		select {
 		case <-ctx.Done():
@@ -77,24 +88,25 @@ func (e *Engine) schedule(ctx context.Context) {
 	}
 }
 
-// runDue handles every consumer whose deadline has passed and returns how
-// long to wait for the next deadline, or -1 if there is none.
-func (e *Engine) runDue(ctx context.Context) time.Duration {
+// runDue handles every consumer whose deadline has passed and returns when
+// to look again: the next deadline, a retry time after a Store error, or
+// the zero time if no consumer has a deadline.
+func (e *Engine) runDue(ctx context.Context) time.Time {
 	for {
 		due, err := e.store.DueConsumers(ctx, e.clock.Now(), dueBatch)
 		if err != nil {
 			if ctx.Err() == nil {
 				e.log.ErrorContext(ctx, "webhooks: listing due consumers", "error", err)
 			}
-			return storeErrorRetry
+			return e.clock.Now().Add(storeErrorRetry)
 		}
 		for _, c := range due {
 			if err := e.handleDue(ctx, c); err != nil {
 				if ctx.Err() != nil {
-					return 0
+					return time.Time{}
 				}
 				e.log.ErrorContext(ctx, "webhooks: handling due consumer", "consumer_id", c.ID, "error", err)
-				return storeErrorRetry
+				return e.clock.Now().Add(storeErrorRetry)
 			}
 		}
 		if len(due) < dueBatch {
@@ -107,11 +119,11 @@ func (e *Engine) runDue(ctx context.Context) time.Duration {
 		if ctx.Err() == nil {
 			e.log.ErrorContext(ctx, "webhooks: reading next deadline", "error", err)
 		}
-		return storeErrorRetry
+		return e.clock.Now().Add(storeErrorRetry)
 	case !ok:
-		return -1
+		return time.Time{}
 	default:
-		return max(e.clock.Until(next), 0)
+		return next
 	}
 }
 
