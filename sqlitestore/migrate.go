@@ -94,7 +94,7 @@ func (s *Store) migrate(ctx context.Context) (err error) {
 			s.w.rollback()
 		}
 	}()
-	// The syncer and the readers' isolation rely on the write-ahead log.
+	// Readers that never wait for the writer need the write-ahead log.
 	var mode string
 	if err := s.w.queryRow("PRAGMA journal_mode").Scan(&mode); err != nil {
 		return fmt.Errorf("sqlitestore: open: %w", err)

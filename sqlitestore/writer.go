@@ -37,12 +37,10 @@ func (s *Store) write(ctx context.Context, fn func(tx *wtx) error) error {
 }
 
 // writer is the single goroutine that writes. It takes the ops that queued
-// while the previous group committed and commits them as one group.
+// while the previous group committed and commits them as one group, so one
+// fsync serves them all.
 func (s *Store) writer() {
 	defer close(s.writerDone)
-	if s.wal != nil {
-		defer close(s.syncKick)
-	}
 	batch := make([]*op, 0, maxBatch)
 	for {
 		select {
@@ -60,12 +58,10 @@ func (s *Store) writer() {
 				break fill
 			}
 		}
-		if err := s.syncErr.Load(); err != nil {
-			fail(batch, *err)
-		} else {
-			s.commit(batch)
+		s.commit(batch)
+		for _, o := range batch {
+			close(o.done)
 		}
-		s.release(batch)
 		clear(batch)
 		batch = batch[:0]
 	}
@@ -99,56 +95,6 @@ func (s *Store) commit(batch []*op) {
 	if err := s.w.commit(); err != nil {
 		s.w.rollback()
 		fail(batch, fmt.Errorf("sqlitestore: commit: %w", err))
-	}
-}
-
-// release returns the ops of a committed group to their callers: at once
-// with SyncNormal, else once the syncer has synced the WAL.
-func (s *Store) release(batch []*op) {
-	if s.wal == nil {
-		for _, o := range batch {
-			close(o.done)
-		}
-		return
-	}
-	s.syncMu.Lock()
-	s.unsynced = append(s.unsynced, batch...)
-	s.syncMu.Unlock()
-	select {
-	case s.syncKick <- struct{}{}:
-	default: // the syncer has a kick pending and will see these ops
-	}
-}
-
-// syncWAL is fdatasync, replaced by tests that fail or hold syncs.
-var syncWAL = fdatasync
-
-// syncer makes committed groups durable. SQLite runs with
-// synchronous=NORMAL, so a commit writes the WAL without syncing it; one
-// fdatasync here then covers every group committed before it, while the
-// writer goes on with the next group instead of waiting for the disk.
-// Callers, including those whose op failed and may have read the unsynced
-// state, are released only after the sync.
-func (s *Store) syncer() {
-	defer close(s.syncerDone)
-	for range s.syncKick {
-		s.syncMu.Lock()
-		ops := s.unsynced
-		s.unsynced = nil
-		s.syncMu.Unlock()
-		if len(ops) == 0 {
-			continue
-		}
-		if err := syncWAL(s.wal); err != nil {
-			// What the failed sync covered may be lost, and a later sync
-			// could succeed without writing it: stop writing for good.
-			err = fmt.Errorf("sqlitestore: sync: %w", err)
-			s.syncErr.CompareAndSwap(nil, &err)
-			fail(ops, err)
-		}
-		for _, o := range ops {
-			close(o.done)
-		}
 	}
 }
 
