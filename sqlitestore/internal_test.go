@@ -101,7 +101,7 @@ func TestCommitSavepoints(t *testing.T) {
 		{ctx: context.Background(), run: insert("a", nil)}, // duplicate key
 		{ctx: context.Background(), run: insert("e", nil)},
 	}
-	s.commit(ops)
+	ops = s.commit(ops)
 
 	require.NoError(t, ops[0].err)
 	require.ErrorIs(t, ops[1].err, boom)
@@ -133,7 +133,7 @@ func TestCommitBrokenTransactionFailsAll(t *testing.T) {
 			return nil
 		}},
 	}
-	s.commit(ops)
+	ops = s.commit(ops)
 	for i, o := range ops {
 		require.Error(t, o.err, "op %d", i)
 	}

@@ -36,9 +36,9 @@ func (s *Store) write(ctx context.Context, fn func(tx *wtx) error) error {
 	return o.err
 }
 
-// writer is the single goroutine that writes. It takes the ops that queued
-// while the previous group committed and commits them as one group, so one
-// fsync serves them all.
+// writer is the single goroutine that writes. Its transaction takes every
+// op that queues while it runs, so one fsync serves all the ops that
+// arrived while the previous group committed or this one ran.
 func (s *Store) writer() {
 	defer close(s.writerDone)
 	batch := make([]*op, 0, maxBatch)
@@ -49,16 +49,7 @@ func (s *Store) writer() {
 		case <-s.closing:
 			return
 		}
-	fill:
-		for len(batch) < maxBatch {
-			select {
-			case o := <-s.ops:
-				batch = append(batch, o)
-			default:
-				break fill
-			}
-		}
-		s.commit(batch)
+		batch = s.commit(batch)
 		for _, o := range batch {
 			close(o.done)
 		}
@@ -67,21 +58,21 @@ func (s *Store) writer() {
 	}
 }
 
-// commit runs batch in one transaction, each op inside a savepoint so that
-// a failing op rolls back only its own changes. Ops whose changes were kept
-// succeed only if the transaction commits.
-func (s *Store) commit(batch []*op) {
+// commit runs batch, and the ops that queue meanwhile, in one transaction,
+// each op inside a savepoint so that a failing op rolls back only its own
+// changes. Ops whose changes were kept succeed only if the transaction
+// commits. It returns every op it took.
+func (s *Store) commit(batch []*op) []*op {
 	// The transaction serves many callers, so no caller's context may
 	// interrupt it; each op's context is checked before the op runs.
 	if err := s.w.begin(); err != nil {
 		fail(batch, fmt.Errorf("sqlitestore: begin: %w", err))
-		return
+		return batch
 	}
-	for i, o := range batch {
-		if o.err = o.ctx.Err(); o.err != nil {
-			continue
-		}
-		if err := runInSavepoint(s.w, o); err != nil {
+	for i := 0; i < len(batch); i++ {
+		if o := batch[i]; o.ctx.Err() != nil {
+			o.err = o.ctx.Err()
+		} else if err := runInSavepoint(s.w, o); err != nil {
 			// The transaction is broken, perhaps rolled back by SQLite
 			// itself: nothing of this group can commit.
 			s.w.rollback()
@@ -89,13 +80,21 @@ func (s *Store) commit(batch []*op) {
 			for _, rest := range batch[i+1:] {
 				rest.err = err
 			}
-			return
+			return batch
+		}
+		if i == len(batch)-1 && len(batch) < maxBatch {
+			select {
+			case o := <-s.ops:
+				batch = append(batch, o)
+			default:
+			}
 		}
 	}
 	if err := s.w.commit(); err != nil {
 		s.w.rollback()
 		fail(batch, fmt.Errorf("sqlitestore: commit: %w", err))
 	}
+	return batch
 }
 
 // runInSavepoint runs o inside a savepoint, recording its outcome in o. It
