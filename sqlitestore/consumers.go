@@ -3,7 +3,6 @@ package sqlitestore
 import (
 	"context"
 	"database/sql"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -11,9 +10,7 @@ import (
 	webhooks "github.com/streamhooks/webhooks"
 )
 
-const consumerCols = `c.id, c.subscription_id, c.primary_stream, c.state, c.epoch, c.wake_id,
-	c.streams, c.wake_tails, c.triggered_by, c.attempt, c.in_flight, c.failures,
-	c.failing_since, c.deadline, c.created_at, c.updated_at`
+const consumerCols = `c.id, c.subscription_id, c.primary_stream, c.state, c.deadline, c.data`
 
 // The engine's hot queries, checked for index use by a test.
 const (
@@ -28,54 +25,24 @@ const (
 	nextDeadlineQuery = "SELECT min(deadline) FROM consumers WHERE deadline IS NOT NULL"
 )
 
-// consumerRow is a consumer encoded for its row, in the order of the
-// columns after id, subscription_id and primary_stream.
+// consumerRow is a consumer encoded for the columns after id,
+// subscription_id and primary_stream.
 type consumerRow struct {
-	state                             string
-	epoch                             int64
-	wakeID                            string
-	streams, wakeTails, triggeredBy   []byte
-	attempt                           int
-	inFlight                          bool
-	failures                          int
-	failingSince, deadline, createdAt sql.NullInt64
-	updatedAt                         sql.NullInt64
+	state    string
+	deadline sql.NullInt64
+	data     []byte
 }
 
 func encodeConsumer(c *webhooks.Consumer) (*consumerRow, error) {
-	r := &consumerRow{
-		state:    string(c.State),
-		epoch:    c.Epoch,
-		wakeID:   c.WakeID,
-		attempt:  c.Attempt,
-		inFlight: c.InFlight,
-		failures: c.Failures,
-	}
-	var err error
-	// JSON keeps nil and empty lists apart, so a consumer reads back equal.
-	if r.streams, err = json.Marshal(c.Streams); err != nil {
+	deadline, err := nanos(c.Deadline)
+	if err != nil {
 		return nil, err
 	}
-	if r.wakeTails, err = json.Marshal(c.WakeTails); err != nil {
+	data, err := encodeConsumerData(c)
+	if err != nil {
 		return nil, err
 	}
-	if r.triggeredBy, err = json.Marshal(c.TriggeredBy); err != nil {
-		return nil, err
-	}
-	for _, t := range []struct {
-		dst *sql.NullInt64
-		src time.Time
-	}{{&r.failingSince, c.FailingSince}, {&r.deadline, c.Deadline}, {&r.createdAt, c.CreatedAt}, {&r.updatedAt, c.UpdatedAt}} {
-		if *t.dst, err = nanos(t.src); err != nil {
-			return nil, err
-		}
-	}
-	return r, nil
-}
-
-func (r *consumerRow) args() []any {
-	return []any{r.state, r.epoch, r.wakeID, r.streams, r.wakeTails, r.triggeredBy,
-		r.attempt, r.inFlight, r.failures, r.failingSince, r.deadline, r.createdAt, r.updatedAt}
+	return &consumerRow{state: string(c.State), deadline: deadline, data: data}, nil
 }
 
 func scanConsumer(row scanner) (*webhooks.Consumer, error) {
@@ -83,26 +50,14 @@ func scanConsumer(row scanner) (*webhooks.Consumer, error) {
 		c webhooks.Consumer
 		r consumerRow
 	)
-	err := row.Scan(&c.ID, &c.SubscriptionID, &c.PrimaryStream, &r.state, &c.Epoch, &c.WakeID,
-		&r.streams, &r.wakeTails, &r.triggeredBy, &c.Attempt, &c.InFlight, &c.Failures,
-		&r.failingSince, &r.deadline, &r.createdAt, &r.updatedAt)
-	if err != nil {
+	if err := row.Scan(&c.ID, &c.SubscriptionID, &c.PrimaryStream, &r.state, &r.deadline, &r.data); err != nil {
 		return nil, err
 	}
 	c.State = webhooks.ConsumerState(r.state)
-	if err := json.Unmarshal(r.streams, &c.Streams); err != nil {
-		return nil, fmt.Errorf("sqlitestore: consumer %s: streams: %w", c.ID, err)
-	}
-	if err := json.Unmarshal(r.wakeTails, &c.WakeTails); err != nil {
-		return nil, fmt.Errorf("sqlitestore: consumer %s: wake tails: %w", c.ID, err)
-	}
-	if err := json.Unmarshal(r.triggeredBy, &c.TriggeredBy); err != nil {
-		return nil, fmt.Errorf("sqlitestore: consumer %s: triggered by: %w", c.ID, err)
-	}
-	c.FailingSince = fromNanos(r.failingSince)
 	c.Deadline = fromNanos(r.deadline)
-	c.CreatedAt = fromNanos(r.createdAt)
-	c.UpdatedAt = fromNanos(r.updatedAt)
+	if err := decodeConsumerData(&c, r.data); err != nil {
+		return nil, fmt.Errorf("%w for consumer %s", err, c.ID)
+	}
 	return &c, nil
 }
 
@@ -120,12 +75,9 @@ func (s *Store) CreateConsumer(ctx context.Context, c *webhooks.Consumer) error 
 		if n == 0 {
 			return webhooks.ErrSubscriptionNotFound
 		}
-		res, err := tx.exec(`INSERT INTO consumers (id, subscription_id, primary_stream, state, epoch, wake_id,
-			streams, wake_tails, triggered_by, attempt, in_flight, failures,
-			failing_since, deadline, created_at, updated_at)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
-			ON CONFLICT (id) DO NOTHING`,
-			append([]any{c.ID, c.SubscriptionID, c.PrimaryStream}, r.args()...)...)
+		res, err := tx.exec(`INSERT INTO consumers (id, subscription_id, primary_stream, state, deadline, data)
+			VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO NOTHING`,
+			c.ID, c.SubscriptionID, c.PrimaryStream, r.state, r.deadline, r.data)
 		if err != nil {
 			return fmt.Errorf("sqlitestore: create consumer: %w", err)
 		}
@@ -206,10 +158,7 @@ func saveConsumer(tx *wtx, old, c *webhooks.Consumer) error {
 	if err != nil {
 		return err
 	}
-	_, err = tx.exec(`UPDATE consumers SET state = ?, epoch = ?, wake_id = ?,
-		streams = ?, wake_tails = ?, triggered_by = ?, attempt = ?, in_flight = ?, failures = ?,
-		failing_since = ?, deadline = ?, created_at = ?, updated_at = ?
-		WHERE id = ?`, append(r.args(), c.ID)...)
+	_, err = tx.exec("UPDATE consumers SET state = ?, deadline = ?, data = ? WHERE id = ?", r.state, r.deadline, r.data, c.ID)
 	if err != nil {
 		return fmt.Errorf("sqlitestore: save consumer: %w", err)
 	}

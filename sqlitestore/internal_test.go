@@ -3,17 +3,12 @@ package sqlitestore
 import (
 	"context"
 	"errors"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
-	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
-
-	webhooks "github.com/streamhooks/webhooks"
 )
 
 // setMigrations replaces the schema steps for one test.
@@ -106,7 +101,7 @@ func TestCommitSavepoints(t *testing.T) {
 		{ctx: context.Background(), run: insert("a", nil)}, // duplicate key
 		{ctx: context.Background(), run: insert("e", nil)},
 	}
-	s.commit(ops)
+	ops = s.commit(ops)
 
 	require.NoError(t, ops[0].err)
 	require.ErrorIs(t, ops[1].err, boom)
@@ -138,7 +133,7 @@ func TestCommitBrokenTransactionFailsAll(t *testing.T) {
 			return nil
 		}},
 	}
-	s.commit(ops)
+	ops = s.commit(ops)
 	for i, o := range ops {
 		require.Error(t, o.err, "op %d", i)
 	}
@@ -191,70 +186,4 @@ func TestQueryPlansUseIndexes(t *testing.T) {
 		}
 		require.NotEmpty(t, plan, name)
 	}
-}
-
-// setSyncWAL replaces the WAL sync for one test; call it before Open.
-func setSyncWAL(t *testing.T, fn func(f *os.File) error) {
-	old := syncWAL
-	syncWAL = fn
-	t.Cleanup(func() { syncWAL = old })
-}
-
-func TestWritesWaitForTheSync(t *testing.T) {
-	entered, release := make(chan struct{}), make(chan struct{})
-	setSyncWAL(t, func(f *os.File) error {
-		entered <- struct{}{}
-		<-release
-		return fdatasync(f)
-	})
-	s, err := Open(filepath.Join(t.TempDir(), "hooks.db"))
-	require.NoError(t, err)
-	defer s.Close()
-
-	done := make(chan error, 1)
-	go func() {
-		done <- s.CreateSubscription(context.Background(), &webhooks.Subscription{ID: "s"})
-	}()
-	<-entered
-	// The group has committed: readers see it, but its caller waits.
-	_, err = s.GetSubscription(context.Background(), "s")
-	require.NoError(t, err)
-	require.Never(t, func() bool { return len(done) > 0 }, 50*time.Millisecond, time.Millisecond,
-		"a write returned before the WAL was synced")
-	close(release)
-	require.NoError(t, <-done)
-}
-
-func TestSyncFailureStopsWrites(t *testing.T) {
-	ctx := context.Background()
-	var syncs atomic.Int32
-	setSyncWAL(t, func(f *os.File) error {
-		if syncs.Add(1) == 1 {
-			return errors.New("disk on fire")
-		}
-		return fdatasync(f)
-	})
-	s, err := Open(filepath.Join(t.TempDir(), "hooks.db"))
-	require.NoError(t, err)
-	defer s.Close()
-
-	err = s.CreateSubscription(ctx, &webhooks.Subscription{ID: "a"})
-	require.ErrorContains(t, err, "disk on fire")
-	// A later sync might succeed without having written what the failed
-	// one lost: the store must not report success again.
-	err = s.CreateSubscription(ctx, &webhooks.Subscription{ID: "b"})
-	require.ErrorContains(t, err, "disk on fire")
-	_, err = s.ListSubscriptions(ctx)
-	require.NoError(t, err, "reads go on")
-}
-
-func TestSyncNormalDoesNotSync(t *testing.T) {
-	setSyncWAL(t, func(*os.File) error {
-		t.Error("SyncNormal synced the WAL")
-		return nil
-	})
-	s, err := Open(filepath.Join(t.TempDir(), "hooks.db"), WithSynchronous(SyncNormal))
-	require.NoError(t, err)
-	defer s.Close()
-	require.NoError(t, s.CreateSubscription(context.Background(), &webhooks.Subscription{ID: "s"}))
 }

@@ -27,24 +27,15 @@ CREATE TABLE subscriptions (
 	created_at  INTEGER
 );
 
--- Times are UTC Unix nanoseconds, NULL when zero. The lists are JSON.
+-- Times are UTC Unix nanoseconds, NULL when zero. data holds the other
+-- fields; see codec.go.
 CREATE TABLE consumers (
 	id              TEXT PRIMARY KEY,
 	subscription_id TEXT NOT NULL REFERENCES subscriptions (id) ON DELETE CASCADE,
 	primary_stream  TEXT NOT NULL,
 	state           TEXT NOT NULL,
-	epoch           INTEGER NOT NULL,
-	wake_id         TEXT NOT NULL,
-	streams         TEXT NOT NULL,
-	wake_tails      TEXT NOT NULL,
-	triggered_by    TEXT NOT NULL,
-	attempt         INTEGER NOT NULL,
-	in_flight       INTEGER NOT NULL,
-	failures        INTEGER NOT NULL,
-	failing_since   INTEGER,
 	deadline        INTEGER,
-	created_at      INTEGER,
-	updated_at      INTEGER
+	data            BLOB NOT NULL
 );
 CREATE INDEX consumers_by_subscription ON consumers (subscription_id);
 CREATE INDEX consumers_by_primary_stream ON consumers (primary_stream, id);
@@ -94,7 +85,7 @@ func (s *Store) migrate(ctx context.Context) (err error) {
 			s.w.rollback()
 		}
 	}()
-	// The syncer and the readers' isolation rely on the write-ahead log.
+	// Readers that never wait for the writer need the write-ahead log.
 	var mode string
 	if err := s.w.queryRow("PRAGMA journal_mode").Scan(&mode); err != nil {
 		return fmt.Errorf("sqlitestore: open: %w", err)

@@ -7,12 +7,10 @@
 // read-modify-write under the lock across processes.
 //
 // Writes go through one writer goroutine that commits them in groups: calls
-// that arrive while a group is being written run in the next transaction,
-// each inside its own savepoint. With the default SyncFull, a call returns
-// once a sync of the write-ahead log has followed its group's commit, so a
-// write that returned without error survives an OS crash; the sync runs
-// while the writer goes on with the next group. Readers may see a group
-// committed and not yet synced.
+// that arrive while a commit is in progress run in the next transaction,
+// each inside its own savepoint, and return once that transaction has
+// committed. One fsync thus serves a group: with the default SyncFull, a
+// write that returned without error survives an OS crash.
 package sqlitestore
 
 import (
@@ -25,7 +23,6 @@ import (
 	"os"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
@@ -65,9 +62,8 @@ type options struct {
 type Synchronous string
 
 const (
-	// SyncFull syncs the write-ahead log after every commit, before the
-	// writes return: a write that returned survives an OS crash or power
-	// loss. It is the default.
+	// SyncFull syncs the write-ahead log on every commit: a write that
+	// returned survives an OS crash or power loss. It is the default.
 	SyncFull Synchronous = "FULL"
 	// SyncNormal syncs only at checkpoints: a write that returned survives
 	// a crash of the process but may be lost, with the writes after it, if
@@ -106,9 +102,9 @@ func WithBusyTimeout(d time.Duration) Option {
 	}
 }
 
-// WithSynchronous sets how writes wait for the disk. The default, SyncFull,
-// keeps every acknowledged offset across an OS crash; grouped, pipelined
-// commits make its cost one fsync per group, overlapped with the next.
+// WithSynchronous sets SQLite's synchronous mode. The default, SyncFull,
+// keeps every acknowledged offset across an OS crash; grouped commits make
+// its cost one fsync per group rather than per write.
 func WithSynchronous(s Synchronous) Option {
 	return func(o *options) error {
 		if s != SyncFull && s != SyncNormal {
@@ -131,14 +127,6 @@ type Store struct {
 	writerDone chan struct{}
 	closeOnce  sync.Once
 	closeErr   error
-
-	// With SyncFull, the writer hands committed ops to the syncer.
-	wal        *os.File // the write-ahead log; nil with SyncNormal
-	syncMu     sync.Mutex
-	unsynced   []*op
-	syncKick   chan struct{}
-	syncerDone chan struct{}
-	syncErr    atomic.Pointer[error] // set once a sync fails
 }
 
 // Open opens the database at path, creating it if needed, and brings its
@@ -191,8 +179,6 @@ func Open(path string, opts ...Option) (*Store, error) {
 		ops:        make(chan *op),
 		closing:    make(chan struct{}),
 		writerDone: make(chan struct{}),
-		syncKick:   make(chan struct{}, 1),
-		syncerDone: make(chan struct{}),
 	}
 	if o.key != nil {
 		if s.sealer, err = newSealer(o.key); err != nil {
@@ -204,15 +190,6 @@ func Open(path string, opts ...Option) (*Store, error) {
 		_ = s.closeDBs()
 		return nil, err
 	}
-	if o.synchronous == SyncFull {
-		// The WAL exists from the first open in WAL mode while any
-		// connection, such as the writer's, has the database open.
-		if s.wal, err = os.Open(path + "-wal"); err != nil {
-			_ = s.closeDBs()
-			return nil, fmt.Errorf("sqlitestore: %w", err)
-		}
-		go s.syncer()
-	}
 	go s.writer()
 	return s, nil
 }
@@ -223,12 +200,7 @@ func (s *Store) Close() error {
 	s.closeOnce.Do(func() {
 		close(s.closing)
 		<-s.writerDone
-		var errs []error
-		if s.wal != nil {
-			<-s.syncerDone
-			errs = append(errs, s.wal.Close())
-		}
-		s.closeErr = errors.Join(append(errs, s.closeDBs())...)
+		s.closeErr = s.closeDBs()
 	})
 	return s.closeErr
 }
@@ -243,8 +215,7 @@ func dsn(path string, o options, readOnly bool) string {
 	q := url.Values{}
 	q.Add("_pragma", fmt.Sprintf("busy_timeout(%d)", o.busyTimeout.Milliseconds()))
 	q.Add("_pragma", "journal_mode(WAL)")
-	// With SyncFull the syncer goroutine syncs the WAL after commits.
-	q.Add("_pragma", "synchronous(NORMAL)")
+	q.Add("_pragma", "synchronous("+string(o.synchronous)+")")
 	q.Add("_pragma", "foreign_keys(1)")
 	if readOnly {
 		q.Add("_pragma", "query_only(1)")

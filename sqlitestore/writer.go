@@ -36,13 +36,11 @@ func (s *Store) write(ctx context.Context, fn func(tx *wtx) error) error {
 	return o.err
 }
 
-// writer is the single goroutine that writes. It takes the ops that queued
-// while the previous group committed and commits them as one group.
+// writer is the single goroutine that writes. Its transaction takes every
+// op that queues while it runs, so one fsync serves all the ops that
+// arrived while the previous group committed or this one ran.
 func (s *Store) writer() {
 	defer close(s.writerDone)
-	if s.wal != nil {
-		defer close(s.syncKick)
-	}
 	batch := make([]*op, 0, maxBatch)
 	for {
 		select {
@@ -51,41 +49,30 @@ func (s *Store) writer() {
 		case <-s.closing:
 			return
 		}
-	fill:
-		for len(batch) < maxBatch {
-			select {
-			case o := <-s.ops:
-				batch = append(batch, o)
-			default:
-				break fill
-			}
+		batch = s.commit(batch)
+		for _, o := range batch {
+			close(o.done)
 		}
-		if err := s.syncErr.Load(); err != nil {
-			fail(batch, *err)
-		} else {
-			s.commit(batch)
-		}
-		s.release(batch)
 		clear(batch)
 		batch = batch[:0]
 	}
 }
 
-// commit runs batch in one transaction, each op inside a savepoint so that
-// a failing op rolls back only its own changes. Ops whose changes were kept
-// succeed only if the transaction commits.
-func (s *Store) commit(batch []*op) {
+// commit runs batch, and the ops that queue meanwhile, in one transaction,
+// each op inside a savepoint so that a failing op rolls back only its own
+// changes. Ops whose changes were kept succeed only if the transaction
+// commits. It returns every op it took.
+func (s *Store) commit(batch []*op) []*op {
 	// The transaction serves many callers, so no caller's context may
 	// interrupt it; each op's context is checked before the op runs.
 	if err := s.w.begin(); err != nil {
 		fail(batch, fmt.Errorf("sqlitestore: begin: %w", err))
-		return
+		return batch
 	}
-	for i, o := range batch {
-		if o.err = o.ctx.Err(); o.err != nil {
-			continue
-		}
-		if err := runInSavepoint(s.w, o); err != nil {
+	for i := 0; i < len(batch); i++ {
+		if o := batch[i]; o.ctx.Err() != nil {
+			o.err = o.ctx.Err()
+		} else if err := runInSavepoint(s.w, o); err != nil {
 			// The transaction is broken, perhaps rolled back by SQLite
 			// itself: nothing of this group can commit.
 			s.w.rollback()
@@ -93,63 +80,21 @@ func (s *Store) commit(batch []*op) {
 			for _, rest := range batch[i+1:] {
 				rest.err = err
 			}
-			return
+			return batch
+		}
+		if i == len(batch)-1 && len(batch) < maxBatch {
+			select {
+			case o := <-s.ops:
+				batch = append(batch, o)
+			default:
+			}
 		}
 	}
 	if err := s.w.commit(); err != nil {
 		s.w.rollback()
 		fail(batch, fmt.Errorf("sqlitestore: commit: %w", err))
 	}
-}
-
-// release returns the ops of a committed group to their callers: at once
-// with SyncNormal, else once the syncer has synced the WAL.
-func (s *Store) release(batch []*op) {
-	if s.wal == nil {
-		for _, o := range batch {
-			close(o.done)
-		}
-		return
-	}
-	s.syncMu.Lock()
-	s.unsynced = append(s.unsynced, batch...)
-	s.syncMu.Unlock()
-	select {
-	case s.syncKick <- struct{}{}:
-	default: // the syncer has a kick pending and will see these ops
-	}
-}
-
-// syncWAL is fdatasync, replaced by tests that fail or hold syncs.
-var syncWAL = fdatasync
-
-// syncer makes committed groups durable. SQLite runs with
-// synchronous=NORMAL, so a commit writes the WAL without syncing it; one
-// fdatasync here then covers every group committed before it, while the
-// writer goes on with the next group instead of waiting for the disk.
-// Callers, including those whose op failed and may have read the unsynced
-// state, are released only after the sync.
-func (s *Store) syncer() {
-	defer close(s.syncerDone)
-	for range s.syncKick {
-		s.syncMu.Lock()
-		ops := s.unsynced
-		s.unsynced = nil
-		s.syncMu.Unlock()
-		if len(ops) == 0 {
-			continue
-		}
-		if err := syncWAL(s.wal); err != nil {
-			// What the failed sync covered may be lost, and a later sync
-			// could succeed without writing it: stop writing for good.
-			err = fmt.Errorf("sqlitestore: sync: %w", err)
-			s.syncErr.CompareAndSwap(nil, &err)
-			fail(ops, err)
-		}
-		for _, o := range ops {
-			close(o.done)
-		}
-	}
+	return batch
 }
 
 // runInSavepoint runs o inside a savepoint, recording its outcome in o. It
