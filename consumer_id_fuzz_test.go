@@ -36,7 +36,7 @@ func FuzzConsumerID(f *testing.F) {
 		if ValidateSubscriptionID(sub) == nil {
 			id := ConsumerID(sub, path)
 			gotSub, gotPath, err := ParseConsumerID(id)
-			valid := strings.HasPrefix(path, "/")
+			valid := strings.HasPrefix(path, "/") && len(path) <= MaxStreamPathLength
 			require.Equal(t, valid, err == nil, "ParseConsumerID(%q): %v", id, err)
 			if valid {
 				require.Equal(t, sub, gotSub)
