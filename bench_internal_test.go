@@ -22,7 +22,7 @@ func BenchmarkTokenIssue(b *testing.B) {
 	tk := benchTokens()
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := tk.issue("sub-1:%2Ftenants%2Ft5%2Fstreams%2Fs5", 42); err != nil {
+		if _, err := tk.issue("sub-1:%2Ftenants%2Ft5%2Fstreams%2Fs5", 42, "w_1"); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -32,7 +32,7 @@ func BenchmarkTokenIssue(b *testing.B) {
 // callback.
 func BenchmarkTokenVerify(b *testing.B) {
 	tk := benchTokens()
-	raw, err := tk.issue("sub-1:%2Ftenants%2Ft5%2Fstreams%2Fs5", 42)
+	raw, err := tk.issue("sub-1:%2Ftenants%2Ft5%2Fstreams%2Fs5", 42, "w_1")
 	if err != nil {
 		b.Fatal(err)
 	}

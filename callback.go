@@ -133,8 +133,13 @@ func (e *Engine) applyCallback(ctx context.Context, c *Consumer, claims *tokenCl
 			return UpdateNone, newAPIError(http.StatusConflict, CodeStaleEpoch, "epoch %d is ahead of the current epoch %d", epoch, c.Epoch)
 		}
 	}
+	if claims.WakeID != c.WakeID {
+		// Same ID and epoch, another wake: the consumer was removed and
+		// spawned again, and this token is of the earlier one.
+		return UpdateNone, newAPIError(http.StatusConflict, CodeStaleEpoch, "token is of an earlier consumer with this ID")
+	}
 	if expired {
-		token, err := e.tokens.issue(c.ID, c.Epoch)
+		token, err := e.tokens.issue(c.ID, c.Epoch, c.WakeID)
 		if err != nil {
 			return UpdateNone, err
 		}

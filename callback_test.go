@@ -486,3 +486,31 @@ func benchLiveConsumers(h *harness, n int) []benchAck {
 	}
 	return acks
 }
+
+// A consumer removed and spawned again under the same ID starts its epochs
+// afresh; a worker of the earlier one still holding a token of the same
+// epoch is fenced off, not let in.
+func TestCallbackTokenOfEarlierIncarnationIsStale(t *testing.T) {
+	h := newHarness(t)
+	old := h.wake("s1", "/agents/*", "/agents/t1")
+	id := old.n.ConsumerID
+
+	h.source.remove("/agents/t1")
+	require.NoError(t, h.engine.StreamDeleted(context.Background(), "/agents/t1"))
+	h.waitGone(id)
+	h.create("/agents/t1", 1)
+	fresh := h.nextDelivery()
+	require.Equal(t, id, fresh.n.ConsumerID)
+	require.Equal(t, old.n.Epoch, fresh.n.Epoch, "the new consumer counts its epochs from the start")
+	require.NotEqual(t, old.n.WakeID, fresh.n.WakeID)
+	before := h.waitConsumer(id, func(c *webhooks.Consumer) bool { return h.settled(c) })
+
+	r := h.callback(id, old.n.Token, webhooks.CallbackRequest{
+		Epoch: epoch(old.n.Epoch), Acks: streamOffsets("/agents/t1", offset(1)), Done: true,
+	})
+	requireError(t, r, http.StatusConflict, webhooks.CodeStaleEpoch)
+	require.Equal(t, before, h.consumer(id), "a refused callback changes nothing")
+
+	r = h.callback(id, fresh.n.Token, webhooks.CallbackRequest{Epoch: epoch(fresh.n.Epoch)})
+	require.Equal(t, http.StatusOK, r.status, r.raw)
+}

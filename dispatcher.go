@@ -259,7 +259,7 @@ func (e *Engine) record(ctx context.Context, id string, result deliveryResult) {
 // notification builds the signed body of a wake-up POST. Every attempt gets
 // a fresh token; the wake_id stays that of the cycle (S2).
 func (e *Engine) notification(c *Consumer) ([]byte, error) {
-	token, err := e.tokens.issue(c.ID, c.Epoch)
+	token, err := e.tokens.issue(c.ID, c.Epoch, c.WakeID)
 	if err != nil {
 		return nil, err
 	}

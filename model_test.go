@@ -526,6 +526,7 @@ type modelCall struct {
 	token      string
 	tokenOK    bool // signed by the engine for this consumer
 	tokenEpoch int64
+	tokenInc   int // incarnation of the consumer the token was issued to
 	tokenExp   time.Time
 	body       string
 	req        *webhooks.CallbackRequest // nil if the body is invalid
@@ -552,7 +553,7 @@ func (m *model) callback(call modelCall) modelAnswer {
 	if c == nil {
 		return modelAnswer{status: http.StatusGone, code: webhooks.CodeConsumerGone}
 	}
-	if call.tokenEpoch != c.epoch || *call.req.Epoch != c.epoch {
+	if call.tokenEpoch != c.epoch || *call.req.Epoch != c.epoch || call.tokenInc != c.inc {
 		return modelAnswer{status: http.StatusConflict, code: webhooks.CodeStaleEpoch}
 	}
 	if !m.now.Before(call.tokenExp) {
@@ -1187,7 +1188,7 @@ func (r *modelRig) callbackStep() bool {
 	if r.pick(100) < 15 {
 		tok = toks[r.pick(len(toks))]
 	}
-	call := modelCall{id: id, token: tok.raw, tokenOK: true, tokenEpoch: tok.epoch, tokenExp: tok.exp}
+	call := modelCall{id: id, token: tok.raw, tokenOK: true, tokenEpoch: tok.epoch, tokenInc: tok.inc, tokenExp: tok.exp}
 	what := "token e" + strconv.FormatInt(tok.epoch, 10)
 	switch x := r.pick(100); {
 	case x < 3:
@@ -1213,8 +1214,8 @@ func (r *modelRig) callbackStep() bool {
 	got := r.h.rawCallback(id, call.token, call.body)
 	r.context = modelCallbackProperty(call, want)
 	modelCount(fmt.Sprintf("callback answered %d %s", want.status, want.code))
-	if c := r.m.consumers[id]; want.code == "" && c != nil && c.inc != tok.inc {
-		modelCount("callback accepted with a token of an earlier incarnation")
+	if c := r.m.consumers[id]; c != nil && c.inc != tok.inc && tok.epoch == c.epoch && call.tokenOK {
+		modelCount("callback with a token of an earlier incarnation at the current epoch")
 	}
 	if got.status != want.status || (want.code != "" && (got.body.Error == nil || got.body.Error.Code != want.code)) {
 		r.failf(r.context, "callback %s (%s): got %d %s, model expects %d %s", id, what, got.status, got.raw, want.status, want.code)

@@ -17,9 +17,12 @@ var (
 )
 
 // tokenClaims are the claims of a callback token: the consumer ID as the
-// subject, the epoch it was issued for, and the expiry.
+// subject, the epoch and wake it was issued for, and the expiry. The wake
+// ID tells incarnations apart: a consumer removed and spawned again under
+// the same ID counts its epochs from the start, but its wake IDs are new.
 type tokenClaims struct {
-	Epoch int64 `json:"epoch"`
+	Epoch  int64  `json:"epoch"`
+	WakeID string `json:"wake"`
 	jwt.RegisteredClaims
 }
 
@@ -48,11 +51,12 @@ func newTokens(key []byte, ttl time.Duration, clk clock.Clock) *tokens {
 	}
 }
 
-// issue returns a fresh token for the consumer at epoch.
-func (t *tokens) issue(consumerID string, epoch int64) (string, error) {
+// issue returns a fresh token for the consumer's wake wakeID at epoch.
+func (t *tokens) issue(consumerID string, epoch int64, wakeID string) (string, error) {
 	now := t.clock.Now()
 	claims := tokenClaims{
-		Epoch: epoch,
+		Epoch:  epoch,
+		WakeID: wakeID,
 		RegisteredClaims: jwt.RegisteredClaims{
 			Subject:   consumerID,
 			IssuedAt:  jwt.NewNumericDate(now),
@@ -87,5 +91,5 @@ func (t *tokens) renew(raw string, claims *tokenClaims) (string, error) {
 	if claims.ExpiresAt != nil && t.clock.Until(claims.ExpiresAt.Time) > t.ttl/4 {
 		return raw, nil
 	}
-	return t.issue(claims.Subject, claims.Epoch)
+	return t.issue(claims.Subject, claims.Epoch, claims.WakeID)
 }

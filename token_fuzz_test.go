@@ -30,7 +30,7 @@ func tokenFuzzTokens(t time.Time) *tokens {
 // byte change of a token verifies, expired or not.
 func FuzzToken(f *testing.F) {
 	tk := tokenFuzzTokens(tokenFuzzNow)
-	issued, err := tk.issue("sub:%2Fagents%2Ftask-1", 1)
+	issued, err := tk.issue("sub:%2Fagents%2Ftask-1", 1, "w_1")
 	require.NoError(f, err)
 	f.Add(issued, "sub:%2Fagents%2Ftask-1", int64(1), uint16(len(issued)-1), byte(1))
 	f.Add("", "", int64(0), uint16(0), byte(0))
@@ -41,7 +41,7 @@ func FuzzToken(f *testing.F) {
 	f.Fuzz(func(t *testing.T, raw, consumer string, epoch int64, pos uint16, xor byte) {
 		if claims, err := tk.verify(raw); err == nil || err == errTokenExpired {
 			require.NotNil(t, claims.IssuedAt, "verified a token without iat: %q", raw)
-			again, err := tokenFuzzTokens(claims.IssuedAt.Time).issue(claims.Subject, claims.Epoch)
+			again, err := tokenFuzzTokens(claims.IssuedAt.Time).issue(claims.Subject, claims.Epoch, claims.WakeID)
 			require.NoError(t, err)
 			require.Equal(t, again, raw, "verified a token the issuer did not make")
 		} else {
@@ -51,7 +51,7 @@ func FuzzToken(f *testing.F) {
 
 		// Consumer IDs are ASCII; JSON would replace invalid UTF-8.
 		consumer = strings.ToValidUTF8(consumer, "\uFFFD")
-		tok, err := tk.issue(consumer, epoch)
+		tok, err := tk.issue(consumer, epoch, "w_1")
 		require.NoError(t, err)
 		claims, err := tk.verify(tok)
 		require.NoError(t, err)

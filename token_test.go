@@ -19,18 +19,19 @@ func testTokens(t *testing.T) (*tokens, *clock.Mock) {
 
 func TestTokenCarriesConsumerEpochAndExpiry(t *testing.T) {
 	tk, clk := testTokens(t)
-	raw, err := tk.issue("s:%2Fa", 7)
+	raw, err := tk.issue("s:%2Fa", 7, "w_1")
 	require.NoError(t, err)
 	claims, err := tk.verify(raw)
 	require.NoError(t, err)
 	require.Equal(t, "s:%2Fa", claims.Subject)
 	require.Equal(t, int64(7), claims.Epoch)
+	require.Equal(t, "w_1", claims.WakeID)
 	require.True(t, clk.Now().Add(time.Hour).Equal(claims.ExpiresAt.Time))
 }
 
 func TestExpiredTokenIsReportedOnlyWhenValidlySigned(t *testing.T) {
 	tk, clk := testTokens(t)
-	raw, err := tk.issue("s:%2Fa", 1)
+	raw, err := tk.issue("s:%2Fa", 1, "w_1")
 	require.NoError(t, err)
 	clk.Add(time.Hour + time.Second)
 	claims, err := tk.verify(raw)
@@ -38,7 +39,7 @@ func TestExpiredTokenIsReportedOnlyWhenValidlySigned(t *testing.T) {
 	require.Equal(t, int64(1), claims.Epoch)
 
 	other := newTokens([]byte(strings.Repeat("x", MinTokenKeyLength)), time.Hour, clk)
-	forged, err := other.issue("s:%2Fa", 1)
+	forged, err := other.issue("s:%2Fa", 1, "w_1")
 	require.NoError(t, err)
 	clk.Add(2 * time.Hour)
 	_, err = tk.verify(forged)
@@ -70,7 +71,7 @@ func TestTokenWithoutExpiryIsInvalid(t *testing.T) {
 
 func TestTokenRenewal(t *testing.T) {
 	tk, clk := testTokens(t)
-	raw, err := tk.issue("s:%2Fa", 3)
+	raw, err := tk.issue("s:%2Fa", 3, "w_1")
 	require.NoError(t, err)
 	claims, err := tk.verify(raw)
 	require.NoError(t, err)
@@ -92,7 +93,7 @@ func TestTokenRenewal(t *testing.T) {
 // verifies: lax base64 ignores a segment's unused low bits, and line breaks.
 func TestTokenVerifiesOnlyAsIssued(t *testing.T) {
 	tk, _ := testTokens(t)
-	raw, err := tk.issue("s:%2Fa", 1)
+	raw, err := tk.issue("s:%2Fa", 1, "w_1")
 	require.NoError(t, err)
 	const alphabet = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_"
 	// 43 characters carry a 32-byte MAC; the last one's low 2 bits are unused.
