@@ -22,21 +22,23 @@ import (
 // waitFor bounds every wait for one webhook; a wake takes milliseconds.
 const waitFor = 10 * time.Second
 
-// bench is what every figure shares: the configuration, the Store to open
-// and one HTTP client for producers and consumers alike.
+// bench is what every figure on one Store shares: the configuration, the
+// Store's name and kind, and one HTTP client for producers and consumers
+// alike.
 type bench struct {
-	cfg  config
-	open func(dir string) (webhooks.Store, func() error, error)
-	hc   *http.Client
+	cfg   config
+	store string
+	kind  storeKind
+	hc    *http.Client
 }
 
-func newBench(cfg config, open func(dir string) (webhooks.Store, func() error, error)) *bench {
+func newBench(cfg config, store string, kind storeKind) *bench {
 	// Keep a connection per concurrent caller, as a tuned client would; the
 	// default of two idle connections per host would measure dialing.
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.MaxIdleConns = 4096
 	t.MaxIdleConnsPerHost = 4096
-	return &bench{cfg: cfg, open: open, hc: &http.Client{Transport: t}}
+	return &bench{cfg: cfg, store: store, kind: kind, hc: &http.Client{Transport: t}}
 }
 
 func (b *bench) close() { b.hc.CloseIdleConnections() }
@@ -68,7 +70,7 @@ func (b *bench) start(ctx context.Context, wake onWake) (_ *env, err error) {
 	if e.dir, err = os.MkdirTemp("", "streamhooks-bench-"); err != nil {
 		return e, err
 	}
-	store, closeStore, err := b.open(e.dir)
+	store, closeStore, err := b.kind.open(e.dir)
 	if err != nil {
 		return e, fmt.Errorf("opening store: %w", err)
 	}

@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"runtime"
 	"runtime/debug"
 	"strconv"
@@ -291,8 +293,9 @@ func fanOutServer(ctx context.Context, b *bench, s int) (_ *prober, _ float64, e
 	return &prober{e: e, targets: hot, arrivals: arrivals}, rate, nil
 }
 
-// idleScale measures what cfg.idleK consumers at rest cost: heap and RSS
-// each, the time to create them, and the goroutines they add (none).
+// idleScale measures what cfg.idleK consumers at rest, or cfg.idleKDur in a
+// durable Store, cost: heap, RSS and the Store's files each, the time to
+// create them, and the goroutines they add (none).
 func idleScale(ctx context.Context, b *bench) (_ []result, err error) {
 	e, err := b.start(ctx, func(*webhooks.Notification, time.Time) bool { return true })
 	if err != nil {
@@ -300,6 +303,9 @@ func idleScale(ctx context.Context, b *bench) (_ []result, err error) {
 	}
 	defer func() { err = errors.Join(err, e.close()) }()
 	k := b.cfg.idleK
+	if b.kind.durable {
+		k = b.cfg.idleKDur
+	}
 
 	heap0 := heapAfterGC()
 	start := time.Now()
@@ -310,6 +316,10 @@ func idleScale(ctx context.Context, b *bench) (_ []result, err error) {
 	}
 	streamsTook := time.Since(start)
 	heap1, rss1, g1 := heapAfterGC(), rss(), runtime.NumGoroutine()
+	disk1, err := dirSize(e.dir)
+	if err != nil {
+		return nil, err
+	}
 
 	// One subscription adopts every stream: k IDLE consumers.
 	start = time.Now()
@@ -318,24 +328,30 @@ func idleScale(ctx context.Context, b *bench) (_ []result, err error) {
 	}
 	took := time.Since(start)
 	heap2, rss2, g2 := heapAfterGC(), rss(), runtime.NumGoroutine()
+	disk2, err := dirSize(e.dir)
+	if err != nil {
+		return nil, err
+	}
 	if n, err := e.consumers(ctx); err != nil || n != k {
 		return nil, fmt.Errorf("store has %d consumers, want %d (%v)", n, k, err)
 	}
 
 	heapPer := bytesPer(int64(heap2)-int64(heap1), k)
 	rssPer := bytesPer(rss2-rss1, k)
-	r := result{name: "idle_scale", label: fmt.Sprintf("idle consumers, K=%d", k)}
+	diskPer := bytesPer(disk2-disk1, k)
+	r := result{name: "idle_scale", label: "idle consumers at rest"}
 	r.add("k", k)
 	r.add("heap_bytes_per_consumer", int64(heapPer))
 	r.add("rss_bytes_per_consumer", int64(rssPer))
+	r.add("disk_bytes_per_consumer", int64(diskPer))
 	r.add("create_ms", took.Milliseconds())
 	r.add("consumers_per_s", int64(float64(k)/took.Seconds()))
 	r.add("goroutines_before", g1)
 	r.add("goroutines_after", g2)
 	r.add("stream_heap_bytes", int64(bytesPer(int64(heap1)-int64(heap0), k)))
 	r.add("streams_create_ms", streamsTook.Milliseconds())
-	r.value = fmt.Sprintf("heap %.0f B, RSS %.0f B each; created in %v; goroutines %d → %d",
-		heapPer, rssPer, round(took), g1, g2)
+	r.value = fmt.Sprintf("K=%d: heap %.0f B, RSS %.0f B, disk %.0f B each; created in %v (%.0f/s); goroutines %d → %d",
+		k, heapPer, rssPer, diskPer, round(took), float64(k)/took.Seconds(), g1, g2)
 	r.goal = "≤ 1 KiB each, no goroutine each"
 	r.met = heapPer <= 1024 && rssPer <= 1024 && g2-g1 < 8
 	return []result{r}, nil
@@ -350,6 +366,24 @@ func heapAfterGC() uint64 {
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
 	return m.HeapAlloc
+}
+
+// dirSize is the size of the files in dir and its subdirectories: a
+// durable Store's database, with its write-ahead log.
+func dirSize(dir string) (int64, error) {
+	var n int64
+	err := filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		n += info.Size()
+		return nil
+	})
+	return n, err
 }
 
 // rss is the process's resident set size from /proc/self/status, or 0
