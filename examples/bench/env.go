@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -42,6 +43,28 @@ func newBench(cfg config, store string, kind storeKind) *bench {
 }
 
 func (b *bench) close() { b.hc.CloseIdleConnections() }
+
+// capped is n, or the durable cap if the Store is durable and n exceeds it.
+// A durable Store creates a few thousand consumers or subscriptions a
+// second, so the default sizes would take minutes.
+func (b *bench) capped(n int) int {
+	if b.kind.durable && b.cfg.durableCap > 0 {
+		return min(n, b.cfg.durableCap)
+	}
+	return n
+}
+
+// fanoutSizes are the fan-out figure's subscription counts, capped and
+// without the repeats that capping makes.
+func (b *bench) fanoutSizes() []int {
+	var sizes []int
+	for _, s := range b.cfg.fanout {
+		if s = b.capped(s); !slices.Contains(sizes, s) {
+			sizes = append(sizes, s)
+		}
+	}
+	return sizes
+}
 
 // env is one figure's world: a fresh Store, the example server over it and
 // a webhook receiver.

@@ -39,9 +39,9 @@ import (
 
 // storeKind is a Store a run can use. open opens a fresh, empty Store in
 // dir, a new directory for Stores that keep files, and returns it with the
-// function that closes it. A durable Store writes every consumer to disk, so
-// the idle-scale figure creates -idle-k-durable consumers in it instead of
-// -idle-k.
+// function that closes it. A durable Store syncs every consumer and
+// subscription it creates to disk, so its figures create at most
+// -durable-cap of them; see bench.capped.
 type storeKind struct {
 	open    func(dir string) (webhooks.Store, func() error, error)
 	durable bool
@@ -85,7 +85,7 @@ type config struct {
 	cycleFor    time.Duration // how long the wake cycle and the bare ceiling each run
 	fanout      []int         // subscription counts of the fan-out figure
 	idleK       int           // consumers at rest in the idle-scale figure
-	idleKDur    int           // the same in a durable Store
+	durableCap  int           // most consumers or subscriptions a figure creates in a durable Store; 0 for no cap
 	callbackC   int           // concurrent clients in the callback figure
 	callbackFor time.Duration // how long the callbacks and the bare handler each run
 	workers     int           // concurrent requests while setting up
@@ -103,7 +103,7 @@ func defaultConfig() config {
 		cycleFor:    5 * time.Second,
 		fanout:      []int{10, 10_000, 100_000},
 		idleK:       100_000,
-		idleKDur:    10_000,
+		durableCap:  10_000,
 		callbackC:   32,
 		callbackFor: 5 * time.Second,
 		workers:     8,
@@ -129,7 +129,7 @@ func main() {
 	fs.DurationVar(&cfg.cycleFor, "cycle-for", cfg.cycleFor, "duration of the wake-cycle run and of the bare-handler run")
 	fan := fs.String("fanout", joinInts(cfg.fanout), "comma-separated subscription counts of the fan-out figure")
 	fs.IntVar(&cfg.idleK, "idle-k", cfg.idleK, "consumers at rest in the idle-scale figure (try 1000000)")
-	fs.IntVar(&cfg.idleKDur, "idle-k-durable", cfg.idleKDur, "consumers at rest in the idle-scale figure on a durable store, which writes each one")
+	fs.IntVar(&cfg.durableCap, "durable-cap", cfg.durableCap, "on a durable store, cap -idle, -idle-k and each -fanout size at this (0: no cap)")
 	fs.IntVar(&cfg.callbackC, "callback-c", cfg.callbackC, "concurrent clients in the callback figure")
 	fs.DurationVar(&cfg.callbackFor, "callback-for", cfg.callbackFor, "duration of the callback run and of the bare-handler run")
 	fs.IntVar(&cfg.workers, "workers", cfg.workers, "concurrent requests while setting up")

@@ -25,9 +25,9 @@ func TestSmoke(t *testing.T) {
 	cfg.samples = 20
 	cfg.cycleC = 2
 	cfg.cycleFor = 100 * time.Millisecond
-	cfg.fanout = []int{5, 50}
+	cfg.fanout = []int{5, 20}
 	cfg.idleK = 50
-	cfg.idleKDur = 30
+	cfg.durableCap = 30
 	cfg.callbackC = 2
 	cfg.callbackFor = 100 * time.Millisecond
 	var out bytes.Buffer
@@ -40,7 +40,7 @@ func TestSmoke(t *testing.T) {
 	}
 	require.Equal(t, 6*len(cfg.stores), strings.Count(out.String(), "BENCH "), out.String())
 	require.Contains(t, out.String(), "BENCH name=idle_scale store=memory k=50 ")
-	require.Contains(t, out.String(), "BENCH name=idle_scale store=sqlite k=30 ", "a durable store takes -idle-k-durable")
+	require.Contains(t, out.String(), "BENCH name=idle_scale store=sqlite k=30 ", "a durable store's K is capped")
 
 	// The table: a header, then per label one row per Store in cfg.stores
 	// order, the label only on the first.
@@ -62,6 +62,20 @@ func TestRunRejectsUnknownNames(t *testing.T) {
 	cfg = defaultConfig()
 	cfg.figures = []string{"nope"}
 	require.ErrorContains(t, run(context.Background(), cfg, &bytes.Buffer{}), `unknown figure "nope"`)
+}
+
+func TestDurableCap(t *testing.T) {
+	cfg := defaultConfig()
+	cfg.fanout = []int{10, 10_000, 100_000, 200_000}
+	cfg.durableCap = 10_000
+	mem, sql := newBench(cfg, "memory", stores["memory"]), newBench(cfg, "sqlite", stores["sqlite"])
+	require.Equal(t, []int{10, 10_000, 100_000, 200_000}, mem.fanoutSizes())
+	require.Equal(t, []int{10, 10_000}, sql.fanoutSizes())
+	require.Equal(t, 100_000, mem.capped(100_000))
+	require.Equal(t, 10_000, sql.capped(100_000))
+	require.Equal(t, 500, sql.capped(500))
+	cfg.durableCap = 0
+	require.Equal(t, 100_000, newBench(cfg, "sqlite", stores["sqlite"]).capped(100_000), "0 is no cap")
 }
 
 func TestSummarize(t *testing.T) {
