@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -22,24 +23,48 @@ import (
 // waitFor bounds every wait for one webhook; a wake takes milliseconds.
 const waitFor = 10 * time.Second
 
-// bench is what every figure shares: the configuration, the Store to open
-// and one HTTP client for producers and consumers alike.
+// bench is what every figure on one Store shares: the configuration, the
+// Store's name and kind, and one HTTP client for producers and consumers
+// alike.
 type bench struct {
-	cfg  config
-	open func(dir string) (webhooks.Store, func() error, error)
-	hc   *http.Client
+	cfg   config
+	store string
+	kind  storeKind
+	hc    *http.Client
 }
 
-func newBench(cfg config, open func(dir string) (webhooks.Store, func() error, error)) *bench {
+func newBench(cfg config, store string, kind storeKind) *bench {
 	// Keep a connection per concurrent caller, as a tuned client would; the
 	// default of two idle connections per host would measure dialing.
 	t := http.DefaultTransport.(*http.Transport).Clone()
 	t.MaxIdleConns = 4096
 	t.MaxIdleConnsPerHost = 4096
-	return &bench{cfg: cfg, open: open, hc: &http.Client{Transport: t}}
+	return &bench{cfg: cfg, store: store, kind: kind, hc: &http.Client{Transport: t}}
 }
 
 func (b *bench) close() { b.hc.CloseIdleConnections() }
+
+// capped is n, or the durable cap if the Store is durable and n exceeds it.
+// A durable Store creates a few thousand consumers or subscriptions a
+// second, so the default sizes would take minutes.
+func (b *bench) capped(n int) int {
+	if b.kind.durable && b.cfg.durableCap > 0 {
+		return min(n, b.cfg.durableCap)
+	}
+	return n
+}
+
+// fanoutSizes are the fan-out figure's subscription counts, capped and
+// without the repeats that capping makes.
+func (b *bench) fanoutSizes() []int {
+	var sizes []int
+	for _, s := range b.cfg.fanout {
+		if s = b.capped(s); !slices.Contains(sizes, s) {
+			sizes = append(sizes, s)
+		}
+	}
+	return sizes
+}
 
 // env is one figure's world: a fresh Store, the example server over it and
 // a webhook receiver.
@@ -68,7 +93,7 @@ func (b *bench) start(ctx context.Context, wake onWake) (_ *env, err error) {
 	if e.dir, err = os.MkdirTemp("", "streamhooks-bench-"); err != nil {
 		return e, err
 	}
-	store, closeStore, err := b.open(e.dir)
+	store, closeStore, err := b.kind.open(e.dir)
 	if err != nil {
 		return e, fmt.Errorf("opening store: %w", err)
 	}

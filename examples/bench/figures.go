@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"runtime"
 	"runtime/debug"
 	"strconv"
@@ -20,8 +22,9 @@ import (
 const hotStreams = 8
 
 // wakeLatency measures how long after an append its webhook arrives, with
-// cfg.idle idle consumers in the Store.
+// cfg.idle idle consumers, capped, in the Store.
 func wakeLatency(ctx context.Context, b *bench) (_ []result, err error) {
+	idle := b.capped(b.cfg.idle)
 	wake, arrivals := recordArrivals()
 	e, err := b.start(ctx, wake)
 	if err != nil {
@@ -32,7 +35,7 @@ func wakeLatency(ctx context.Context, b *bench) (_ []result, err error) {
 	if err := e.subscribe(ctx, "idle", "/idle/*"); err != nil {
 		return nil, err
 	}
-	if err := e.createStreams(ctx, b.cfg.idle, func(i int) string { return "/idle/" + strconv.Itoa(i) }); err != nil {
+	if err := e.createStreams(ctx, idle, func(i int) string { return "/idle/" + strconv.Itoa(i) }); err != nil {
 		return nil, err
 	}
 	if err := e.subscribe(ctx, "lat", "/lat/*"); err != nil {
@@ -46,20 +49,20 @@ func wakeLatency(ctx context.Context, b *bench) (_ []result, err error) {
 			return nil, err
 		}
 	}
-	if n, err := e.consumers(ctx); err != nil || n != b.cfg.idle+hotStreams {
-		return nil, fmt.Errorf("store has %d consumers, want %d (%v)", n, b.cfg.idle+hotStreams, err)
+	if n, err := e.consumers(ctx); err != nil || n != idle+hotStreams {
+		return nil, fmt.Errorf("store has %d consumers, want %d (%v)", n, idle+hotStreams, err)
 	}
 	p := &prober{e: e, targets: hot, arrivals: arrivals}
 	if err := probeAll(ctx, b.cfg.samples, p); err != nil {
 		return nil, err
 	}
 	l := summarize(p.fromSend)
-	r := result{name: "wake_latency", label: fmt.Sprintf("wake latency, %d idle consumers", b.cfg.idle)}
-	r.add("idle", b.cfg.idle)
+	r := result{name: "wake_latency", label: "wake latency"}
+	r.add("idle", idle)
 	r.add("samples", l.n)
 	l.addTo(&r, "")
 	summarize(p.fromResp).addTo(&r, "from_response_")
-	r.value = l.String()
+	r.value = fmt.Sprintf("%d idle: %v", idle, l)
 	r.goal = "p50 ≤ 1ms, p99 ≤ 5ms"
 	r.met = l.p50 <= time.Millisecond && l.p99 <= 5*time.Millisecond
 	return []result{r}, nil
@@ -197,10 +200,11 @@ func streamNames(prefix string, n int) []string {
 	return paths
 }
 
-// fanOut measures wake latency with each of cfg.fanout subscriptions in
-// the Store, every append matching exactly one of them. The servers run side
+// fanOut measures wake latency with each of cfg.fanout subscriptions,
+// capped, in the Store, every append matching exactly one of them. The servers run side
 // by side and are probed in turn, so that their figures compare.
 func fanOut(ctx context.Context, b *bench) (_ []result, err error) {
+	sizes := b.fanoutSizes()
 	var probers []*prober
 	var rates []float64
 	defer func() {
@@ -208,7 +212,7 @@ func fanOut(ctx context.Context, b *bench) (_ []result, err error) {
 			err = errors.Join(err, p.e.close())
 		}
 	}()
-	for _, s := range b.cfg.fanout {
+	for _, s := range sizes {
 		p, rate, err := fanOutServer(ctx, b, s)
 		if err != nil {
 			return nil, fmt.Errorf("%d subscriptions: %w", s, err)
@@ -221,7 +225,7 @@ func fanOut(ctx context.Context, b *bench) (_ []result, err error) {
 	}
 	var out []result
 	base := summarize(probers[0].fromSend)
-	for i, s := range b.cfg.fanout {
+	for i, s := range sizes {
 		l := summarize(probers[i].fromSend)
 		r := result{name: "fanout", label: fmt.Sprintf("fan-out wake latency, %d subscriptions", s)}
 		r.add("subs", s)
@@ -232,8 +236,8 @@ func fanOut(ctx context.Context, b *bench) (_ []result, err error) {
 		if i > 0 {
 			ratio := float64(l.p50) / float64(base.p50)
 			r.add("p50_ratio", fmt.Sprintf("%.2f", ratio))
-			r.value += fmt.Sprintf(" (p50 %.2f× S=%d)", ratio, b.cfg.fanout[0])
-			r.goal = fmt.Sprintf("p50 ≤ 1.5× S=%d", b.cfg.fanout[0])
+			r.value += fmt.Sprintf(" (p50 %.2f× S=%d)", ratio, sizes[0])
+			r.goal = fmt.Sprintf("p50 ≤ 1.5× S=%d", sizes[0])
 			r.met = ratio <= 1.5
 		}
 		out = append(out, r)
@@ -291,15 +295,15 @@ func fanOutServer(ctx context.Context, b *bench, s int) (_ *prober, _ float64, e
 	return &prober{e: e, targets: hot, arrivals: arrivals}, rate, nil
 }
 
-// idleScale measures what cfg.idleK consumers at rest cost: heap and RSS
-// each, the time to create them, and the goroutines they add (none).
+// idleScale measures what cfg.idleK consumers at rest, capped, cost: heap, RSS and the Store's files each, the time to
+// create them, and the goroutines they add (none).
 func idleScale(ctx context.Context, b *bench) (_ []result, err error) {
 	e, err := b.start(ctx, func(*webhooks.Notification, time.Time) bool { return true })
 	if err != nil {
 		return nil, err
 	}
 	defer func() { err = errors.Join(err, e.close()) }()
-	k := b.cfg.idleK
+	k := b.capped(b.cfg.idleK)
 
 	heap0 := heapAfterGC()
 	start := time.Now()
@@ -310,6 +314,10 @@ func idleScale(ctx context.Context, b *bench) (_ []result, err error) {
 	}
 	streamsTook := time.Since(start)
 	heap1, rss1, g1 := heapAfterGC(), rss(), runtime.NumGoroutine()
+	disk1, err := dirSize(e.dir)
+	if err != nil {
+		return nil, err
+	}
 
 	// One subscription adopts every stream: k IDLE consumers.
 	start = time.Now()
@@ -318,24 +326,30 @@ func idleScale(ctx context.Context, b *bench) (_ []result, err error) {
 	}
 	took := time.Since(start)
 	heap2, rss2, g2 := heapAfterGC(), rss(), runtime.NumGoroutine()
+	disk2, err := dirSize(e.dir)
+	if err != nil {
+		return nil, err
+	}
 	if n, err := e.consumers(ctx); err != nil || n != k {
 		return nil, fmt.Errorf("store has %d consumers, want %d (%v)", n, k, err)
 	}
 
 	heapPer := bytesPer(int64(heap2)-int64(heap1), k)
 	rssPer := bytesPer(rss2-rss1, k)
-	r := result{name: "idle_scale", label: fmt.Sprintf("idle consumers, K=%d", k)}
+	diskPer := bytesPer(disk2-disk1, k)
+	r := result{name: "idle_scale", label: "idle consumers at rest"}
 	r.add("k", k)
 	r.add("heap_bytes_per_consumer", int64(heapPer))
 	r.add("rss_bytes_per_consumer", int64(rssPer))
+	r.add("disk_bytes_per_consumer", int64(diskPer))
 	r.add("create_ms", took.Milliseconds())
 	r.add("consumers_per_s", int64(float64(k)/took.Seconds()))
 	r.add("goroutines_before", g1)
 	r.add("goroutines_after", g2)
 	r.add("stream_heap_bytes", int64(bytesPer(int64(heap1)-int64(heap0), k)))
 	r.add("streams_create_ms", streamsTook.Milliseconds())
-	r.value = fmt.Sprintf("heap %.0f B, RSS %.0f B each; created in %v; goroutines %d → %d",
-		heapPer, rssPer, round(took), g1, g2)
+	r.value = fmt.Sprintf("K=%d: heap %.0f B, RSS %.0f B, disk %.0f B each; created in %v (%.0f/s); goroutines %d → %d",
+		k, heapPer, rssPer, diskPer, round(took), float64(k)/took.Seconds(), g1, g2)
 	r.goal = "≤ 1 KiB each, no goroutine each"
 	r.met = heapPer <= 1024 && rssPer <= 1024 && g2-g1 < 8
 	return []result{r}, nil
@@ -350,6 +364,24 @@ func heapAfterGC() uint64 {
 	var m runtime.MemStats
 	runtime.ReadMemStats(&m)
 	return m.HeapAlloc
+}
+
+// dirSize is the size of the files in dir and its subdirectories: a
+// durable Store's database, with its write-ahead log.
+func dirSize(dir string) (int64, error) {
+	var n int64
+	err := filepath.WalkDir(dir, func(_ string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		n += info.Size()
+		return nil
+	})
+	return n, err
 }
 
 // rss is the process's resident set size from /proc/self/status, or 0

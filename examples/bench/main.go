@@ -2,15 +2,18 @@
 // server with the engine mounted, on loopback, and in-process webhook
 // receivers that act as consumers through the callback API.
 //
-//	go run ./examples/bench                            # every figure, < 2 min
+//	go run ./examples/bench                            # every figure, both stores, < 2 min
 //	go run ./examples/bench -figures cycle -cycle-c 64 # one figure, scaled
-//	go run ./examples/bench -figures idle -idle-k 1000000
+//	go run ./examples/bench -store memory -figures idle -idle-k 1000000
 //
-// It prints a table for people and, for each figure, one line for machines:
+// It prints a table for people, with a row per figure and Store, and, for
+// each, one line for machines:
 //
 //	BENCH name=wake_latency store=memory idle=10000 ... p50_us=... p99_us=...
 //
-// The Store is chosen by -store from the stores table.
+// -store takes a comma-separated list of names from the stores table. Each
+// figure runs on every Store in turn before the next figure starts, so
+// that the Stores' figures share the machine's drift.
 package main
 
 import (
@@ -21,6 +24,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"runtime"
 	"runtime/pprof"
 	"slices"
@@ -30,15 +34,32 @@ import (
 
 	webhooks "github.com/streamhooks/webhooks"
 	"github.com/streamhooks/webhooks/memstore"
+	"github.com/streamhooks/webhooks/sqlitestore"
 )
 
-// stores are the Stores a run can use, by -store name. Each call opens a
-// fresh, empty Store in dir, a new directory for Stores that keep files, and
-// returns it with the function that closes it.
-var stores = map[string]func(dir string) (webhooks.Store, func() error, error){
-	"memory": func(string) (webhooks.Store, func() error, error) {
+// storeKind is a Store a run can use. open opens a fresh, empty Store in
+// dir, a new directory for Stores that keep files, and returns it with the
+// function that closes it. A durable Store syncs every consumer and
+// subscription it creates to disk, so its figures create at most
+// -durable-cap of them; see bench.capped.
+type storeKind struct {
+	open    func(dir string) (webhooks.Store, func() error, error)
+	durable bool
+}
+
+// stores are the Stores a run can use, by -store name.
+var stores = map[string]storeKind{
+	"memory": {open: func(string) (webhooks.Store, func() error, error) {
 		return memstore.New(), func() error { return nil }, nil
-	},
+	}},
+	// The default SyncFull: every write that returns has been synced.
+	"sqlite": {durable: true, open: func(dir string) (webhooks.Store, func() error, error) {
+		s, err := sqlitestore.Open(filepath.Join(dir, "bench.db"))
+		if err != nil {
+			return nil, nil, err
+		}
+		return s, s.Close, nil
+	}},
 }
 
 // figures are the measurements, in the order they run.
@@ -56,7 +77,7 @@ var figures = []struct {
 // config holds the flags. Every figure has its own knobs so that each can be
 // scaled alone.
 type config struct {
-	store       string
+	stores      []string
 	figures     []string
 	idle        int           // idle consumers present while wake latency is measured
 	samples     int           // wakes measured per latency figure
@@ -64,6 +85,7 @@ type config struct {
 	cycleFor    time.Duration // how long the wake cycle and the bare ceiling each run
 	fanout      []int         // subscription counts of the fan-out figure
 	idleK       int           // consumers at rest in the idle-scale figure
+	durableCap  int           // most consumers or subscriptions a figure creates in a durable Store; 0 for no cap
 	callbackC   int           // concurrent clients in the callback figure
 	callbackFor time.Duration // how long the callbacks and the bare handler each run
 	workers     int           // concurrent requests while setting up
@@ -73,7 +95,7 @@ type config struct {
 
 func defaultConfig() config {
 	return config{
-		store:       "memory",
+		stores:      []string{"memory", "sqlite"},
 		figures:     figureNames(),
 		idle:        10_000,
 		samples:     3000,
@@ -81,6 +103,7 @@ func defaultConfig() config {
 		cycleFor:    5 * time.Second,
 		fanout:      []int{10, 10_000, 100_000},
 		idleK:       100_000,
+		durableCap:  10_000,
 		callbackC:   32,
 		callbackFor: 5 * time.Second,
 		workers:     8,
@@ -98,7 +121,7 @@ func figureNames() []string {
 func main() {
 	cfg := defaultConfig()
 	fs := flag.NewFlagSet("bench", flag.ExitOnError)
-	fs.StringVar(&cfg.store, "store", cfg.store, "store to measure: "+strings.Join(storeNames(), ", "))
+	storeList := fs.String("store", strings.Join(cfg.stores, ","), "comma-separated stores to measure: "+strings.Join(storeNames(), ", "))
 	figs := fs.String("figures", strings.Join(cfg.figures, ","), "comma-separated figures to run")
 	fs.IntVar(&cfg.idle, "idle", cfg.idle, "idle consumers present while wake latency is measured")
 	fs.IntVar(&cfg.samples, "samples", cfg.samples, "wakes measured per latency figure (wake latency, each fan-out size)")
@@ -106,6 +129,7 @@ func main() {
 	fs.DurationVar(&cfg.cycleFor, "cycle-for", cfg.cycleFor, "duration of the wake-cycle run and of the bare-handler run")
 	fan := fs.String("fanout", joinInts(cfg.fanout), "comma-separated subscription counts of the fan-out figure")
 	fs.IntVar(&cfg.idleK, "idle-k", cfg.idleK, "consumers at rest in the idle-scale figure (try 1000000)")
+	fs.IntVar(&cfg.durableCap, "durable-cap", cfg.durableCap, "on a durable store, cap -idle, -idle-k and each -fanout size at this (0: no cap)")
 	fs.IntVar(&cfg.callbackC, "callback-c", cfg.callbackC, "concurrent clients in the callback figure")
 	fs.DurationVar(&cfg.callbackFor, "callback-for", cfg.callbackFor, "duration of the callback run and of the bare-handler run")
 	fs.IntVar(&cfg.workers, "workers", cfg.workers, "concurrent requests while setting up")
@@ -113,6 +137,7 @@ func main() {
 	fs.StringVar(&cfg.memProfile, "memprofile", "", "write an allocation profile of the whole run to this file")
 	_ = fs.Parse(os.Args[1:])
 	cfg.figures = strings.Split(*figs, ",")
+	cfg.stores = strings.Split(*storeList, ",")
 	var err error
 	if cfg.fanout, err = parseInts(*fan); err != nil {
 		fmt.Fprintln(os.Stderr, "bench: -fanout:", err)
@@ -127,9 +152,15 @@ func main() {
 // run measures the figures cfg names and writes the BENCH lines and the
 // table to out.
 func run(ctx context.Context, cfg config, out io.Writer) (err error) {
-	open, ok := stores[cfg.store]
-	if !ok {
-		return fmt.Errorf("unknown store %q; have %s", cfg.store, strings.Join(storeNames(), ", "))
+	var benches []*bench
+	for _, name := range cfg.stores {
+		kind, ok := stores[name]
+		if !ok {
+			return fmt.Errorf("unknown store %q; have %s", name, strings.Join(storeNames(), ", "))
+		}
+		b := newBench(cfg, name, kind)
+		defer b.close()
+		benches = append(benches, b)
 	}
 	for _, name := range cfg.figures {
 		if !slices.Contains(figureNames(), name) {
@@ -147,24 +178,25 @@ func run(ctx context.Context, cfg config, out io.Writer) (err error) {
 		}
 		defer pprof.StopCPUProfile()
 	}
-	b := newBench(cfg, open)
-	defer b.close()
-	fmt.Fprintf(out, "# store=%s nproc=%d GOMAXPROCS=%d %s\n", cfg.store, runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version())
+	fmt.Fprintf(out, "# stores=%s nproc=%d GOMAXPROCS=%d %s\n", strings.Join(cfg.stores, ","), runtime.NumCPU(), runtime.GOMAXPROCS(0), runtime.Version())
 	var results []result
 	for _, f := range figures {
 		if !slices.Contains(cfg.figures, f.name) {
 			continue
 		}
-		start := time.Now()
-		rs, err := f.run(ctx, b)
-		if err != nil {
-			return fmt.Errorf("%s: %w", f.name, err)
+		for _, b := range benches {
+			start := time.Now()
+			rs, err := f.run(ctx, b)
+			if err != nil {
+				return fmt.Errorf("%s on %s: %w", f.name, b.store, err)
+			}
+			for i := range rs {
+				rs[i].store = b.store
+				fmt.Fprintln(out, rs[i].benchLine())
+			}
+			fmt.Fprintf(out, "# %s on %s took %v\n", f.name, b.store, round(time.Since(start)))
+			results = append(results, rs...)
 		}
-		for _, r := range rs {
-			fmt.Fprintln(out, r.benchLine(cfg.store))
-		}
-		fmt.Fprintf(out, "# %s took %v\n", f.name, round(time.Since(start)))
-		results = append(results, rs...)
 	}
 	fmt.Fprintln(out)
 	writeTable(out, results)

@@ -15,34 +15,67 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-// TestSmoke runs every figure at a tiny size, so the program cannot rot:
-// each must finish and print its BENCH line.
+// TestSmoke runs every figure at a tiny size on every Store, so the program
+// cannot rot: each must finish and print its BENCH line per Store, and the
+// table must put each figure's Stores in adjacent rows.
 func TestSmoke(t *testing.T) {
 	cfg := defaultConfig()
+	cfg.stores = storeNames()
 	cfg.idle = 20
 	cfg.samples = 20
 	cfg.cycleC = 2
 	cfg.cycleFor = 100 * time.Millisecond
-	cfg.fanout = []int{5, 50}
+	cfg.fanout = []int{5, 20}
 	cfg.idleK = 50
+	cfg.durableCap = 30
 	cfg.callbackC = 2
 	cfg.callbackFor = 100 * time.Millisecond
 	var out bytes.Buffer
 	require.NoError(t, run(context.Background(), cfg, &out))
 	t.Log(out.String())
-	for _, name := range []string{"wake_latency", "wake_cycle", "fanout", "idle_scale", "callback_ack"} {
-		require.Contains(t, out.String(), "BENCH name="+name+" store=memory ", out.String())
+	for _, store := range cfg.stores {
+		for _, name := range []string{"wake_latency", "wake_cycle", "fanout", "idle_scale", "callback_ack"} {
+			require.Contains(t, out.String(), "BENCH name="+name+" store="+store+" ", out.String())
+		}
 	}
-	require.Equal(t, 6, strings.Count(out.String(), "BENCH "), out.String())
+	require.Equal(t, 6*len(cfg.stores), strings.Count(out.String(), "BENCH "), out.String())
+	require.Contains(t, out.String(), "BENCH name=idle_scale store=memory k=50 ")
+	require.Contains(t, out.String(), "BENCH name=idle_scale store=sqlite k=30 ", "a durable store's K is capped")
+
+	// The table: a header, then per label one row per Store in cfg.stores
+	// order, the label only on the first.
+	_, table, ok := strings.Cut(out.String(), "\n\n")
+	require.True(t, ok, out.String())
+	rows := strings.Split(strings.TrimSpace(table), "\n")
+	require.Len(t, rows, 1+6*len(cfg.stores), table)
+	for i, row := range rows[1:] {
+		store := cfg.stores[i%len(cfg.stores)]
+		require.Contains(t, row, " "+store+" ", table)
+		require.Equal(t, i%len(cfg.stores) != 0, strings.HasPrefix(row, " "), "label only on a figure's first row:\n%s", table)
+	}
 }
 
 func TestRunRejectsUnknownNames(t *testing.T) {
 	cfg := defaultConfig()
-	cfg.store = "nope"
+	cfg.stores = []string{"memory", "nope"}
 	require.ErrorContains(t, run(context.Background(), cfg, &bytes.Buffer{}), `unknown store "nope"`)
 	cfg = defaultConfig()
 	cfg.figures = []string{"nope"}
 	require.ErrorContains(t, run(context.Background(), cfg, &bytes.Buffer{}), `unknown figure "nope"`)
+}
+
+func TestDurableCap(t *testing.T) {
+	cfg := defaultConfig()
+	cfg.fanout = []int{10, 10_000, 100_000, 200_000}
+	cfg.durableCap = 10_000
+	mem, sql := newBench(cfg, "memory", stores["memory"]), newBench(cfg, "sqlite", stores["sqlite"])
+	require.Equal(t, []int{10, 10_000, 100_000, 200_000}, mem.fanoutSizes())
+	require.Equal(t, []int{10, 10_000}, sql.fanoutSizes())
+	require.Equal(t, 100_000, mem.capped(100_000))
+	require.Equal(t, 10_000, sql.capped(100_000))
+	require.Equal(t, 500, sql.capped(500))
+	cfg.durableCap = 0
+	require.Equal(t, 100_000, newBench(cfg, "sqlite", stores["sqlite"]).capped(100_000), "0 is no cap")
 }
 
 func TestSummarize(t *testing.T) {

@@ -13,6 +13,7 @@ import (
 // for people.
 type result struct {
 	name   string
+	store  string
 	fields []field // the BENCH line after name and store, in order
 	label  string  // the table's first column
 	value  string  // the headline figure
@@ -26,19 +27,34 @@ func (r *result) add(key string, value any) {
 	r.fields = append(r.fields, field{key, fmt.Sprint(value)})
 }
 
-func (r *result) benchLine(store string) string {
+func (r *result) benchLine() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "BENCH name=%s store=%s", r.name, store)
+	fmt.Fprintf(&b, "BENCH name=%s store=%s", r.name, r.store)
 	for _, f := range r.fields {
 		fmt.Fprintf(&b, " %s=%s", f.key, f.value)
 	}
 	return b.String()
 }
 
+// writeTable writes one row per result, the rows of one label, a figure at
+// one size on each Store, next to each other in the order they first came;
+// a row under the same label leaves it blank.
 func writeTable(out io.Writer, results []result) {
+	first := map[string]int{}
+	for i, r := range results {
+		if _, ok := first[r.label]; !ok {
+			first[r.label] = i
+		}
+	}
+	results = slices.Clone(results)
+	slices.SortStableFunc(results, func(a, b result) int { return first[a.label] - first[b.label] })
 	tw := tabwriter.NewWriter(out, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "FIGURE\tMEASURED\tGOAL\tMET")
-	for _, r := range results {
+	fmt.Fprintln(tw, "FIGURE\tSTORE\tMEASURED\tGOAL\tMET")
+	for i, r := range results {
+		label := r.label
+		if i > 0 && results[i-1].label == label {
+			label = ""
+		}
 		met := ""
 		if r.goal != "" {
 			met = "no"
@@ -46,7 +62,7 @@ func writeTable(out io.Writer, results []result) {
 				met = "yes"
 			}
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\n", r.label, r.value, r.goal, met)
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", label, r.store, r.value, r.goal, met)
 	}
 	_ = tw.Flush()
 }
