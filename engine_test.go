@@ -374,19 +374,7 @@ func restartEngine(t *testing.T, h *harness) {
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
 	require.NoError(t, h.engine.Stop(ctx))
-	e, err := webhooks.New(h.store, h.source,
-		webhooks.WithClock(h.clock),
-		webhooks.WithCallbackBaseURL(callbackBase),
-		webhooks.WithWebhookPolicy(webhooks.WebhookPolicy{AllowLoopback: true}))
-	require.NoError(t, err)
-	h.engine = e
-	h.handler = e.Handler(http.NotFoundHandler())
-	require.NoError(t, e.Start(context.Background()))
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), waitFor)
-		defer cancel()
-		require.NoError(t, e.Stop(ctx))
-	})
+	h.startEngine()
 }
 
 // Appends and creations that happened while the engine was down, whose

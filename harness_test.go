@@ -183,22 +183,29 @@ func newHarnessStore(t testing.TB, store webhooks.Store, opts ...webhooks.Option
 		source: newFakeSource(),
 		recv:   newReceiver(t),
 	}
+	h.startEngine(opts...)
+	return h
+}
+
+// startEngine starts a new engine over h's store and source, stopped when
+// the test ends, and makes it h's engine.
+func (h *harness) startEngine(opts ...webhooks.Option) {
+	h.t.Helper()
 	base := []webhooks.Option{
 		webhooks.WithClock(h.clock),
 		webhooks.WithCallbackBaseURL(callbackBase),
 		webhooks.WithWebhookPolicy(webhooks.WebhookPolicy{AllowLoopback: true}),
 	}
 	e, err := webhooks.New(h.store, h.source, append(base, opts...)...)
-	require.NoError(t, err)
+	require.NoError(h.t, err)
 	h.engine = e
 	h.handler = e.Handler(http.NotFoundHandler())
-	require.NoError(t, e.Start(context.Background()))
-	t.Cleanup(func() {
+	require.NoError(h.t, e.Start(context.Background()))
+	h.t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 		defer cancel()
-		require.NoError(t, e.Stop(ctx))
+		require.NoError(h.t, e.Stop(ctx))
 	})
-	return h
 }
 
 // do sends a request through the engine's combined handler.
