@@ -437,3 +437,34 @@ func TestStartActsOnOverdueDeadlines(t *testing.T) {
 	require.Equal(t, id, again.n.ConsumerID)
 	require.Greater(t, again.n.Epoch, d.n.Epoch, "the expired cycle is fenced by a new epoch")
 }
+
+// The start-up sweep covers the subscriptions that were in the Store when
+// New ran. One created since adopts its streams at their tails itself; the
+// sweep spawning it at the start of a stream would replay the stream.
+func TestStartSweepSkipsSubscriptionsCreatedSinceNew(t *testing.T) {
+	h := newHarness(t)
+	h.subscribe("s1", "/a/*")
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	require.NoError(t, h.engine.Stop(ctx))
+
+	e, err := webhooks.New(h.store, h.source,
+		webhooks.WithClock(h.clock),
+		webhooks.WithCallbackBaseURL(callbackBase),
+		webhooks.WithWebhookPolicy(webhooks.WebhookPolicy{AllowLoopback: true}))
+	require.NoError(t, err)
+	h.engine, h.handler = e, e.Handler(http.NotFoundHandler())
+	h.subscribe("s2", "/a/**")
+	h.source.set("/a/1", 3) // created while down: no StreamCreated
+	require.NoError(t, e.Start(context.Background()))
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+		defer cancel()
+		require.NoError(t, e.Stop(ctx))
+	})
+
+	d := h.nextDelivery()
+	require.Equal(t, webhooks.ConsumerID("s1", "/a/1"), d.n.ConsumerID)
+	_, err = h.store.GetConsumer(context.Background(), webhooks.ConsumerID("s2", "/a/1"))
+	require.ErrorIs(t, err, webhooks.ErrConsumerNotFound)
+}

@@ -17,6 +17,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
 	"slices"
 	"strings"
@@ -46,6 +47,9 @@ type Engine struct {
 	client *http.Client
 	policy netguard.Policy
 	tel    *telemetry
+	// stored are the subscriptions New found in the Store, with their
+	// patterns; the start-up sweep covers only these.
+	stored map[string]*Pattern
 
 	kick       chan struct{}
 	armed      atomic.Int64 // UnixNano the scheduler's timer waits for; 0 while it works
@@ -127,6 +131,7 @@ func New(store Store, source StreamSource, opts ...Option) (*Engine, error) {
 		kick:   make(chan struct{}, 1),
 		slots:  make(chan struct{}, cfg.maxConcurrentDeliveries),
 		done:   make(chan struct{}),
+		stored: make(map[string]*Pattern),
 	}
 	subs, err := store.ListSubscriptions(ctx)
 	if err != nil {
@@ -138,6 +143,7 @@ func New(store Store, source StreamSource, opts ...Option) (*Engine, error) {
 			return nil, fmt.Errorf("webhooks: stored subscription %s: %w", sub.ID, err)
 		}
 		e.index.add(p, sub.ID)
+		e.stored[sub.ID] = p
 	}
 	return e, nil
 }
@@ -213,6 +219,12 @@ func (e *Engine) StreamAppended(ctx context.Context, path string) error {
 // streamChanged spawns the consumers path lacks and wakes the IDLE ones
 // subscribed to it that now have pending work.
 func (e *Engine) streamChanged(ctx context.Context, path string) error {
+	return e.spawnAndWake(ctx, path, e.index.match(path))
+}
+
+// spawnAndWake gives path a consumer for each of subs that lacks one, and
+// wakes the IDLE consumers subscribed to path that now have pending work.
+func (e *Engine) spawnAndWake(ctx context.Context, path string, subs []string) error {
 	if len(path) > MaxStreamPathLength {
 		// A consumer could not name the stream in a callback to ack it.
 		return fmt.Errorf("webhooks: stream path is %d bytes long, more than MaxStreamPathLength (%d): it gets no consumers", len(path), MaxStreamPathLength)
@@ -230,7 +242,7 @@ func (e *Engine) streamChanged(ctx context.Context, path string) error {
 		ids = append(ids, c.ID)
 	}
 	var errs []error
-	for _, sub := range e.index.match(path) {
+	for _, sub := range subs {
 		id := ConsumerID(sub, path)
 		if slices.ContainsFunc(existing, func(c *Consumer) bool { return c.ID == id }) {
 			continue
@@ -267,29 +279,21 @@ func (e *Engine) streamChanged(ctx context.Context, path string) error {
 
 // recover makes up for stream events the engine may have missed while it
 // was down: the host may have appended to or created a stream after its
-// last call reached the engine. It spawns the consumers that matching
-// streams lack and wakes every IDLE consumer with pending work. Deadlines
-// of WAKING and LIVE consumers need no sweep: they are in the Store, and
-// the scheduler acts on overdue ones as soon as it starts.
+// last call reached the engine. For the subscriptions that were in the
+// Store when New ran, it spawns the consumers that matching streams lack
+// and wakes every IDLE consumer with pending work. Subscriptions created
+// since adopt their streams themselves, at the tail; spawning them here
+// would race that and replay whole streams. Deadlines of WAKING and LIVE
+// consumers need no sweep: they are in the Store, and the scheduler acts
+// on overdue ones as soon as it starts.
 func (e *Engine) recover(ctx context.Context) {
-	subs, err := e.store.ListSubscriptions(ctx)
-	if err != nil {
-		if ctx.Err() == nil {
-			e.log.ErrorContext(ctx, "webhooks: start-up sweep: listing subscriptions", "error", err)
-		}
-		return
-	}
+	ids := slices.Sorted(maps.Keys(e.stored))
 	seen := make(map[string]bool)
-	for _, sub := range subs {
-		p, err := ParsePattern(sub.Pattern)
-		if err != nil {
-			e.log.ErrorContext(ctx, "webhooks: start-up sweep: stored pattern", "subscription_id", sub.ID, "error", err)
-			continue
-		}
-		streams, err := e.source.MatchStreams(ctx, p)
+	for _, id := range ids {
+		streams, err := e.source.MatchStreams(ctx, e.stored[id])
 		if err != nil {
 			if ctx.Err() == nil {
-				e.log.ErrorContext(ctx, "webhooks: start-up sweep: matching streams", "pattern", sub.Pattern, "error", err)
+				e.log.ErrorContext(ctx, "webhooks: start-up sweep: matching streams", "subscription_id", id, "error", err)
 			}
 			continue
 		}
@@ -298,7 +302,8 @@ func (e *Engine) recover(ctx context.Context) {
 				continue
 			}
 			seen[s.Path] = true
-			if err := e.streamChanged(ctx, s.Path); err != nil && ctx.Err() == nil {
+			subs := slices.DeleteFunc(e.index.match(s.Path), func(sub string) bool { return e.stored[sub] == nil })
+			if err := e.spawnAndWake(ctx, s.Path, subs); err != nil && ctx.Err() == nil {
 				e.log.ErrorContext(ctx, "webhooks: start-up sweep", "stream", s.Path, "error", err)
 			}
 			if ctx.Err() != nil {
