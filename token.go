@@ -76,6 +76,9 @@ func (t *tokens) verify(raw string) (*tokenClaims, error) {
 	var claims tokenClaims
 	_, err := t.parser.ParseWithClaims(raw, &claims, func(*jwt.Token) (any, error) { return t.key, nil })
 	switch {
+	case claims.WakeID == "":
+		// Every token is issued for a wake; one without is not ours.
+		return nil, errTokenInvalid
 	case err == nil:
 		return &claims, nil
 	case errors.Is(err, jwt.ErrTokenExpired) && !errors.Is(err, jwt.ErrTokenSignatureInvalid):
