@@ -162,6 +162,7 @@ func (e *Engine) Start(ctx context.Context) error {
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	e.cancel = cancel
 	e.running = true
+	// Stop waits for the start-up sweep as it does for deliveries.
 	e.deliveries.Add(1)
 	go func() {
 		defer e.deliveries.Done()
