@@ -3,7 +3,6 @@ package memstore
 import (
 	"context"
 	"fmt"
-	"math/rand/v2"
 	"runtime"
 	"testing"
 	"time"
@@ -176,49 +175,6 @@ func TestEmptySigningKeyRejected(t *testing.T) {
 	key, err := s.LoadOrStoreSigningKey(ctx, []byte("k"))
 	require.NoError(t, err)
 	require.Equal(t, []byte("k"), key, "a rejected empty key is not stored")
-}
-
-func BenchmarkUpdateConsumer(b *testing.B) {
-	ctx := context.Background()
-	const n = 1024
-	paths := make([]string, n)
-	for i := range paths {
-		paths[i] = fmt.Sprintf("/stream/%d", i)
-	}
-	s := setup(b, paths...)
-	ids := make([]string, n)
-	for i, p := range paths {
-		ids[i] = webhooks.ConsumerID("s", p)
-	}
-	// A wake-like update: new epoch, state and deadline, so the deadline heap
-	// and state counts are maintained on every call.
-	wake := save(func(c *webhooks.Consumer) {
-		c.Epoch++
-		c.State = webhooks.StateWaking
-		c.Deadline = t0.Add(time.Duration(c.Epoch) * time.Second)
-	})
-
-	b.Run("serial", func(b *testing.B) {
-		i := 0
-		for b.Loop() {
-			if _, err := s.UpdateConsumer(ctx, ids[i%n], wake); err != nil {
-				b.Fatal(err)
-			}
-			i++
-		}
-	})
-	b.Run("parallel", func(b *testing.B) {
-		b.RunParallel(func(pb *testing.PB) {
-			i := rand.IntN(n)
-			for pb.Next() {
-				if _, err := s.UpdateConsumer(ctx, ids[i%n], wake); err != nil {
-					b.Error(err)
-					return
-				}
-				i++
-			}
-		})
-	})
 }
 
 // BenchmarkIdleConsumerMemory reports the live heap per idle consumer with one
