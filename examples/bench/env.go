@@ -17,7 +17,7 @@ import (
 	"time"
 
 	webhooks "github.com/streamhooks/webhooks"
-	"github.com/streamhooks/webhooks/internal/exampleserver"
+	"github.com/streamhooks/webhooks/examples/internal/exampleserver"
 )
 
 // waitFor bounds every wait for one webhook; a wake takes milliseconds.

@@ -20,7 +20,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/streamhooks/webhooks/internal/agent"
+	"github.com/streamhooks/webhooks/examples/internal/agent"
 )
 
 // secretEnv names the environment variable the secret is read from when

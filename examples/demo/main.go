@@ -21,8 +21,8 @@ import (
 	"sync"
 	"time"
 
-	"github.com/streamhooks/webhooks/internal/agent"
-	"github.com/streamhooks/webhooks/internal/exampleserver"
+	"github.com/streamhooks/webhooks/examples/internal/agent"
+	"github.com/streamhooks/webhooks/examples/internal/exampleserver"
 )
 
 // timeout bounds the whole demo; every step takes milliseconds.

@@ -18,7 +18,7 @@ import (
 	"os/signal"
 	"time"
 
-	"github.com/streamhooks/webhooks/internal/soak"
+	"github.com/streamhooks/webhooks/examples/internal/soak"
 )
 
 func main() {

@@ -17,7 +17,7 @@ import (
 	"time"
 
 	webhooks "github.com/streamhooks/webhooks"
-	"github.com/streamhooks/webhooks/internal/dstream"
+	"github.com/streamhooks/webhooks/examples/internal/dstream"
 	"github.com/streamhooks/webhooks/memstore"
 	"github.com/streamhooks/webhooks/sqlitestore"
 )

@@ -15,7 +15,7 @@ import (
 	"go.uber.org/goleak"
 
 	webhooks "github.com/streamhooks/webhooks"
-	"github.com/streamhooks/webhooks/internal/exampleserver"
+	"github.com/streamhooks/webhooks/examples/internal/exampleserver"
 )
 
 // TestMain fails the package if a stopped server leaves goroutines behind.

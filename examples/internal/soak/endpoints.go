@@ -14,7 +14,7 @@ import (
 	"time"
 
 	webhooks "github.com/streamhooks/webhooks"
-	"github.com/streamhooks/webhooks/internal/agent"
+	"github.com/streamhooks/webhooks/examples/internal/agent"
 )
 
 // kind is how a consumer's webhook endpoint behaves. Each kind has its own
@@ -23,7 +23,7 @@ type kind int
 
 const (
 	// kindHealthy claims, reads, acks and says done within the webhook
-	// request (internal/agent).
+	// request (examples/internal/agent).
 	kindHealthy kind = iota
 	// kindDone answers {"done":true} at once, so the engine acks up to the
 	// tails at the wake.

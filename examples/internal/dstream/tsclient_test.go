@@ -33,7 +33,7 @@ func TestOfficialTypeScriptClient(t *testing.T) {
 		_, err = os.Stat(filepath.Join(tsClientDir, "node_modules", "@durable-streams", "client", "package.json"))
 	}
 	if err != nil {
-		msg := "TypeScript client unavailable (" + err.Error() + "); run: npm ci --prefix internal/dstream/testdata/tsclient"
+		msg := "TypeScript client unavailable (" + err.Error() + "); run: npm ci --prefix examples/internal/dstream/testdata/tsclient"
 		if os.Getenv("CI") != "" {
 			t.Fatal(msg)
 		}

@@ -19,7 +19,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	webhooks "github.com/streamhooks/webhooks"
-	"github.com/streamhooks/webhooks/internal/dstream"
+	"github.com/streamhooks/webhooks/examples/internal/dstream"
 	"github.com/streamhooks/webhooks/memstore"
 )
 
