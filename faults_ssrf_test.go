@@ -57,6 +57,19 @@ var faultSSRFURLs = []struct{ url, reason string }{
 	{"https://[0:0:0:0:0:ffff:10.0.0.1]/hook", "10.0.0.1 is private (RFC 1918)"},
 	{"https://[::FFFF:0A00:0001]/hook", "10.0.0.1 is private (RFC 1918)"},
 	{"https://[::ffff:169.254.169.254]/hook", "169.254.169.254 is cloud metadata"},
+	// IPv6 forms that embed an IPv4 address (here 127.0.0.1): Teredo,
+	// local-use and well-known NAT64, 6to4. None is global unicast.
+	{"https://[2001:0:4136:e378:8000:63bf:80ff:fffe]/hook", "is special-purpose (2001::/23)"},
+	{"https://[64:ff9b:1::7f00:1]/hook", "is outside IPv6 global unicast (2000::/3)"},
+	{"https://[64:ff9b::7f00:1]/hook", "is outside IPv6 global unicast (2000::/3)"},
+	{"https://[2002:7f00:1::1]/hook", "is special-purpose (2002::/16)"},
+	// Other special-purpose ranges of the IANA registries.
+	{"https://192.0.2.1/hook", "is special-purpose (192.0.2.0/24)"},
+	{"https://203.0.113.9/hook", "is special-purpose (203.0.113.0/24)"},
+	{"https://192.88.99.1/hook", "is special-purpose (192.88.99.0/24)"},
+	{"https://[2001:db8::1]/hook", "is special-purpose (2001:db8::/32)"},
+	{"https://[3fff::1]/hook", "is special-purpose (3fff::/20)"},
+	{"https://[100::1]/hook", "is outside IPv6 global unicast (2000::/3)"},
 	// Decimal, octal, hex and short IPv4 spellings, which url.Parse lets
 	// through and some resolvers read as addresses.
 	{"https://2130706433/hook", "not a canonical IP address"},
@@ -128,13 +141,22 @@ func faultCountingServer(t *testing.T, addr string) (port string, conns, bytes *
 func TestFaultSSRFRefusedAtDialTime(t *testing.T) {
 	port4, conns4, bytes4 := faultCountingServer(t, "127.0.0.1")
 	port6, conns6, bytes6 := faultCountingServer(t, "::1")
-	for _, tc := range []struct{ url, reason string }{
-		{"http://localhost:" + port4 + "/hook", "is loopback"}, // resolved from /etc/hosts at dial time
-		{"https://localhost:" + port4 + "/hook", "is loopback"},
-		{"http://127.0.0.1:" + port4 + "/hook", "127.0.0.1 is loopback"},
-		{"http://[::ffff:127.0.0.1]:" + port4 + "/hook", "127.0.0.1 is loopback"},
-		{"http://127。0。0。1:" + port4 + "/hook", "127.0.0.1 is loopback"},
-		{"http://[::1]:" + port6 + "/hook", "::1 is loopback"},
+	for _, tc := range []struct {
+		url, reason string
+		dev         bool // engine in development mode: loopback allowed
+	}{
+		{"http://localhost:" + port4 + "/hook", "is loopback", false}, // resolved from /etc/hosts at dial time
+		{"https://localhost:" + port4 + "/hook", "is loopback", false},
+		{"http://127.0.0.1:" + port4 + "/hook", "127.0.0.1 is loopback", false},
+		{"http://[::ffff:127.0.0.1]:" + port4 + "/hook", "127.0.0.1 is loopback", false},
+		{"http://127。0。0。1:" + port4 + "/hook", "127.0.0.1 is loopback", false},
+		{"http://[::1]:" + port6 + "/hook", "::1 is loopback", false},
+		// Embedding 127.0.0.1 does not make an address loopback, even in
+		// development: a gateway or tunnel, not this host, would answer.
+		{"http://[2001:0:4136:e378:8000:63bf:80ff:fffe]:" + port4 + "/hook", "is special-purpose (2001::/23)", true},
+		{"http://[64:ff9b:1::7f00:1]:" + port4 + "/hook", "is outside IPv6 global unicast", true},
+		{"http://[64:ff9b::7f00:1]:" + port4 + "/hook", "is outside IPv6 global unicast", true},
+		{"http://[2002:7f00:1::1]:" + port4 + "/hook", "is special-purpose (2002::/16)", true},
 	} {
 		t.Run(tc.url, func(t *testing.T) {
 			store := memstore.New()
@@ -146,7 +168,8 @@ func TestFaultSSRFRefusedAtDialTime(t *testing.T) {
 			t.Cleanup(func() { require.NoError(t, tp.Shutdown(context.Background())) })
 			h := &harness{t: t, store: store, source: newFakeSource(), clock: newMockClock()}
 			e, err := webhooks.New(store, h.source, webhooks.WithClock(h.clock), webhooks.WithCallbackBaseURL(callbackBase),
-				webhooks.WithTracerProvider(tp), faultConstBackoff(time.Hour))
+				webhooks.WithTracerProvider(tp), faultConstBackoff(time.Hour),
+				webhooks.WithWebhookPolicy(webhooks.WebhookPolicy{AllowLoopback: tc.dev}))
 			require.NoError(t, err)
 			h.engine = e
 			require.NoError(t, e.Start(context.Background()))

@@ -3,6 +3,7 @@ module github.com/streamhooks/webhooks
 go 1.26.8
 
 require (
+	code.dny.dev/ssrf v0.3.0
 	github.com/benbjohnson/clock v1.3.5
 	github.com/gobwas/glob v1.1.0
 	github.com/golang-jwt/jwt/v5 v5.3.1

@@ -246,6 +246,19 @@ func TestRefusedAtCreationAndAtDial(t *testing.T) {
 		{"::ffff:0.0.0.0", false},
 		{"64:ff9b::a9fe:a9fe", false}, // NAT64 of 169.254.169.254
 		{"2002:c0a8:101::1", false},   // 6to4 of 192.168.1.1
+		// Forms embedding 127.0.0.1 are refused in development too, and
+		// ranges the registries list that a hand-kept list had missed.
+		{"2001:0:4136:e378:8000:63bf:80ff:fffe", false}, // Teredo
+		{"64:ff9b:1::7f00:1", false},                    // local-use NAT64
+		{"64:ff9b::7f00:1", false},                      // NAT64
+		{"2002:7f00:1::1", false},                       // 6to4
+		{"192.0.2.1", false},
+		{"198.51.100.7", false},
+		{"192.88.99.1", false},
+		{"2001:db8::1", false},
+		{"3fff::1", false},
+		{"2620:4f:8000::1", false},
+		{"100::1", false},
 	} {
 		ip := netip.MustParseAddr(tt.ip)
 		for _, c := range []struct {

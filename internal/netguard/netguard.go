@@ -12,10 +12,13 @@ import (
 	"net/http"
 	"net/netip"
 	"net/url"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
 	"unicode/utf8"
+
+	"code.dny.dev/ssrf"
 )
 
 // ErrBlocked is wrapped by every refusal of this package.
@@ -29,43 +32,16 @@ type Policy struct {
 	AllowLoopback bool
 }
 
-// blockedRange is a range of addresses no webhook may reach.
-type blockedRange struct {
-	prefix netip.Prefix
-	what   string
-}
+// guardian decides which addresses are public. Its lists follow the IANA
+// special-purpose registries, and it refuses IPv6 outside global unicast.
+// Only its address check is used: webhooks may be on any port.
+var guardian = ssrf.New()
 
-// blockedRanges lists the refused ranges, loopback aside. Where ranges
-// nest, the narrower comes first so errors name it.
-var blockedRanges = []blockedRange{
-	{netip.MustParsePrefix("0.0.0.0/8"), "unspecified (\"this network\")"},
-	{netip.MustParsePrefix("10.0.0.0/8"), "private (RFC 1918)"},
-	{netip.MustParsePrefix("100.64.0.0/10"), "shared address space (CGNAT)"},
-	{netip.MustParsePrefix("169.254.169.254/32"), "cloud metadata"},
-	{netip.MustParsePrefix("169.254.0.0/16"), "link-local"},
-	{netip.MustParsePrefix("172.16.0.0/12"), "private (RFC 1918)"},
-	{netip.MustParsePrefix("192.0.0.0/24"), "IETF protocol assignments"},
-	{netip.MustParsePrefix("192.168.0.0/16"), "private (RFC 1918)"},
-	{netip.MustParsePrefix("198.18.0.0/15"), "benchmarking"},
-	{netip.MustParsePrefix("224.0.0.0/4"), "multicast"},
-	{netip.MustParsePrefix("255.255.255.255/32"), "broadcast"},
-	{netip.MustParsePrefix("240.0.0.0/4"), "reserved"},
-	{netip.MustParsePrefix("::/128"), "unspecified"},
-	// Deprecated IPv4-compatible addresses (::a.b.c.d); nothing public
-	// lives there.
-	{netip.MustParsePrefix("::/96"), "IPv4-compatible"},
-	{netip.MustParsePrefix("fd00:ec2::254/128"), "cloud metadata"},
-	{netip.MustParsePrefix("fc00::/7"), "unique local"},
-	{netip.MustParsePrefix("fe80::/10"), "link-local"},
-	{netip.MustParsePrefix("fec0::/10"), "site-local"},
-	{netip.MustParsePrefix("ff00::/8"), "multicast"},
-}
-
-// Prefixes that embed an IPv4 address a gateway may forward to: NAT64
-// (RFC 6052) in the last 32 bits, 6to4 (RFC 3056) in bits 16-47.
+// Well-known cloud metadata addresses, named in errors: the guardian
+// refuses them as link-local and unique local.
 var (
-	nat64Prefix = netip.MustParsePrefix("64:ff9b::/96")
-	sixToFour   = netip.MustParsePrefix("2002::/16")
+	metadataIPv4 = netip.MustParseAddr("169.254.169.254")
+	metadataIPv6 = netip.MustParseAddr("fd00:ec2::254")
 )
 
 // CheckURL parses a webhook URL and refuses it unless it is https, or
@@ -138,40 +114,55 @@ func isNumericLabel(label string) bool {
 	return label != "" && strings.Trim(label, "0123456789") == ""
 }
 
-// CheckIP refuses addresses a webhook must not reach: loopback (unless
-// p.AllowLoopback), private, unique-local, link-local, cloud metadata,
-// unspecified, multicast, broadcast, CGNAT and other reserved ranges, also
-// when wrapped as IPv4-mapped, NAT64 or 6to4 IPv6 addresses.
+// CheckIP refuses addresses a webhook must not reach: every address the
+// IANA special-purpose registries do not mark global (private, loopback
+// unless p.AllowLoopback, link-local, unspecified, multicast, CGNAT,
+// documentation, ...) and every IPv6 address outside global unicast, which
+// takes in NAT64. IPv4-mapped addresses are checked as the IPv4 address
+// they are dialed as. Teredo, 6to4 and NAT64 addresses are refused whatever
+// IPv4 address they embed, in development too: a gateway or tunnel, not
+// this host, would answer for an embedded loopback address.
 func (p Policy) CheckIP(ip netip.Addr) error {
 	if !ip.IsValid() {
 		return fmt.Errorf("%w: invalid IP address", ErrBlocked)
 	}
 	ip = ip.Unmap().WithZone("")
-	if ip.IsLoopback() {
-		if p.AllowLoopback {
-			return nil
-		}
-		return fmt.Errorf("%w: %s is loopback", ErrBlocked, ip)
-	}
-	for _, r := range blockedRanges {
-		if r.prefix.Contains(ip) {
-			return fmt.Errorf("%w: %s is %s", ErrBlocked, ip, r.what)
-		}
-	}
-	var embedded netip.Addr
-	b := ip.As16()
-	switch {
-	case nat64Prefix.Contains(ip):
-		embedded = netip.AddrFrom4([4]byte(b[12:16]))
-	case sixToFour.Contains(ip):
-		embedded = netip.AddrFrom4([4]byte(b[2:6]))
-	default:
+	if ip.IsLoopback() && p.AllowLoopback {
 		return nil
 	}
-	if err := p.CheckIP(embedded); err != nil {
-		return fmt.Errorf("%w (embedded in %s)", err, ip)
+	if err := guardian.SafeAddr(ip); err != nil {
+		return fmt.Errorf("%w: %s is %s", ErrBlocked, ip, kind(ip))
 	}
 	return nil
+}
+
+// kind names, for an error message, the kind of an address the guardian
+// refuses: its common name, else the refused range it is in.
+func kind(ip netip.Addr) string {
+	switch {
+	case ip.IsLoopback():
+		return "loopback"
+	case ip == metadataIPv4 || ip == metadataIPv6:
+		return "cloud metadata"
+	case ip.IsPrivate() && ip.Is4():
+		return "private (RFC 1918)"
+	case ip.IsPrivate():
+		return "unique local"
+	case ip.IsLinkLocalUnicast():
+		return "link-local"
+	case ip.IsUnspecified():
+		return "unspecified"
+	case ip.IsMulticast():
+		return "multicast"
+	case ip.Is6() && !ssrf.IPv6GlobalUnicast.Contains(ip):
+		return fmt.Sprintf("outside IPv6 global unicast (%s)", ssrf.IPv6GlobalUnicast)
+	}
+	for _, r := range slices.Concat(ssrf.IPv4DeniedPrefixes, ssrf.IPv6DeniedPrefixes) {
+		if r.Contains(ip) {
+			return fmt.Sprintf("special-purpose (%s)", r)
+		}
+	}
+	return "not public"
 }
 
 // DialControl is a net.Dialer Control function. It runs after DNS

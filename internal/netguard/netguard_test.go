@@ -23,10 +23,12 @@ func TestCheckIP(t *testing.T) {
 		{"93.184.215.14", true, true},
 		{"8.8.8.8", true, true},
 		{"2606:4700:4700::1111", true, true},
-		{"172.32.0.1", true, true},       // just past 172.16.0.0/12
-		{"100.128.0.1", true, true},      // just past 100.64.0.0/10
-		{"64:ff9b::808:808", true, true}, // NAT64 of 8.8.8.8
-		{"2002:808:808::1", true, true},  // 6to4 of 8.8.8.8
+		{"172.32.0.1", true, true},           // just past 172.16.0.0/12
+		{"100.128.0.1", true, true},          // just past 100.64.0.0/10
+		{"192.0.3.1", true, true},            // just past 192.0.2.0/24
+		{"2001:4860:4860::8888", true, true}, // just past 2001::/23
+		{"2003::1", true, true},              // just past 2002::/16
+		{"2001:db9::1", true, true},          // just past 2001:db8::/32
 
 		{"127.0.0.1", false, true},
 		{"127.255.255.254", false, true},
@@ -63,8 +65,36 @@ func TestCheckIP(t *testing.T) {
 		{"::ffff:169.254.169.254", false, false},
 		{"::ffff:0.0.0.0", false, false},
 		{"64:ff9b::a9fe:a9fe", false, false}, // NAT64 of 169.254.169.254
-		{"64:ff9b::7f00:1", false, true},     // NAT64 of 127.0.0.1
 		{"2002:a00:1::1", false, false},      // 6to4 of 10.0.0.1
+
+		// Forms that embed an IPv4 address are not global unicast in
+		// the registries, whatever they embed; an embedded loopback
+		// address is refused in development too: it is not this host's.
+		{"2001:0:4136:e378:8000:63bf:80ff:fffe", false, false}, // Teredo, client 127.0.0.1
+		{"2001:0:7f00:1::1", false, false},                     // Teredo, server 127.0.0.1
+		{"2001:0:808:808::1", false, false},                    // Teredo, server 8.8.8.8
+		{"64:ff9b::7f00:1", false, false},                      // NAT64 of 127.0.0.1
+		{"64:ff9b::808:808", false, false},                     // NAT64 of 8.8.8.8
+		{"64:ff9b:1::7f00:1", false, false},                    // local-use NAT64 of 127.0.0.1
+		{"64:ff9b:1:ffff::a00:1", false, false},                // local-use NAT64 of 10.0.0.1
+		{"2002:7f00:1::1", false, false},                       // 6to4 of 127.0.0.1
+		{"2002:808:808::1", false, false},                      // 6to4 of 8.8.8.8
+
+		// Other special-purpose ranges of the IANA registries.
+		{"192.0.2.1", false, false},       // documentation (TEST-NET-1)
+		{"198.51.100.7", false, false},    // documentation (TEST-NET-2)
+		{"203.0.113.9", false, false},     // documentation (TEST-NET-3)
+		{"192.31.196.1", false, false},    // AS112-v4
+		{"192.52.193.1", false, false},    // AMT
+		{"192.88.99.1", false, false},     // deprecated 6to4 relay anycast
+		{"192.175.48.1", false, false},    // AS112 direct delegation
+		{"2001:db8::1", false, false},     // documentation
+		{"3fff::1", false, false},         // documentation
+		{"2001:2::1", false, false},       // benchmarking
+		{"2001:20::1", false, false},      // ORCHIDv2
+		{"2620:4f:8000::1", false, false}, // AS112-v6
+		{"100::1", false, false},          // discard-only
+		{"5f00::1", false, false},         // SRv6 SIDs
 	}
 	for _, tt := range tests {
 		ip := netip.MustParseAddr(tt.ip)
