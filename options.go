@@ -40,10 +40,12 @@ const MinTokenKeyLength = 32
 type Option func(*config) error
 
 // WebhookPolicy decides which webhook URLs the engine accepts and dials.
-// By default webhooks must be https and may not reach loopback, private,
-// link-local or cloud metadata addresses; the check is made again on every
-// dial, after DNS, so DNS rebinding cannot bypass it. Redirects are never
-// followed.
+// By default webhooks must be https and may reach only global unicast
+// addresses, as the IANA special-purpose registries define them: never
+// loopback, private, link-local, cloud metadata, documentation or
+// translation (NAT64, 6to4, Teredo) ranges. The check is made again on
+// every dial, after DNS, so DNS rebinding cannot bypass it. Redirects are
+// never followed.
 type WebhookPolicy struct {
 	// AllowLoopback permits webhooks on loopback addresses, over plain http
 	// as well as https. It is meant for development.
