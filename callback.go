@@ -43,6 +43,9 @@ type apiError struct {
 	message string
 	token   string // only for TOKEN_EXPIRED
 	allow   string // the Allow header of a 405
+	// authenticate is the WWW-Authenticate header of a 401 from an
+	// Authorizer.
+	authenticate string
 }
 
 func (e *apiError) Error() string { return string(e.code) + ": " + e.message }
@@ -321,6 +324,9 @@ func (e *Engine) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	}
 	if ae.allow != "" {
 		w.Header().Set("Allow", ae.allow)
+	}
+	if ae.authenticate != "" {
+		w.Header().Set("WWW-Authenticate", ae.authenticate)
 	}
 	writeJSON(w, ae.status, CallbackResponse{OK: false, Error: &ErrorBody{Code: ae.code, Message: ae.message}, Token: ae.token})
 }

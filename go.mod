@@ -1,6 +1,6 @@
 module github.com/streamhooks/webhooks
 
-go 1.26.8
+go 1.26.0
 
 require (
 	code.dny.dev/ssrf v0.3.0

@@ -68,6 +68,7 @@ type config struct {
 	backoff                 func(retry int) time.Duration
 	webhookPolicy           WebhookPolicy
 	maxConcurrentDeliveries int
+	authorizer              Authorizer
 }
 
 func defaultConfig() config {

@@ -9,6 +9,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -51,7 +52,9 @@ func run(ctx context.Context, out io.Writer) (err error) {
 	// logs would drown the narrative.
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 
-	srv, err := exampleserver.Start(ctx, exampleserver.Config{Addr: "127.0.0.1:0", Dev: true, Logger: log})
+	// The subscription API takes a bearer token, as it should anywhere.
+	apiToken := rand.Text()
+	srv, err := exampleserver.Start(ctx, exampleserver.Config{Addr: "127.0.0.1:0", Dev: true, Logger: log, APIToken: apiToken})
 	if err != nil {
 		return fmt.Errorf("starting the stream server: %w", err)
 	}
@@ -70,7 +73,7 @@ func run(ctx context.Context, out io.Writer) (err error) {
 	// connection that was dialed but never used, which the transport can
 	// leave behind.
 	hc := &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
-	secret, err := subscribe(ctx, hc, srv.URL, hook)
+	secret, err := subscribe(ctx, hc, srv.URL, apiToken, hook)
 	if err != nil {
 		_ = ln.Close()
 		return err
@@ -148,13 +151,14 @@ func run(ctx context.Context, out io.Writer) (err error) {
 }
 
 // subscribe creates the demo's subscription and returns its webhook secret.
-func subscribe(ctx context.Context, hc *http.Client, server, hook string) (string, error) {
+func subscribe(ctx context.Context, hc *http.Client, server, apiToken, hook string) (string, error) {
 	body, _ := json.Marshal(map[string]string{"webhook": hook, "description": "demo agent"})
 	req, err := http.NewRequestWithContext(ctx, http.MethodPut, server+pattern+"?subscription=demo-agents", bytes.NewReader(body))
 	if err != nil {
 		return "", err
 	}
 	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+apiToken)
 	resp, err := hc.Do(req)
 	if err != nil {
 		return "", fmt.Errorf("subscribing: %w", err)

@@ -3,16 +3,29 @@
 // address. It keeps everything in memory, or with -data in a directory, so
 // that streams, subscriptions and acked offsets survive a restart.
 //
-//	go run ./examples/streamserver -addr 127.0.0.1:8787 -dev -data ./data
+//	STREAMHOOKS_API_TOKEN=... go run ./examples/streamserver -addr 127.0.0.1:8787 -data ./data
+//	go run ./examples/streamserver -addr 127.0.0.1:8787 -dev
+//
+// The subscription API lists webhook URLs and deletes subscriptions, so it
+// requires a bearer token, from -api-token or $STREAMHOOKS_API_TOKEN. Only
+// with -dev may it run without one, open to anyone who can reach it.
+// Streams and callbacks do not need the token.
+//
+// With -data, -encryption-key-file or $STREAMHOOKS_ENCRYPTION_KEY gives a
+// key that seals webhook secrets and the token key in the engine's SQLite
+// file: 32 bytes, base64-encoded, as `openssl rand -base64 32` prints.
 package main
 
 import (
 	"context"
+	"encoding/base64"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -20,28 +33,96 @@ import (
 	"github.com/streamhooks/webhooks/examples/internal/exampleserver"
 )
 
-func main() {
-	addr := flag.String("addr", "127.0.0.1:8787", "listen address")
-	dev := flag.Bool("dev", false, "allow webhooks on loopback over plain http (development only)")
-	callbackBase := flag.String("callback-base", "", `public base URL of the callback API (default "http://" + the listen address)`)
-	waking := flag.Duration("waking-timeout", webhooks.DefaultWakingTimeout, "how long a woken consumer has to claim its wake")
-	data := flag.String("data", "", "keep streams and engine state in this directory (default: in memory)")
-	liveness := flag.Duration("liveness-timeout", webhooks.DefaultLivenessTimeout, "how long a LIVE consumer may stay silent")
-	flag.Parse()
+// Environment variables read when the matching flag is not given; unlike
+// flags, they do not show in process lists.
+const (
+	apiTokenEnv      = "STREAMHOOKS_API_TOKEN"
+	encryptionKeyEnv = "STREAMHOOKS_ENCRYPTION_KEY"
+)
 
-	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	cfg := exampleserver.Config{
-		Addr:          *addr,
-		CallbackBase:  *callbackBase,
-		Dev:           *dev,
-		Logger:        log,
-		DataDir:       *data,
-		EngineOptions: []webhooks.Option{webhooks.WithTimeouts(*waking, *liveness, 0)},
+// encryptionKeyBytes is the length sqlitestore.WithEncryptionKey wants.
+const encryptionKeyBytes = 32
+
+func main() {
+	cfg, err := parseConfig(os.Args[1:], os.Getenv)
+	if errors.Is(err, flag.ErrHelp) {
+		return
 	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "streamserver:", err)
+		os.Exit(2)
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
+	cfg.Logger = log
 	if err := run(cfg, log); err != nil {
 		log.Error("streamserver failed", "error", err)
 		os.Exit(1)
 	}
+}
+
+// parseConfig reads the command line args and, through getenv, the
+// environment. It refuses to run the subscription API open without -dev,
+// and an encryption key without -data.
+func parseConfig(args []string, getenv func(string) string) (exampleserver.Config, error) {
+	fs := flag.NewFlagSet("streamserver", flag.ContinueOnError)
+	addr := fs.String("addr", "127.0.0.1:8787", "listen address")
+	dev := fs.Bool("dev", false, "development mode: allow webhooks on loopback over plain http, and run without an API token")
+	callbackBase := fs.String("callback-base", "", `public base URL of the callback API (default "http://" + the listen address)`)
+	waking := fs.Duration("waking-timeout", webhooks.DefaultWakingTimeout, "how long a woken consumer has to claim its wake")
+	data := fs.String("data", "", "keep streams and engine state in this directory (default: in memory)")
+	liveness := fs.Duration("liveness-timeout", webhooks.DefaultLivenessTimeout, "how long a LIVE consumer may stay silent")
+	token := fs.String("api-token", "", "bearer token the subscription API requires (default $"+apiTokenEnv+")")
+	keyFile := fs.String("encryption-key-file", "", "file holding the key that seals secrets in -data: 32 bytes, base64 (default $"+encryptionKeyEnv+")")
+	if err := fs.Parse(args); err != nil {
+		return exampleserver.Config{}, err
+	}
+	if *token == "" {
+		*token = getenv(apiTokenEnv)
+	}
+	if *token == "" && !*dev {
+		return exampleserver.Config{}, fmt.Errorf("no API token: set -api-token or $%s, or pass -dev to leave the subscription API open", apiTokenEnv)
+	}
+	key, err := encryptionKey(*keyFile, getenv)
+	if err != nil {
+		return exampleserver.Config{}, err
+	}
+	if key != nil && *data == "" {
+		return exampleserver.Config{}, errors.New("an encryption key needs -data: the in-memory store keeps nothing on disk")
+	}
+	return exampleserver.Config{
+		Addr:          *addr,
+		CallbackBase:  *callbackBase,
+		Dev:           *dev,
+		DataDir:       *data,
+		APIToken:      *token,
+		EncryptionKey: key,
+		EngineOptions: []webhooks.Option{webhooks.WithTimeouts(*waking, *liveness, 0)},
+	}, nil
+}
+
+// encryptionKey returns the key in file, if named, or else in the
+// environment, or nil if neither gives one.
+func encryptionKey(file string, getenv func(string) string) ([]byte, error) {
+	text, source := getenv(encryptionKeyEnv), "$"+encryptionKeyEnv
+	if file != "" {
+		data, err := os.ReadFile(file)
+		if err != nil {
+			return nil, fmt.Errorf("reading the encryption key: %w", err)
+		}
+		text, source = string(data), file
+	}
+	if text == "" {
+		return nil, nil
+	}
+	key, err := base64.StdEncoding.DecodeString(strings.TrimSpace(text))
+	if err != nil {
+		return nil, fmt.Errorf("encryption key in %s is not base64 (make one with `openssl rand -base64 %d`)", source, encryptionKeyBytes)
+	}
+	if len(key) != encryptionKeyBytes {
+		return nil, fmt.Errorf("encryption key in %s is %d bytes, want %d, base64-encoded (make one with `openssl rand -base64 %d`)",
+			source, len(key), encryptionKeyBytes, encryptionKeyBytes)
+	}
+	return key, nil
 }
 
 func run(cfg exampleserver.Config, log *slog.Logger) error {
@@ -51,7 +132,8 @@ func run(cfg exampleserver.Config, log *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("starting: %w", err)
 	}
-	log.Info("serving streams, subscriptions and callbacks", "url", srv.URL, "dev", cfg.Dev, "data", cfg.DataDir)
+	log.Info("serving streams, subscriptions and callbacks", "url", srv.URL, "dev", cfg.Dev, "data", cfg.DataDir,
+		"api_token", cfg.APIToken != "", "encrypted", cfg.EncryptionKey != nil)
 	<-ctx.Done()
 	stop() // a second signal kills the process at once
 	log.Info("shutting down")

@@ -108,7 +108,8 @@ func (c *client) callback(t *testing.T, url, token string, req map[string]any) (
 // then a re-wake at epoch 2 that fences the epoch-1 token with STALE_EPOCH.
 func TestEndToEnd(t *testing.T) {
 	ctx := context.Background()
-	srv, err := exampleserver.Start(ctx, exampleserver.Config{Addr: "127.0.0.1:0", Dev: true})
+	const e2eToken = "e2e-api-token"
+	srv, err := exampleserver.Start(ctx, exampleserver.Config{Addr: "127.0.0.1:0", Dev: true, APIToken: e2eToken})
 	require.NoError(t, err)
 	rc := &receiver{deliveries: make(chan delivery, 4), release: make(chan struct{})}
 	hook := httptest.NewServer(rc)
@@ -133,8 +134,9 @@ func TestEndToEnd(t *testing.T) {
 		return cons
 	}
 
-	// Subscribe: 201 with the secret, shown only now.
-	resp, body := c.do(t, http.MethodPut, "/agents/*?subscription=e2e", "application/json", "",
+	// Subscribe: 201 with the secret, shown only now. Only the
+	// subscription API takes the API token; streams and callbacks do not.
+	resp, body := c.do(t, http.MethodPut, "/agents/*?subscription=e2e", "application/json", e2eToken,
 		[]byte(`{"webhook":"`+hook.URL+`/hook","description":"e2e"}`))
 	require.Equal(t, http.StatusCreated, resp.StatusCode, "%s", body)
 	var sub struct {

@@ -6,6 +6,8 @@ package exampleserver
 
 import (
 	"context"
+	"crypto/sha256"
+	"crypto/subtle"
 	"errors"
 	"fmt"
 	"io"
@@ -14,6 +16,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	webhooks "github.com/streamhooks/webhooks"
@@ -44,7 +47,28 @@ type Config struct {
 	// DataDir, if set, keeps the streams and, unless Store is set, the
 	// engine's state in this directory, so that both survive a restart.
 	DataDir string
+	// APIToken, if set, is the bearer token every subscription API request
+	// must carry; others get 401. Empty leaves the subscription API open to
+	// anyone who can reach the address, and Start logs a warning. Streams
+	// and callbacks are not affected.
+	APIToken string
+	// EncryptionKey, if set, seals webhook secrets and the token key in the
+	// SQLite store Start opens in DataDir (sqlitestore.WithEncryptionKey).
+	// It needs DataDir and no Store.
+	EncryptionKey []byte
 }
+
+// Timeouts of the HTTP server. A long-poll read waits up to
+// dstream.DefaultLongPollTimeout before its response is written, and
+// net/http counts that wait against both ReadTimeout (whose expiry cancels
+// the request's context, ending the long-poll early) and WriteTimeout, so
+// both exceed it, with margin for writing a large response.
+const (
+	ReadHeaderTimeout = 10 * time.Second
+	ReadTimeout       = dstream.DefaultLongPollTimeout + 30*time.Second
+	WriteTimeout      = dstream.DefaultLongPollTimeout + 30*time.Second
+	IdleTimeout       = 2 * time.Minute
+)
 
 // Running is a started server. Call Close, once, to stop it.
 type Running struct {
@@ -71,6 +95,9 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 	if log == nil {
 		log = slog.Default()
 	}
+	if len(cfg.EncryptionKey) > 0 && (cfg.DataDir == "" || cfg.Store != nil) {
+		return nil, errors.New("an encryption key needs a data directory for the SQLite store, and no other Store")
+	}
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
 		return nil, err
@@ -83,6 +110,11 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 	opts := []webhooks.Option{webhooks.WithCallbackBaseURL(base), webhooks.WithLogger(log)}
 	if cfg.Dev {
 		opts = append(opts, webhooks.WithWebhookPolicy(webhooks.WebhookPolicy{AllowLoopback: true}))
+	}
+	if cfg.APIToken != "" {
+		opts = append(opts, webhooks.WithAuthorizer(bearerAuthorizer(cfg.APIToken)))
+	} else {
+		log.Warn("the subscription API is open: anyone who can reach " + url + " can list webhook URLs and delete subscriptions; set an API token")
 	}
 	opts = append(opts, cfg.EngineOptions...)
 	streams, store, owned, err := open(cfg, log)
@@ -110,15 +142,38 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 		streams: streams,
 		owned:   owned,
 		engine:  engine,
-		http: &http.Server{
-			Handler:           engine.Handler(streams),
-			ReadHeaderTimeout: 10 * time.Second,
-			ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-		},
-		served: make(chan error, 1),
+		http:    newHTTPServer(engine.Handler(streams), log),
+		served:  make(chan error, 1),
 	}
 	go func() { r.served <- r.http.Serve(ln) }()
 	return r, nil
+}
+
+func newHTTPServer(h http.Handler, log *slog.Logger) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: ReadHeaderTimeout,
+		ReadTimeout:       ReadTimeout,
+		WriteTimeout:      WriteTimeout,
+		IdleTimeout:       IdleTimeout,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+}
+
+// bearerAuthorizer admits subscription API requests that carry token as
+// their bearer token. Both sides are hashed before the constant-time
+// comparison, so that neither the token nor its length leaks through
+// timing.
+func bearerAuthorizer(token string) webhooks.Authorizer {
+	want := sha256.Sum256([]byte(token))
+	return func(r *http.Request, _ webhooks.Operation, _ string) error {
+		scheme, given, _ := strings.Cut(r.Header.Get("Authorization"), " ")
+		got := sha256.Sum256([]byte(given))
+		if !strings.EqualFold(scheme, "Bearer") || subtle.ConstantTimeCompare(got[:], want[:]) != 1 {
+			return webhooks.ErrUnauthorized
+		}
+		return nil
+	}
 }
 
 // Close stops the server: it ends pending long-polls, stops accepting
@@ -157,7 +212,11 @@ func open(cfg Config, log *slog.Logger) (*dstream.Server, webhooks.Store, io.Clo
 	if cfg.Store != nil {
 		return streams, cfg.Store, nil, nil
 	}
-	store, err := sqlitestore.Open(filepath.Join(cfg.DataDir, "engine.db"))
+	var opts []sqlitestore.Option
+	if len(cfg.EncryptionKey) > 0 {
+		opts = append(opts, sqlitestore.WithEncryptionKey(cfg.EncryptionKey))
+	}
+	store, err := sqlitestore.Open(filepath.Join(cfg.DataDir, "engine.db"), opts...)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("opening the engine's store: %w", err)
 	}

@@ -1,0 +1,94 @@
+package webhooks
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+)
+
+// Operation names what a subscription API request does, for an Authorizer.
+type Operation string
+
+// The operations of the subscription API.
+const (
+	OpCreate Operation = "create" // PUT {pattern}?subscription={id}
+	OpRead   Operation = "read"   // GET {pattern}?subscription={id}
+	OpList   Operation = "list"   // GET {pattern}?subscriptions
+	OpDelete Operation = "delete" // DELETE {pattern}?subscription={id}
+)
+
+// Errors an Authorizer returns to refuse a request.
+var (
+	// ErrUnauthorized refuses a request whose caller is not authenticated:
+	// 401 UNAUTHORIZED with "WWW-Authenticate: Bearer".
+	ErrUnauthorized = errors.New("webhooks: unauthorized")
+	// ErrForbidden refuses a request the authenticated caller may not make:
+	// 403 FORBIDDEN.
+	ErrForbidden = errors.New("webhooks: forbidden")
+)
+
+// Authorizer decides whether a subscription API request may proceed. It
+// sees the request (its headers, path and query), the operation, and the
+// subscription ID as the query gives it, not yet validated, or "" for
+// OpList. It returns nil to allow the request, an error wrapping
+// ErrUnauthorized or ErrForbidden to refuse it, or any other error, which is
+// logged and answered with a generic 500. The client never sees the error's
+// text.
+type Authorizer func(r *http.Request, op Operation, subscriptionID string) error
+
+// WithAuthorizer makes every subscription API request pass authorize
+// before anything else is done with it. Callbacks are not affected: their
+// tokens authenticate them. Without this option the subscription API is
+// open to anyone who can reach it, and it lists webhook URLs and deletes
+// subscriptions, so the host must then protect it itself.
+func WithAuthorizer(authorize Authorizer) Option {
+	return func(c *config) error {
+		if authorize == nil {
+			return fmt.Errorf("WithAuthorizer: function is nil")
+		}
+		c.authorizer = authorize
+		return nil
+	}
+}
+
+// authorize runs the host's Authorizer on a subscription API request.
+// Requests with no operation are let through: they are answered 405 without
+// touching anything.
+func (e *Engine) authorize(r *http.Request) error {
+	op, id, ok := subscriptionOperation(r)
+	if e.cfg.authorizer == nil || !ok {
+		return nil
+	}
+	err := e.cfg.authorizer(r, op, id)
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, ErrUnauthorized):
+		ae := newAPIError(http.StatusUnauthorized, CodeUnauthorized, "authentication required")
+		ae.authenticate = "Bearer"
+		return ae
+	case errors.Is(err, ErrForbidden):
+		return newAPIError(http.StatusForbidden, CodeForbidden, "not allowed")
+	default:
+		return fmt.Errorf("authorizing %s: %w", op, err)
+	}
+}
+
+// subscriptionOperation maps a subscription API request to its operation
+// and subscription ID. ok is false for a method the API does not serve.
+func subscriptionOperation(r *http.Request) (op Operation, id string, ok bool) {
+	q := r.URL.Query()
+	if !q.Has("subscription") {
+		return OpList, "", r.Method == http.MethodGet
+	}
+	id = q.Get("subscription")
+	switch r.Method {
+	case http.MethodPut:
+		return OpCreate, id, true
+	case http.MethodGet:
+		return OpRead, id, true
+	case http.MethodDelete:
+		return OpDelete, id, true
+	}
+	return "", "", false
+}

@@ -1,0 +1,87 @@
+package main
+
+import (
+	"bytes"
+	"encoding/base64"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// env is a fake environment for parseConfig.
+func env(vars map[string]string) func(string) string {
+	return func(name string) string { return vars[name] }
+}
+
+func TestParseConfigRefusesAnOpenAPIWithoutDev(t *testing.T) {
+	_, err := parseConfig([]string{"-addr", "127.0.0.1:0"}, env(nil))
+	require.ErrorContains(t, err, "no API token")
+	require.ErrorContains(t, err, "-api-token")
+	require.ErrorContains(t, err, apiTokenEnv)
+
+	cfg, err := parseConfig([]string{"-dev"}, env(nil))
+	require.NoError(t, err)
+	require.Empty(t, cfg.APIToken)
+	require.True(t, cfg.Dev)
+}
+
+func TestParseConfigTakesTheTokenFromFlagOrEnvironment(t *testing.T) {
+	cfg, err := parseConfig(nil, env(map[string]string{apiTokenEnv: "from-env"}))
+	require.NoError(t, err)
+	require.Equal(t, "from-env", cfg.APIToken)
+
+	cfg, err = parseConfig([]string{"-api-token", "from-flag"}, env(map[string]string{apiTokenEnv: "from-env"}))
+	require.NoError(t, err)
+	require.Equal(t, "from-flag", cfg.APIToken)
+
+	cfg, err = parseConfig([]string{"-dev"}, env(map[string]string{apiTokenEnv: "from-env"}))
+	require.NoError(t, err)
+	require.Equal(t, "from-env", cfg.APIToken, "-dev does not drop a token that is given")
+}
+
+func TestParseConfigEncryptionKey(t *testing.T) {
+	dir := t.TempDir()
+	key := bytes.Repeat([]byte{0xa5}, encryptionKeyBytes)
+	write := func(name string, data []byte) string {
+		path := filepath.Join(dir, name)
+		require.NoError(t, os.WriteFile(path, data, 0o600))
+		return path
+	}
+	good := write("good", []byte(base64.StdEncoding.EncodeToString(key)+"\n"))
+	withData := func(extra ...string) []string {
+		return append([]string{"-api-token", "t", "-data", filepath.Join(dir, "data")}, extra...)
+	}
+
+	cfg, err := parseConfig(withData("-encryption-key-file", good), env(nil))
+	require.NoError(t, err)
+	require.Equal(t, key, cfg.EncryptionKey)
+
+	cfg, err = parseConfig(withData(), env(map[string]string{encryptionKeyEnv: base64.StdEncoding.EncodeToString(key)}))
+	require.NoError(t, err)
+	require.Equal(t, key, cfg.EncryptionKey)
+
+	cfg, err = parseConfig(withData(), env(nil))
+	require.NoError(t, err)
+	require.Nil(t, cfg.EncryptionKey, "no key means none")
+
+	short := write("short", []byte(base64.StdEncoding.EncodeToString(key[:16])))
+	_, err = parseConfig(withData("-encryption-key-file", short), env(nil))
+	require.ErrorContains(t, err, "is 16 bytes, want 32, base64-encoded")
+	require.ErrorContains(t, err, short)
+
+	_, err = parseConfig(withData(), env(map[string]string{encryptionKeyEnv: base64.StdEncoding.EncodeToString(append(key, 1))}))
+	require.ErrorContains(t, err, "is 33 bytes, want 32")
+	require.ErrorContains(t, err, encryptionKeyEnv)
+
+	raw := write("raw", key) // the bytes themselves, not base64
+	_, err = parseConfig(withData("-encryption-key-file", raw), env(nil))
+	require.ErrorContains(t, err, "is not base64")
+
+	_, err = parseConfig(withData("-encryption-key-file", filepath.Join(dir, "missing")), env(nil))
+	require.ErrorContains(t, err, "reading the encryption key")
+
+	_, err = parseConfig([]string{"-api-token", "t", "-encryption-key-file", good}, env(nil))
+	require.ErrorContains(t, err, "needs -data")
+}
