@@ -16,6 +16,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -193,7 +194,10 @@ func (w *crashWorld) start() {
 	cmd := exec.Command(os.Args[0],
 		"-addr", w.addr, "-dev", "-data", w.dir,
 		"-waking-timeout", crashWaking.String(), "-liveness-timeout", crashLiveness.String())
-	cmd.Env = append(os.Environ(), crashChildEnv+"=1")
+	// The child runs with the subscription API open (-dev): a token in the
+	// test's own environment would close it.
+	env := slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "STREAMHOOKS_API_TOKEN=") })
+	cmd.Env = append(env, crashChildEnv+"=1")
 	cmd.Stdout, cmd.Stderr = w.logs, w.logs
 	require.NoError(w.t, cmd.Start())
 	exited := make(chan struct{})
