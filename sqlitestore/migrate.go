@@ -28,7 +28,7 @@ CREATE TABLE subscriptions (
 );
 
 -- Times are UTC Unix nanoseconds, NULL when zero. data holds the other
--- fields; see codec.go.
+-- fields, as webhooks.Consumer.MarshalData encodes them.
 CREATE TABLE consumers (
 	id              TEXT PRIMARY KEY,
 	subscription_id TEXT NOT NULL REFERENCES subscriptions (id) ON DELETE CASCADE,
