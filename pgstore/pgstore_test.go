@@ -130,4 +130,18 @@ func TestStoreEncryptedDurable(t *testing.T) {
 	storetest.RunDurable(t, func(t *testing.T, dir string) webhooks.Store { return m.open(t, dir, WithEncryptionKey(key('k'))) })
 }
 
+// TestStoreShared runs the shared suite on two pools on one schema, as two
+// engine processes would use it.
+func TestStoreShared(t *testing.T) {
+	testDSN(t)
+	storetest.RunShared(t, func(t *testing.T) (webhooks.Store, webhooks.Store) {
+		schema := newSchema(t)
+		a, err := New(t.Context(), newPool(t, schema))
+		require.NoError(t, err)
+		b, err := New(t.Context(), newPool(t, schema))
+		require.NoError(t, err)
+		return a, b
+	})
+}
+
 func key(b byte) []byte { return bytes.Repeat([]byte{b}, 32) }

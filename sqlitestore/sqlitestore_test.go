@@ -7,7 +7,6 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
@@ -237,35 +236,18 @@ func TestEncryption(t *testing.T) {
 	})
 }
 
-// TestTwoHandlesNoLostUpdate increments one counter through two Stores on
-// the same file, as two engine processes would: the write lock taken before
-// the read must serialize them across handles.
-func TestTwoHandlesNoLostUpdate(t *testing.T) {
-	ctx := context.Background()
-	path := filepath.Join(t.TempDir(), "hooks.db")
-	a, b := sqlOpen(t, path), sqlOpen(t, path)
-	sqlSetup(t, a, "/a")
-	id := webhooks.ConsumerID("s", "/a")
-
-	const workers, increments = 4, 50
-	var wg sync.WaitGroup
-	for i := range workers {
-		s := []*sqlitestore.Store{a, b}[i%2]
-		wg.Go(func() {
-			for range increments {
-				if _, err := s.UpdateConsumer(ctx, id, sqlSave(func(c *webhooks.Consumer) { c.Epoch++ })); err != nil {
-					t.Error(err)
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	for _, s := range []*sqlitestore.Store{a, b} {
-		c, err := s.GetConsumer(ctx, id)
+// TestStoreShared runs the shared suite on two Stores on one file, as two
+// engine processes would use it: the write lock taken before the read must
+// serialize them across handles.
+func TestStoreShared(t *testing.T) {
+	storetest.RunShared(t, func(t *testing.T) (webhooks.Store, webhooks.Store) {
+		path := filepath.Join(t.TempDir(), "hooks.db")
+		a, err := sqlitestore.Open(path)
 		require.NoError(t, err)
-		require.EqualValues(t, workers*increments, c.Epoch)
-	}
+		b, err := sqlitestore.Open(path)
+		require.NoError(t, err)
+		return a, b
+	})
 }
 
 func TestUpdateConsumerPanicRollsBack(t *testing.T) {
