@@ -266,3 +266,67 @@ func TestTimesOutsideRangeAreRejected(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, got.Deadline.IsZero())
 }
+
+// sub1 creates subscription "s" with one consumer on "/a" and returns the
+// consumer's ID.
+func sub1(t *testing.T, s *Store) string {
+	t.Helper()
+	ctx := context.Background()
+	require.NoError(t, s.CreateSubscription(ctx, &webhooks.Subscription{ID: "s", Pattern: "/**", Webhook: "https://example.com/s"}))
+	c := &webhooks.Consumer{ID: webhooks.ConsumerID("s", "/a"), SubscriptionID: "s", PrimaryStream: "/a", State: webhooks.StateIdle}
+	require.NoError(t, s.CreateConsumer(ctx, c))
+	return c.ID
+}
+
+// TestUpdateConsumerPanicRollsBack panics in fn: the row lock and the
+// connection must not be left behind, or the next update would wait for
+// ever or run inside the dead transaction.
+func TestUpdateConsumerPanicRollsBack(t *testing.T) {
+	ctx := context.Background()
+	s := newStore(t)
+	id := sub1(t, s)
+	for range int(s.pool.Config().MaxConns) + 1 {
+		require.PanicsWithValue(t, "boom", func() {
+			_, _ = s.UpdateConsumer(ctx, id, func(c *webhooks.Consumer) (webhooks.UpdateAction, error) {
+				c.Epoch = 9
+				panic("boom")
+			})
+		})
+	}
+	c, err := s.UpdateConsumer(ctx, id, func(c *webhooks.Consumer) (webhooks.UpdateAction, error) {
+		c.Attempt = 1
+		return webhooks.UpdateSave, nil
+	})
+	require.NoError(t, err, "the store still writes")
+	require.Zero(t, c.Epoch)
+	require.Equal(t, 1, c.Attempt)
+}
+
+// TestUpdateConsumerFailedWriteRollsBack makes the write fail after fn:
+// nothing is stored and the store goes on working.
+func TestUpdateConsumerFailedWriteRollsBack(t *testing.T) {
+	ctx := context.Background()
+	s := newStore(t)
+	id := sub1(t, s)
+	_, err := s.pool.Exec(ctx, "ALTER TABLE streamhooks_consumers ADD CONSTRAINT no_live CHECK (state <> 'LIVE')")
+	require.NoError(t, err)
+	for range int(s.pool.Config().MaxConns) + 1 {
+		_, err = s.UpdateConsumer(ctx, id, func(c *webhooks.Consumer) (webhooks.UpdateAction, error) {
+			c.State = webhooks.StateLive
+			c.Streams = []webhooks.StreamOffset{{Path: "/b", Offset: "1"}}
+			return webhooks.UpdateSave, nil
+		})
+		require.ErrorContains(t, err, "no_live")
+	}
+	c, err := s.GetConsumer(ctx, id)
+	require.NoError(t, err)
+	require.Equal(t, webhooks.StateIdle, c.State)
+	cs, err := s.ConsumersByStream(ctx, "/b")
+	require.NoError(t, err)
+	require.Empty(t, cs, "the failed write's index change is rolled back too")
+	_, err = s.UpdateConsumer(ctx, id, func(c *webhooks.Consumer) (webhooks.UpdateAction, error) {
+		c.Attempt = 1
+		return webhooks.UpdateSave, nil
+	})
+	require.NoError(t, err)
+}
