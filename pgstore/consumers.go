@@ -121,52 +121,84 @@ func (s *Store) GetConsumer(ctx context.Context, id string) (*webhooks.Consumer,
 // and holds a pooled connection while it runs. fn must not change the
 // consumer's ID, SubscriptionID or PrimaryStream; UpdateConsumer returns an
 // error rather than save such a change.
+//
+// The transaction takes two round trips: BEGIN goes with the read, and the
+// write with COMMIT.
 func (s *Store) UpdateConsumer(ctx context.Context, id string, fn func(c *webhooks.Consumer) (webhooks.UpdateAction, error)) (*webhooks.Consumer, error) {
-	var out *webhooks.Consumer
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		stored, err := scanConsumer(tx.QueryRow(ctx, getConsumerQuery+" FOR UPDATE", id))
-		if errors.Is(err, pgx.ErrNoRows) {
-			return webhooks.ErrConsumerNotFound
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: update consumer: %w", err)
+	}
+	// The pool destroys, rather than reuses, a connection released inside
+	// a transaction: one the ROLLBACK below did not reach, as when ctx is
+	// done.
+	defer conn.Release()
+	done := false
+	defer func() {
+		if !done {
+			_, _ = conn.Exec(ctx, "ROLLBACK")
 		}
-		if err != nil {
-			return fmt.Errorf("pgstore: update consumer: %w", err)
-		}
-		c := stored.Clone()
-		action, err := fn(c)
-		if err != nil {
-			return err
-		}
-		switch action {
-		case webhooks.UpdateNone:
-			out = stored
-			return nil
-		case webhooks.UpdateSave:
-			if c.ID != stored.ID || c.SubscriptionID != stored.SubscriptionID || c.PrimaryStream != stored.PrimaryStream {
-				return fmt.Errorf("pgstore: update of consumer %q changed its ID, SubscriptionID or PrimaryStream", id)
-			}
-			if err := saveConsumer(ctx, tx, stored, c); err != nil {
-				return err
-			}
-			// fn may have kept c; hand back a copy it cannot reach.
-			out = c.Clone()
-			return nil
-		case webhooks.UpdateDelete:
-			if _, err := tx.Exec(ctx, "DELETE FROM streamhooks_consumers WHERE id = $1", id); err != nil {
-				return fmt.Errorf("pgstore: delete consumer: %w", err)
-			}
-			return nil
-		default:
-			return fmt.Errorf("pgstore: update of consumer %q returned unknown action %d", id, action)
-		}
-	})
+	}()
+
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	b.Queue(getConsumerQuery+" FOR UPDATE", id)
+	stored, err := readLocked(ctx, conn.Conn(), b)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, webhooks.ErrConsumerNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: update consumer: %w", err)
+	}
+	c := stored.Clone()
+	action, err := fn(c)
 	if err != nil {
 		return nil, err
 	}
+	b = &pgx.Batch{}
+	var out *webhooks.Consumer
+	switch action {
+	case webhooks.UpdateNone:
+		out = stored
+	case webhooks.UpdateSave:
+		if c.ID != stored.ID || c.SubscriptionID != stored.SubscriptionID || c.PrimaryStream != stored.PrimaryStream {
+			return nil, fmt.Errorf("pgstore: update of consumer %q changed its ID, SubscriptionID or PrimaryStream", id)
+		}
+		if err := queueSave(b, stored, c); err != nil {
+			return nil, err
+		}
+		// fn may have kept c; hand back a copy it cannot reach.
+		out = c.Clone()
+	case webhooks.UpdateDelete:
+		b.Queue("DELETE FROM streamhooks_consumers WHERE id = $1", id)
+	default:
+		return nil, fmt.Errorf("pgstore: update of consumer %q returned unknown action %d", id, action)
+	}
+	b.Queue("COMMIT")
+	if err := conn.SendBatch(ctx, b).Close(); err != nil {
+		return nil, fmt.Errorf("pgstore: update consumer: %w", err)
+	}
+	done = true
 	return out, nil
 }
 
-// saveConsumer writes c over old, its stored version.
-func saveConsumer(ctx context.Context, tx pgx.Tx, old, c *webhooks.Consumer) error {
+// readLocked sends b, a BEGIN and a read of one consumer, and returns the
+// consumer.
+func readLocked(ctx context.Context, conn *pgx.Conn, b *pgx.Batch) (*webhooks.Consumer, error) {
+	br := conn.SendBatch(ctx, b)
+	_, err := br.Exec()
+	var c *webhooks.Consumer
+	if err == nil {
+		c, err = scanConsumer(br.QueryRow())
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	return c, err
+}
+
+// queueSave queues the writes that store c over old, its stored version.
+func queueSave(b *pgx.Batch, old, c *webhooks.Consumer) error {
 	r, err := encodeConsumer(c)
 	if err != nil {
 		return err
@@ -174,12 +206,9 @@ func saveConsumer(ctx context.Context, tx pgx.Tx, old, c *webhooks.Consumer) err
 	from, to := secondaryPaths(old), secondaryPaths(c)
 	unindex, index := diff(from, to), diff(to, from)
 	if len(unindex) == 0 && len(index) == 0 {
-		_, err = tx.Exec(ctx, saveConsumerQuery, c.ID, r.state, r.deadline, r.data)
+		b.Queue(saveConsumerQuery, c.ID, r.state, r.deadline, r.data)
 	} else {
-		_, err = tx.Exec(ctx, saveConsumerPathsQuery, c.ID, r.state, r.deadline, r.data, unindex, index)
-	}
-	if err != nil {
-		return fmt.Errorf("pgstore: save consumer: %w", err)
+		b.Queue(saveConsumerPathsQuery, c.ID, r.state, r.deadline, r.data, unindex, index)
 	}
 	return nil
 }

@@ -285,6 +285,7 @@ func TestUpdateConsumerPanicRollsBack(t *testing.T) {
 	ctx := context.Background()
 	s := newStore(t)
 	id := sub1(t, s)
+	conns := s.pool.Stat().NewConnsCount()
 	for range int(s.pool.Config().MaxConns) + 1 {
 		require.PanicsWithValue(t, "boom", func() {
 			_, _ = s.UpdateConsumer(ctx, id, func(c *webhooks.Consumer) (webhooks.UpdateAction, error) {
@@ -300,6 +301,7 @@ func TestUpdateConsumerPanicRollsBack(t *testing.T) {
 	require.NoError(t, err, "the store still writes")
 	require.Zero(t, c.Epoch)
 	require.Equal(t, 1, c.Attempt)
+	require.Equal(t, conns, s.pool.Stat().NewConnsCount(), "the connection was rolled back and reused, not replaced")
 }
 
 // TestUpdateConsumerFailedWriteRollsBack makes the write fail after fn:
@@ -310,6 +312,7 @@ func TestUpdateConsumerFailedWriteRollsBack(t *testing.T) {
 	id := sub1(t, s)
 	_, err := s.pool.Exec(ctx, "ALTER TABLE streamhooks_consumers ADD CONSTRAINT no_live CHECK (state <> 'LIVE')")
 	require.NoError(t, err)
+	conns := s.pool.Stat().NewConnsCount()
 	for range int(s.pool.Config().MaxConns) + 1 {
 		_, err = s.UpdateConsumer(ctx, id, func(c *webhooks.Consumer) (webhooks.UpdateAction, error) {
 			c.State = webhooks.StateLive
@@ -324,9 +327,33 @@ func TestUpdateConsumerFailedWriteRollsBack(t *testing.T) {
 	cs, err := s.ConsumersByStream(ctx, "/b")
 	require.NoError(t, err)
 	require.Empty(t, cs, "the failed write's index change is rolled back too")
+	require.Equal(t, conns, s.pool.Stat().NewConnsCount(), "the connection was rolled back and reused, not replaced")
 	_, err = s.UpdateConsumer(ctx, id, func(c *webhooks.Consumer) (webhooks.UpdateAction, error) {
 		c.Attempt = 1
 		return webhooks.UpdateSave, nil
 	})
 	require.NoError(t, err)
+}
+
+// TestUpdateConsumerCanceledInFn cancels the context while fn runs: the
+// write does not happen, and the connection, still inside its transaction
+// and holding the row lock, is not handed to the next caller.
+func TestUpdateConsumerCanceledInFn(t *testing.T) {
+	s := newStore(t)
+	id := sub1(t, s)
+	for range int(s.pool.Config().MaxConns) + 1 {
+		ctx, cancel := context.WithCancel(context.Background())
+		_, err := s.UpdateConsumer(ctx, id, func(c *webhooks.Consumer) (webhooks.UpdateAction, error) {
+			c.Epoch++
+			cancel()
+			return webhooks.UpdateSave, nil
+		})
+		require.ErrorIs(t, err, context.Canceled)
+	}
+	c, err := s.UpdateConsumer(context.Background(), id, func(c *webhooks.Consumer) (webhooks.UpdateAction, error) {
+		c.Attempt = 1
+		return webhooks.UpdateSave, nil
+	})
+	require.NoError(t, err, "the row is not left locked")
+	require.Zero(t, c.Epoch)
 }
