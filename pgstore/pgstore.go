@@ -5,6 +5,10 @@
 // New creates or upgrades its tables, named streamhooks_*, in the first
 // schema of the connections' search_path; set search_path in the pool's
 // configuration to keep them in a schema of their own.
+//
+// An UpdateConsumer holds a pooled connection while the engine's update
+// function runs, which reads the host's StreamSource: size the pool
+// (pool_max_conns) for the deliveries and callbacks that run at once.
 package pgstore
 
 import (
