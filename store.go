@@ -21,6 +21,14 @@ var (
 //
 // Implementations must be safe for concurrent use. Values passed in and
 // returned are owned by the caller: a Store must copy what it keeps.
+//
+// A durable Store keeps in columns only the consumer fields it indexes or
+// queries: ID, SubscriptionID, PrimaryStream, State, Deadline, and the paths
+// of Streams, by which ConsumersByStream finds a consumer. It stores the
+// rest as the one opaque value of Consumer.MarshalData, and reads a
+// consumer back by setting the indexed fields from its columns and calling
+// UnmarshalData, which sets every other field. The engine versions that
+// value, so a field added to Consumer needs no migration in the Store.
 type Store interface {
 	// CreateSubscription stores sub. It returns ErrSubscriptionExists if a
 	// subscription with the same ID exists.
@@ -50,6 +58,12 @@ type Store interface {
 	// error. It returns ErrConsumerNotFound, without calling fn, if there is
 	// no such consumer. It returns the consumer as stored afterwards, or nil
 	// if it was deleted.
+	//
+	// fn may run more than once, as a database may retry a transaction that
+	// conflicted, each time on a fresh copy: it must be a pure function of
+	// the consumer it is given and what it reads. The engine's fn reads the
+	// StreamSource while the consumer is locked, so a slow StreamSource
+	// holds the lock that long.
 	UpdateConsumer(ctx context.Context, id string, fn func(c *Consumer) (UpdateAction, error)) (*Consumer, error)
 	// ConsumersByStream returns every consumer whose primary stream is path
 	// or whose Streams include path, ordered by ID.

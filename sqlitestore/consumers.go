@@ -38,7 +38,7 @@ func encodeConsumer(c *webhooks.Consumer) (*consumerRow, error) {
 	if err != nil {
 		return nil, err
 	}
-	data, err := encodeConsumerData(c)
+	data, err := c.MarshalData()
 	if err != nil {
 		return nil, err
 	}
@@ -55,7 +55,7 @@ func scanConsumer(row scanner) (*webhooks.Consumer, error) {
 	}
 	c.State = webhooks.ConsumerState(r.state)
 	c.Deadline = fromNanos(r.deadline)
-	if err := decodeConsumerData(&c, r.data); err != nil {
+	if err := c.UnmarshalData(r.data); err != nil {
 		return nil, fmt.Errorf("%w for consumer %s", err, c.ID)
 	}
 	return &c, nil

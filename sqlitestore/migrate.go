@@ -5,6 +5,8 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+
+	"github.com/streamhooks/webhooks/internal/seal"
 )
 
 // migrations are the schema's versions in order: step i takes a database
@@ -28,7 +30,7 @@ CREATE TABLE subscriptions (
 );
 
 -- Times are UTC Unix nanoseconds, NULL when zero. data holds the other
--- fields; see codec.go.
+-- fields, as webhooks.Consumer.MarshalData encodes them.
 CREATE TABLE consumers (
 	id              TEXT PRIMARY KEY,
 	subscription_id TEXT NOT NULL REFERENCES subscriptions (id) ON DELETE CASCADE,
@@ -140,7 +142,7 @@ func (s *Store) checkKey() error {
 		if secrets {
 			return errors.New("sqlitestore: database was created without an encryption key and holds plaintext secrets")
 		}
-		_, err := s.w.exec("INSERT INTO meta (key, value) VALUES ('key_check', ?)", s.sealer.seal([]byte(keyCheck), adKeyCheck))
+		_, err := s.w.exec("INSERT INTO meta (key, value) VALUES ('key_check', ?)", s.sealer.Seal([]byte(keyCheck), seal.ADKeyCheck))
 		if err != nil {
 			return fmt.Errorf("sqlitestore: open: %w", err)
 		}
@@ -150,7 +152,7 @@ func (s *Store) checkKey() error {
 	case s.sealer == nil:
 		return errors.New("sqlitestore: database is encrypted; open it WithEncryptionKey")
 	}
-	if plain, err := s.sealer.open(sealed, adKeyCheck); err != nil || string(plain) != keyCheck {
+	if plain, err := s.sealer.Open(sealed, seal.ADKeyCheck); err != nil || string(plain) != keyCheck {
 		return errors.New("sqlitestore: encryption key does not match the database")
 	}
 	return nil

@@ -28,6 +28,7 @@ import (
 	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
 
 	webhooks "github.com/streamhooks/webhooks"
+	"github.com/streamhooks/webhooks/internal/seal"
 )
 
 var _ webhooks.Store = (*Store)(nil)
@@ -120,7 +121,7 @@ func WithSynchronous(s Synchronous) Option {
 type Store struct {
 	w      *wtx
 	r      *readers
-	sealer *sealer // nil: secrets are stored in plaintext
+	sealer *seal.Sealer // nil: secrets are stored in plaintext
 
 	ops        chan *op
 	closing    chan struct{}
@@ -181,9 +182,9 @@ func Open(path string, opts ...Option) (*Store, error) {
 		writerDone: make(chan struct{}),
 	}
 	if o.key != nil {
-		if s.sealer, err = newSealer(o.key); err != nil {
+		if s.sealer, err = seal.New(o.key); err != nil {
 			_ = s.closeDBs()
-			return nil, err
+			return nil, fmt.Errorf("sqlitestore: %w", err)
 		}
 	}
 	if err := s.migrate(context.Background()); err != nil {

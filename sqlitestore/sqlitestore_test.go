@@ -7,7 +7,6 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
-	"sync"
 	"testing"
 	"time"
 
@@ -237,35 +236,18 @@ func TestEncryption(t *testing.T) {
 	})
 }
 
-// TestTwoHandlesNoLostUpdate increments one counter through two Stores on
-// the same file, as two engine processes would: the write lock taken before
-// the read must serialize them across handles.
-func TestTwoHandlesNoLostUpdate(t *testing.T) {
-	ctx := context.Background()
-	path := filepath.Join(t.TempDir(), "hooks.db")
-	a, b := sqlOpen(t, path), sqlOpen(t, path)
-	sqlSetup(t, a, "/a")
-	id := webhooks.ConsumerID("s", "/a")
-
-	const workers, increments = 4, 50
-	var wg sync.WaitGroup
-	for i := range workers {
-		s := []*sqlitestore.Store{a, b}[i%2]
-		wg.Go(func() {
-			for range increments {
-				if _, err := s.UpdateConsumer(ctx, id, sqlSave(func(c *webhooks.Consumer) { c.Epoch++ })); err != nil {
-					t.Error(err)
-					return
-				}
-			}
-		})
-	}
-	wg.Wait()
-	for _, s := range []*sqlitestore.Store{a, b} {
-		c, err := s.GetConsumer(ctx, id)
+// TestStoreShared runs the shared suite on two Stores on one file, as two
+// engine processes would use it: the write lock taken before the read must
+// serialize them across handles.
+func TestStoreShared(t *testing.T) {
+	storetest.RunShared(t, func(t *testing.T) (webhooks.Store, webhooks.Store) {
+		path := filepath.Join(t.TempDir(), "hooks.db")
+		a, err := sqlitestore.Open(path)
 		require.NoError(t, err)
-		require.EqualValues(t, workers*increments, c.Epoch)
-	}
+		b, err := sqlitestore.Open(path)
+		require.NoError(t, err)
+		return a, b
+	})
 }
 
 func TestUpdateConsumerPanicRollsBack(t *testing.T) {
@@ -320,4 +302,58 @@ func TestClose(t *testing.T) {
 	require.NoError(t, s.Close(), "Close is idempotent")
 	err = s.CreateSubscription(ctx, &webhooks.Subscription{ID: "s"})
 	require.True(t, errors.Is(err, sqlitestore.ErrClosed), err)
+}
+
+// TestOpenDatabaseOfFirstRelease reads testdata/v1.db, which the first
+// release of this package wrote with its own consumer encoder, before the
+// engine took the format over (webhooks.Consumer.MarshalData).
+func TestOpenDatabaseOfFirstRelease(t *testing.T) {
+	ctx := context.Background()
+	raw, err := os.ReadFile("testdata/v1.db")
+	require.NoError(t, err)
+	path := filepath.Join(t.TempDir(), "hooks.db")
+	require.NoError(t, os.WriteFile(path, raw, 0o600))
+	s := sqlOpen(t, path)
+
+	t0 := time.Date(2025, 3, 4, 5, 6, 7, 123456789, time.UTC)
+	sub, err := s.GetSubscription(ctx, "s")
+	require.NoError(t, err)
+	require.Equal(t, &webhooks.Subscription{ID: "s", Pattern: "/**", Webhook: "https://example.com/s", Description: "d", Secret: "whsec_s", CreatedAt: t0}, sub)
+	full := &webhooks.Consumer{
+		ID:             webhooks.ConsumerID("s", "/a"),
+		SubscriptionID: "s",
+		PrimaryStream:  "/a",
+		State:          webhooks.StateWaking,
+		Epoch:          -(1 << 40),
+		WakeID:         "w_ü",
+		Streams:        []webhooks.StreamOffset{{Path: "/a", Offset: "-1"}, {Path: "", Offset: ""}},
+		WakeTails:      []webhooks.StreamOffset{{Path: "/a", Offset: "0000000000000001_0000000000000002"}},
+		TriggeredBy:    []string{"/a", ""},
+		Attempt:        3,
+		InFlight:       true,
+		Failures:       1 << 20,
+		FailingSince:   t0,
+		Deadline:       t0.Add(time.Minute + 3),
+		CreatedAt:      time.Unix(0, -5).UTC(),
+		UpdatedAt:      t0.Add(time.Second),
+	}
+	bare := &webhooks.Consumer{ID: webhooks.ConsumerID("s", "/b"), SubscriptionID: "s", PrimaryStream: "/b", State: webhooks.StateIdle}
+	for _, want := range []*webhooks.Consumer{full, bare} {
+		got, err := s.GetConsumer(ctx, want.ID)
+		require.NoError(t, err)
+		require.Equal(t, want, got)
+	}
+	key, err := s.LoadOrStoreSigningKey(ctx, []byte("new key"))
+	require.NoError(t, err)
+	require.Equal(t, []byte("v1 signing key"), key)
+
+	// An update rewrites the value in the current format, which reads back.
+	got, err := s.UpdateConsumer(ctx, full.ID, sqlSave(func(c *webhooks.Consumer) { c.Epoch++ }))
+	require.NoError(t, err)
+	full.Epoch++
+	require.Equal(t, full, got)
+	require.NoError(t, s.Close())
+	got, err = sqlOpen(t, path).GetConsumer(ctx, full.ID)
+	require.NoError(t, err)
+	require.Equal(t, full, got)
 }

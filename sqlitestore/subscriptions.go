@@ -7,6 +7,7 @@ import (
 	"fmt"
 
 	webhooks "github.com/streamhooks/webhooks"
+	"github.com/streamhooks/webhooks/internal/seal"
 )
 
 const subscriptionCols = "id, pattern, webhook, description, secret, created_at"
@@ -17,7 +18,7 @@ func (s *Store) CreateSubscription(ctx context.Context, sub *webhooks.Subscripti
 	if err != nil {
 		return err
 	}
-	secret := s.sealer.seal([]byte(sub.Secret), adSecret(sub.ID))
+	secret := s.sealer.Seal([]byte(sub.Secret), seal.ADSecret(sub.ID))
 	return s.write(ctx, func(tx *wtx) error {
 		res, err := tx.exec(`INSERT INTO subscriptions (`+subscriptionCols+`) VALUES (?, ?, ?, ?, ?, ?)
 			ON CONFLICT (id) DO NOTHING`,
@@ -94,7 +95,7 @@ func (s *Store) LoadOrStoreSigningKey(ctx context.Context, key []byte) ([]byte, 
 		err = s.write(ctx, func(tx *wtx) error {
 			// Another Store may have stored a key since the read above.
 			if _, err := tx.exec("INSERT INTO meta (key, value) VALUES ('signing_key', ?) ON CONFLICT (key) DO NOTHING",
-				s.sealer.seal(key, adSigningKey)); err != nil {
+				s.sealer.Seal(key, seal.ADSigningKey)); err != nil {
 				return err
 			}
 			return tx.queryRow(load).Scan(&sealed)
@@ -103,7 +104,11 @@ func (s *Store) LoadOrStoreSigningKey(ctx context.Context, key []byte) ([]byte, 
 	if err != nil {
 		return nil, fmt.Errorf("sqlitestore: signing key: %w", err)
 	}
-	return s.sealer.open(sealed, adSigningKey)
+	plain, err := s.sealer.Open(sealed, seal.ADSigningKey)
+	if err != nil {
+		return nil, fmt.Errorf("sqlitestore: signing key: %w", err)
+	}
+	return plain, nil
 }
 
 func (s *Store) scanSubscription(row scanner) (*webhooks.Subscription, error) {
@@ -118,9 +123,9 @@ func (s *Store) scanSubscription(row scanner) (*webhooks.Subscription, error) {
 		}
 		return nil, fmt.Errorf("sqlitestore: read subscription: %w", err)
 	}
-	plain, err := s.sealer.open(secret, adSecret(sub.ID))
+	plain, err := s.sealer.Open(secret, seal.ADSecret(sub.ID))
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("sqlitestore: subscription %s: %w", sub.ID, err)
 	}
 	sub.Secret = string(plain)
 	sub.CreatedAt = fromNanos(created)

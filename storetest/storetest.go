@@ -21,6 +21,9 @@
 //		})
 //	}
 //
+// A Store that several engine processes may share also runs RunShared, with
+// two handles on one database.
+//
 // Where the Store interface leaves a choice open, the suite accepts any
 // answer, and where its wording allows two readings the suite takes the one
 // below:

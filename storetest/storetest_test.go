@@ -33,15 +33,36 @@ func TestRunDurable(t *testing.T) {
 	storetest.RunDurable(t, func(t *testing.T, dir string) webhooks.Store { return openSnapshot(t, dir, nil) })
 }
 
+// TestRunShared runs RunShared against one memstore as both handles, so
+// that the shared suite itself is exercised.
+func TestRunShared(t *testing.T) {
+	storetest.RunShared(t, func(*testing.T) (webhooks.Store, webhooks.Store) {
+		s := memstore.New()
+		return s, s
+	})
+}
+
 // mutants are stores broken in one way each, with the subtests that must
 // catch the breakage. TestSuiteCatchesMutants runs the suite against each
 // in a child process and expects those subtests to fail.
 var mutants = map[string]struct {
 	durable bool
 	open    func(t *testing.T, dir string) webhooks.Store
+	openTwo func(t *testing.T) (webhooks.Store, webhooks.Store) // set: run RunShared
 	caught  []string
 	says    string // in the output too, if set
 }{
+	"separate-handles": {
+		openTwo: func(*testing.T) (webhooks.Store, webhooks.Store) { return memstore.New(), memstore.New() },
+		caught:  []string{"SeesWrites", "NoLostUpdate", "DeleteCascade", "CreateSameID", "SigningKey"},
+	},
+	"locks-per-handle": {
+		openTwo: func(*testing.T) (webhooks.Store, webhooks.Store) {
+			s := memstore.New()
+			return &lockedHere{lostUpdate: lostUpdate{s}}, &lockedHere{lostUpdate: lostUpdate{s}}
+		},
+		caught: []string{"NoLostUpdate"},
+	},
 	"lost-update": {
 		open:   func(*testing.T, string) webhooks.Store { return &lostUpdate{memstore.New()} },
 		caught: []string{"Concurrent/NoLostUpdate"},
@@ -127,9 +148,12 @@ func TestMutant(t *testing.T) {
 	}
 	m, ok := mutants[name]
 	require.True(t, ok, "unknown mutant %q", name)
-	if m.durable {
+	switch {
+	case m.openTwo != nil:
+		storetest.RunShared(t, m.openTwo)
+	case m.durable:
 		storetest.RunDurable(t, m.open)
-	} else {
+	default:
 		storetest.Run(t, func(t *testing.T) webhooks.Store { return m.open(t, "") })
 	}
 }
@@ -150,6 +174,19 @@ func (s *lostUpdate) UpdateConsumer(ctx context.Context, id string, fn func(c *w
 		*stored = *c
 		return action, nil
 	})
+}
+
+// lockedHere is lostUpdate serialized within one handle only, as a store
+// that locks a consumer in its process but not in the shared database.
+type lockedHere struct {
+	mu sync.Mutex
+	lostUpdate
+}
+
+func (s *lockedHere) UpdateConsumer(ctx context.Context, id string, fn func(c *webhooks.Consumer) (webhooks.UpdateAction, error)) (*webhooks.Consumer, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.lostUpdate.UpdateConsumer(ctx, id, fn)
 }
 
 // noCascade keeps subscriptions apart from the memstore that holds the

@@ -1,0 +1,310 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	webhooks "github.com/streamhooks/webhooks"
+)
+
+const consumerCols = `c.id, c.subscription_id, c.primary_stream, c.state, c.deadline, c.data`
+
+// The engine's hot queries, checked for index use by a test.
+const (
+	getConsumerQuery = `SELECT ` + consumerCols + ` FROM streamhooks_consumers c WHERE c.id = $1`
+	// A consumer's secondary paths exclude its primary stream, so the two
+	// halves never return the same consumer.
+	consumersByStreamQuery = `SELECT ` + consumerCols + ` FROM streamhooks_consumers c WHERE c.primary_stream = $1
+		UNION ALL
+		SELECT ` + consumerCols + ` FROM streamhooks_consumer_streams cs JOIN streamhooks_consumers c ON c.id = cs.consumer_id WHERE cs.path = $1
+		ORDER BY 1`
+	dueConsumersQuery = `SELECT ` + consumerCols + ` FROM streamhooks_consumers c
+		WHERE c.deadline IS NOT NULL AND c.deadline <= $1 ORDER BY c.deadline, c.id LIMIT $2`
+	nextDeadlineQuery = "SELECT min(deadline) FROM streamhooks_consumers WHERE deadline IS NOT NULL"
+	// createConsumerQuery inserts a consumer and indexes its secondary
+	// paths in one statement, and returns how many consumers it inserted.
+	createConsumerQuery = `WITH c AS (
+			INSERT INTO streamhooks_consumers (id, subscription_id, primary_stream, state, deadline, data)
+			VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (id) DO NOTHING RETURNING id
+		), paths AS (
+			INSERT INTO streamhooks_consumer_streams (path, consumer_id) SELECT p, c.id FROM c, unnest($7::text[]) p
+		)
+		SELECT count(*) FROM c`
+	saveConsumerQuery = "UPDATE streamhooks_consumers SET state = $2, deadline = $3, data = $4 WHERE id = $1"
+	// saveConsumerPathsQuery is saveConsumerQuery for a change of paths:
+	// $5 are those to unindex, $6 those to index.
+	saveConsumerPathsQuery = `WITH c AS (
+			UPDATE streamhooks_consumers SET state = $2, deadline = $3, data = $4 WHERE id = $1
+		), unindexed AS (
+			DELETE FROM streamhooks_consumer_streams WHERE consumer_id = $1 AND path = ANY ($5::text[])
+		)
+		INSERT INTO streamhooks_consumer_streams (path, consumer_id) SELECT p, $1 FROM unnest($6::text[]) p`
+)
+
+// consumerRow is a consumer encoded for the columns after id,
+// subscription_id and primary_stream.
+type consumerRow struct {
+	state    string
+	deadline *int64
+	data     []byte
+}
+
+func encodeConsumer(c *webhooks.Consumer) (*consumerRow, error) {
+	deadline, err := nanos(c.Deadline)
+	if err != nil {
+		return nil, err
+	}
+	data, err := c.MarshalData()
+	if err != nil {
+		return nil, err
+	}
+	return &consumerRow{state: string(c.State), deadline: deadline, data: data}, nil
+}
+
+func scanConsumer(row pgx.Row) (*webhooks.Consumer, error) {
+	var (
+		c webhooks.Consumer
+		r consumerRow
+	)
+	if err := row.Scan(&c.ID, &c.SubscriptionID, &c.PrimaryStream, &r.state, &r.deadline, &r.data); err != nil {
+		return nil, err
+	}
+	c.State = webhooks.ConsumerState(r.state)
+	c.Deadline = fromNanos(r.deadline)
+	if err := c.UnmarshalData(r.data); err != nil {
+		return nil, fmt.Errorf("%w for consumer %s", err, c.ID)
+	}
+	return &c, nil
+}
+
+// CreateConsumer implements webhooks.Store.
+func (s *Store) CreateConsumer(ctx context.Context, c *webhooks.Consumer) error {
+	r, err := encodeConsumer(c)
+	if err != nil {
+		return err
+	}
+	var n int
+	err = s.pool.QueryRow(ctx, createConsumerQuery,
+		c.ID, c.SubscriptionID, c.PrimaryStream, r.state, r.deadline, r.data, secondaryPaths(c)).Scan(&n)
+	if pgErr := (*pgconn.PgError)(nil); errors.As(err, &pgErr) && pgErr.Code == "23503" { // foreign_key_violation
+		return webhooks.ErrSubscriptionNotFound
+	}
+	if err != nil {
+		return fmt.Errorf("pgstore: create consumer: %w", err)
+	}
+	if n == 0 {
+		return webhooks.ErrConsumerExists
+	}
+	return nil
+}
+
+// GetConsumer implements webhooks.Store.
+func (s *Store) GetConsumer(ctx context.Context, id string) (*webhooks.Consumer, error) {
+	c, err := scanConsumer(s.pool.QueryRow(ctx, getConsumerQuery, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, webhooks.ErrConsumerNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: get consumer: %w", err)
+	}
+	return c, nil
+}
+
+// UpdateConsumer implements webhooks.Store. fn runs once, inside a
+// transaction that holds the consumer's row lock (SELECT ... FOR UPDATE),
+// and holds a pooled connection while it runs. fn must not change the
+// consumer's ID, SubscriptionID or PrimaryStream; UpdateConsumer returns an
+// error rather than save such a change.
+//
+// The transaction takes two round trips: BEGIN goes with the read, and the
+// write with COMMIT.
+func (s *Store) UpdateConsumer(ctx context.Context, id string, fn func(c *webhooks.Consumer) (webhooks.UpdateAction, error)) (*webhooks.Consumer, error) {
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: update consumer: %w", err)
+	}
+	// The pool destroys, rather than reuses, a connection released inside
+	// a transaction: one the ROLLBACK below did not reach, as when ctx is
+	// done.
+	defer conn.Release()
+	done := false
+	defer func() {
+		if !done {
+			_, _ = conn.Exec(ctx, "ROLLBACK")
+		}
+	}()
+
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	b.Queue(getConsumerQuery+" FOR UPDATE", id)
+	stored, err := readLocked(ctx, conn.Conn(), b)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, webhooks.ErrConsumerNotFound
+	}
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: update consumer: %w", err)
+	}
+	c := stored.Clone()
+	action, err := fn(c)
+	if err != nil {
+		return nil, err
+	}
+	b = &pgx.Batch{}
+	var out *webhooks.Consumer
+	switch action {
+	case webhooks.UpdateNone:
+		out = stored
+	case webhooks.UpdateSave:
+		if c.ID != stored.ID || c.SubscriptionID != stored.SubscriptionID || c.PrimaryStream != stored.PrimaryStream {
+			return nil, fmt.Errorf("pgstore: update of consumer %q changed its ID, SubscriptionID or PrimaryStream", id)
+		}
+		if err := queueSave(b, stored, c); err != nil {
+			return nil, err
+		}
+		// fn may have kept c; hand back a copy it cannot reach.
+		out = c.Clone()
+	case webhooks.UpdateDelete:
+		b.Queue("DELETE FROM streamhooks_consumers WHERE id = $1", id)
+	default:
+		return nil, fmt.Errorf("pgstore: update of consumer %q returned unknown action %d", id, action)
+	}
+	b.Queue("COMMIT")
+	if err := conn.SendBatch(ctx, b).Close(); err != nil {
+		return nil, fmt.Errorf("pgstore: update consumer: %w", err)
+	}
+	done = true
+	return out, nil
+}
+
+// readLocked sends b, a BEGIN and a read of one consumer, and returns the
+// consumer.
+func readLocked(ctx context.Context, conn *pgx.Conn, b *pgx.Batch) (*webhooks.Consumer, error) {
+	br := conn.SendBatch(ctx, b)
+	_, err := br.Exec()
+	var c *webhooks.Consumer
+	if err == nil {
+		c, err = scanConsumer(br.QueryRow())
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	return c, err
+}
+
+// queueSave queues the writes that store c over old, its stored version.
+func queueSave(b *pgx.Batch, old, c *webhooks.Consumer) error {
+	r, err := encodeConsumer(c)
+	if err != nil {
+		return err
+	}
+	from, to := secondaryPaths(old), secondaryPaths(c)
+	unindex, index := diff(from, to), diff(to, from)
+	if len(unindex) == 0 && len(index) == 0 {
+		b.Queue(saveConsumerQuery, c.ID, r.state, r.deadline, r.data)
+	} else {
+		b.Queue(saveConsumerPathsQuery, c.ID, r.state, r.deadline, r.data, unindex, index)
+	}
+	return nil
+}
+
+// secondaryPaths returns the distinct paths of c's streams other than its
+// primary stream, which has an index of its own.
+func secondaryPaths(c *webhooks.Consumer) []string {
+	out := make([]string, 0, len(c.Streams))
+	for _, so := range c.Streams {
+		if so.Path != c.PrimaryStream && !slices.Contains(out, so.Path) {
+			out = append(out, so.Path)
+		}
+	}
+	return out
+}
+
+// diff returns the paths of a not in b.
+func diff(a, b []string) []string {
+	out := []string{}
+	for _, p := range a {
+		if !slices.Contains(b, p) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// ConsumersByStream implements webhooks.Store.
+func (s *Store) ConsumersByStream(ctx context.Context, path string) ([]*webhooks.Consumer, error) {
+	return s.queryConsumers(ctx, consumersByStreamQuery, path)
+}
+
+// DueConsumers implements webhooks.Store. Equal deadlines are ordered by
+// ID. A limit below one returns nothing.
+func (s *Store) DueConsumers(ctx context.Context, now time.Time, limit int) ([]*webhooks.Consumer, error) {
+	if limit < 1 {
+		return nil, nil
+	}
+	n, err := nanos(now)
+	if err != nil {
+		return nil, err
+	}
+	return s.queryConsumers(ctx, dueConsumersQuery, n, limit)
+}
+
+// NextDeadline implements webhooks.Store.
+func (s *Store) NextDeadline(ctx context.Context) (time.Time, bool, error) {
+	var d *int64
+	if err := s.pool.QueryRow(ctx, nextDeadlineQuery).Scan(&d); err != nil {
+		return time.Time{}, false, fmt.Errorf("pgstore: next deadline: %w", err)
+	}
+	return fromNanos(d), d != nil, nil
+}
+
+// CountConsumers implements webhooks.Store. It counts every row: the
+// engine calls it when metrics are collected, and a counter row kept by
+// every transition would serialize the transitions of all engines.
+func (s *Store) CountConsumers(ctx context.Context) (map[webhooks.ConsumerState]int, error) {
+	rows, err := s.pool.Query(ctx, "SELECT state, count(*) FROM streamhooks_consumers GROUP BY state")
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: count consumers: %w", err)
+	}
+	defer rows.Close()
+	out := make(map[webhooks.ConsumerState]int)
+	for rows.Next() {
+		var (
+			state string
+			n     int
+		)
+		if err := rows.Scan(&state, &n); err != nil {
+			return nil, fmt.Errorf("pgstore: count consumers: %w", err)
+		}
+		out[webhooks.ConsumerState(state)] = n
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("pgstore: count consumers: %w", err)
+	}
+	return out, nil
+}
+
+func (s *Store) queryConsumers(ctx context.Context, query string, args ...any) ([]*webhooks.Consumer, error) {
+	rows, err := s.pool.Query(ctx, query, args...)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: query consumers: %w", err)
+	}
+	defer rows.Close()
+	var out []*webhooks.Consumer
+	for rows.Next() {
+		c, err := scanConsumer(rows)
+		if err != nil {
+			return nil, fmt.Errorf("pgstore: query consumers: %w", err)
+		}
+		out = append(out, c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("pgstore: query consumers: %w", err)
+	}
+	return out, nil
+}

@@ -1,0 +1,147 @@
+package pgstore
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"os"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+
+	webhooks "github.com/streamhooks/webhooks"
+	"github.com/streamhooks/webhooks/storetest"
+)
+
+// dsnEnv names the variable that holds the data source name of a database
+// the tests may create schemas in.
+const dsnEnv = "STREAMHOOKS_TEST_POSTGRES"
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// testDSN returns the test database's DSN. Without one the test skips,
+// except under CI, where pgstore must be tested.
+func testDSN(t testing.TB) string {
+	t.Helper()
+	dsn := os.Getenv(dsnEnv)
+	if dsn == "" {
+		msg := dsnEnv + " is not set; set it to a PostgreSQL DSN to test pgstore"
+		if os.Getenv("CI") != "" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+	return dsn
+}
+
+// adminExec runs sql on a connection of its own.
+func adminExec(t testing.TB, sql string) {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, testDSN(t))
+	require.NoError(t, err)
+	defer conn.Close(ctx)
+	_, err = conn.Exec(ctx, sql)
+	require.NoError(t, err)
+}
+
+// newSchema creates an empty schema, dropped when the test ends, so that
+// tests sharing the database do not see each other's tables.
+func newSchema(t testing.TB) string {
+	t.Helper()
+	name := "streamhooks_test_" + randomSuffix()
+	adminExec(t, "CREATE SCHEMA "+name)
+	t.Cleanup(func() { adminExec(t, "DROP SCHEMA "+name+" CASCADE") })
+	return name
+}
+
+func randomSuffix() string {
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// newPool opens a pool whose connections use schema, closed when the test
+// ends or by the caller.
+func newPool(t testing.TB, schema string) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(testDSN(t))
+	require.NoError(t, err)
+	cfg.ConnConfig.RuntimeParams["search_path"] = schema
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	return pool
+}
+
+// newStore returns a store in a fresh schema.
+func newStore(t testing.TB, opts ...Option) *Store {
+	t.Helper()
+	s, err := New(context.Background(), newPool(t, newSchema(t)), opts...)
+	require.NoError(t, err)
+	return s
+}
+
+// closingStore closes its pool, for storetest's suites that close and
+// reopen a store.
+type closingStore struct {
+	*Store
+}
+
+func (s closingStore) Close() error {
+	s.pool.Close()
+	return nil
+}
+
+// schemas maps the directories RunDurable hands out to the schemas that
+// stand for them.
+type schemas map[string]string
+
+func (m schemas) open(t *testing.T, dir string, opts ...Option) webhooks.Store {
+	t.Helper()
+	if m[dir] == "" {
+		m[dir] = newSchema(t)
+	}
+	s, err := New(t.Context(), newPool(t, m[dir]), opts...)
+	require.NoError(t, err)
+	return closingStore{s}
+}
+
+func TestStore(t *testing.T) {
+	testDSN(t)
+	storetest.Run(t, func(t *testing.T) webhooks.Store { return newStore(t) })
+}
+
+func TestStoreDurable(t *testing.T) {
+	testDSN(t)
+	m := schemas{}
+	storetest.RunDurable(t, func(t *testing.T, dir string) webhooks.Store { return m.open(t, dir) })
+}
+
+func TestStoreEncryptedDurable(t *testing.T) {
+	testDSN(t)
+	m := schemas{}
+	storetest.RunDurable(t, func(t *testing.T, dir string) webhooks.Store { return m.open(t, dir, WithEncryptionKey(key('k'))) })
+}
+
+// TestStoreShared runs the shared suite on two pools on one schema, as two
+// engine processes would use it.
+func TestStoreShared(t *testing.T) {
+	testDSN(t)
+	storetest.RunShared(t, func(t *testing.T) (webhooks.Store, webhooks.Store) {
+		schema := newSchema(t)
+		a, err := New(t.Context(), newPool(t, schema))
+		require.NoError(t, err)
+		b, err := New(t.Context(), newPool(t, schema))
+		require.NoError(t, err)
+		return a, b
+	})
+}
+
+func key(b byte) []byte { return bytes.Repeat([]byte{b}, 32) }

@@ -1,0 +1,126 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	webhooks "github.com/streamhooks/webhooks"
+	"github.com/streamhooks/webhooks/internal/seal"
+)
+
+const subscriptionCols = "id, pattern, webhook, description, secret, created_at"
+
+// CreateSubscription implements webhooks.Store.
+func (s *Store) CreateSubscription(ctx context.Context, sub *webhooks.Subscription) error {
+	created, err := nanos(sub.CreatedAt)
+	if err != nil {
+		return err
+	}
+	secret := s.sealer.Seal([]byte(sub.Secret), seal.ADSecret(sub.ID))
+	tag, err := s.pool.Exec(ctx, `INSERT INTO streamhooks_subscriptions (`+subscriptionCols+`) VALUES ($1, $2, $3, $4, $5, $6)
+		ON CONFLICT (id) DO NOTHING`,
+		sub.ID, sub.Pattern, sub.Webhook, []byte(sub.Description), secret, created)
+	if err != nil {
+		return fmt.Errorf("pgstore: create subscription: %w", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return webhooks.ErrSubscriptionExists
+	}
+	return nil
+}
+
+// GetSubscription implements webhooks.Store.
+func (s *Store) GetSubscription(ctx context.Context, id string) (*webhooks.Subscription, error) {
+	sub, err := s.scanSubscription(s.pool.QueryRow(ctx, "SELECT "+subscriptionCols+" FROM streamhooks_subscriptions WHERE id = $1", id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, webhooks.ErrSubscriptionNotFound
+	}
+	return sub, err
+}
+
+// ListSubscriptions implements webhooks.Store.
+func (s *Store) ListSubscriptions(ctx context.Context) ([]*webhooks.Subscription, error) {
+	rows, err := s.pool.Query(ctx, "SELECT "+subscriptionCols+" FROM streamhooks_subscriptions ORDER BY id")
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: list subscriptions: %w", err)
+	}
+	defer rows.Close()
+	out := []*webhooks.Subscription{}
+	for rows.Next() {
+		sub, err := s.scanSubscription(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, sub)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("pgstore: list subscriptions: %w", err)
+	}
+	return out, nil
+}
+
+// DeleteSubscription implements webhooks.Store. Its consumers go with it,
+// by the schema's cascading foreign keys, in the same statement.
+func (s *Store) DeleteSubscription(ctx context.Context, id string) error {
+	tag, err := s.pool.Exec(ctx, "DELETE FROM streamhooks_subscriptions WHERE id = $1", id)
+	if err != nil {
+		return fmt.Errorf("pgstore: delete subscription: %w", err)
+	}
+	if tag.RowsAffected() == 0 {
+		return webhooks.ErrSubscriptionNotFound
+	}
+	return nil
+}
+
+// LoadOrStoreSigningKey implements webhooks.Store. It rejects an empty key,
+// which would make every token forgeable.
+func (s *Store) LoadOrStoreSigningKey(ctx context.Context, key []byte) ([]byte, error) {
+	if len(key) == 0 {
+		return nil, errors.New("pgstore: empty signing key")
+	}
+	const load = "SELECT value FROM streamhooks_meta WHERE key = 'signing_key'"
+	var sealed []byte
+	err := s.pool.QueryRow(ctx, load).Scan(&sealed)
+	if errors.Is(err, pgx.ErrNoRows) {
+		// Another engine may store a key meanwhile: the insert then does
+		// nothing, and the read, a statement of its own, sees that key.
+		_, err = s.pool.Exec(ctx, "INSERT INTO streamhooks_meta (key, value) VALUES ('signing_key', $1) ON CONFLICT (key) DO NOTHING",
+			s.sealer.Seal(key, seal.ADSigningKey))
+		if err == nil {
+			err = s.pool.QueryRow(ctx, load).Scan(&sealed)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: signing key: %w", err)
+	}
+	plain, err := s.sealer.Open(sealed, seal.ADSigningKey)
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: signing key: %w", err)
+	}
+	return plain, nil
+}
+
+func (s *Store) scanSubscription(row pgx.Row) (*webhooks.Subscription, error) {
+	var (
+		sub                 webhooks.Subscription
+		description, secret []byte
+		created             *int64
+	)
+	if err := row.Scan(&sub.ID, &sub.Pattern, &sub.Webhook, &description, &secret, &created); err != nil {
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("pgstore: read subscription: %w", err)
+	}
+	plain, err := s.sealer.Open(secret, seal.ADSecret(sub.ID))
+	if err != nil {
+		return nil, fmt.Errorf("pgstore: subscription %s: %w", sub.ID, err)
+	}
+	sub.Description = string(description)
+	sub.Secret = string(plain)
+	sub.CreatedAt = fromNanos(created)
+	return &sub, nil
+}
