@@ -177,7 +177,7 @@ func (e *Engine) applyCallback(ctx context.Context, c *Consumer, claims *tokenCl
 		return UpdateNone, newAPIError(http.StatusBadRequest, CodeInvalidRequest, "a consumer may subscribe to at most %d streams", MaxStreamsPerConsumer)
 	}
 	for _, a := range req.Acks {
-		if err := ack(c, a, t); err != nil {
+		if err := ack(c, a, t, e.source); err != nil {
 			return UpdateNone, err
 		}
 	}
@@ -194,8 +194,8 @@ func (e *Engine) applyCallback(ctx context.Context, c *Consumer, claims *tokenCl
 
 // ack moves one stream's acked offset forward. An older offset is accepted
 // and changes nothing, so retried acks are idempotent and offsets never move
-// backwards (S4).
-func ack(c *Consumer, a StreamOffset, t tails) error {
+// backwards (S4). The offset must be one the source could have produced.
+func ack(c *Consumer, a StreamOffset, t tails, source StreamSource) error {
 	i := streamIndex(c.Streams, a.Path)
 	if i < 0 {
 		return newAPIError(http.StatusConflict, CodeInvalidOffset, "cannot ack %s: the consumer is not subscribed to it", a.Path)
@@ -207,7 +207,7 @@ func ack(c *Consumer, a StreamOffset, t tails) error {
 	if !ok {
 		return newAPIError(http.StatusConflict, CodeInvalidOffset, "cannot ack %s: the stream does not exist", a.Path)
 	}
-	if len(a.Offset) != len(info.Tail) {
+	if len(a.Offset) != len(info.Tail) || !validOffset(source, a.Offset) {
 		return newAPIError(http.StatusConflict, CodeInvalidOffset, "offset %q is not an offset of %s", a.Offset, a.Path)
 	}
 	if compareOffsets(a.Offset, info.Tail) > 0 {
