@@ -269,6 +269,9 @@ func validateStreamPath(p string) error {
 	if !strings.HasPrefix(p, "/") || len(p) > MaxStreamPathLength {
 		return fmt.Errorf("stream path %.64q must start with '/' and be at most %d characters", p, MaxStreamPathLength)
 	}
+	if r, ok := controlChar(p); ok {
+		return fmt.Errorf("stream path %.64q contains the control character %U", p, r)
+	}
 	return nil
 }
 

@@ -1,8 +1,13 @@
 package webhooks_test
 
 import (
+	"context"
+	"encoding/json"
+	"io"
 	"net/http"
+	"net/http/httptest"
 	"regexp"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -49,4 +54,156 @@ func TestAckOffsetByProtocolRules(t *testing.T) {
 		garbage = append(garbage, prefix+c)
 	}
 	ackGarbage(t, h, garbage)
+}
+
+// serve puts h's handler behind a real HTTP server, so that requests go
+// through net/http's parsing of the raw request line.
+func (h *harness) serve() *httptest.Server {
+	srv := httptest.NewServer(h.handler)
+	h.t.Cleanup(srv.Close)
+	return srv
+}
+
+// send makes a request to srv with target written as is on the request
+// line, and returns the status and body.
+func send(t *testing.T, srv *httptest.Server, method, target, body string) (int, []byte) {
+	t.Helper()
+	req, err := http.NewRequest(method, srv.URL+target, strings.NewReader(body))
+	require.NoError(t, err)
+	resp, err := srv.Client().Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.Equal(t, target, req.URL.RequestURI(), "the target went out as written")
+	return resp.StatusCode, data
+}
+
+// A request path is percent-decoded once: "%252A" is the literal segment
+// "%2A", not a wildcard, while "%2A" is '*'. Create, get, list and delete
+// all read the path the same way.
+func TestSubscriptionPathDecodedOnce(t *testing.T) {
+	h := newHarness(t)
+	srv := h.serve()
+	body := subBody(h.recv.url(), "")
+
+	status, out := send(t, srv, http.MethodPut, "/a/%252A?subscription=lit", body)
+	require.Equal(t, http.StatusCreated, status, string(out))
+	require.Equal(t, "/a/%2A", subDecode(t, out).Pattern)
+	status, out = send(t, srv, http.MethodPut, "/a/%2A?subscription=star", body)
+	require.Equal(t, http.StatusCreated, status, string(out))
+	require.Equal(t, "/a/*", subDecode(t, out).Pattern)
+
+	h.create("/a/x", 0)
+	h.consumer(webhooks.ConsumerID("star", "/a/x"))
+	h.subNoConsumer(webhooks.ConsumerID("lit", "/a/x"))
+	h.create("/a/%2A", 0)
+	h.consumer(webhooks.ConsumerID("lit", "/a/%2A"))
+
+	// The literal pattern reaches only the literal subscription.
+	status, out = send(t, srv, http.MethodGet, "/a/%252A?subscriptions", "")
+	require.Equal(t, http.StatusOK, status, string(out))
+	require.JSONEq(t, `["lit"]`, mustJSON(t, listIDs(t, out)))
+	status, out = send(t, srv, http.MethodGet, "/a/%252A?subscription=star", "")
+	subRequireError(t, http.StatusNotFound, webhooks.CodeSubscriptionNotFound, status, out, "application/json")
+	status, out = send(t, srv, http.MethodDelete, "/a/%252A?subscription=star", "")
+	subRequireError(t, http.StatusNotFound, webhooks.CodeSubscriptionNotFound, status, out, "application/json")
+	status, out = send(t, srv, http.MethodGet, "/a/%252A?subscription=lit", "")
+	require.Equal(t, http.StatusOK, status, string(out))
+	status, out = send(t, srv, http.MethodDelete, "/a/%252A?subscription=lit", "")
+	require.Equal(t, http.StatusNoContent, status, string(out))
+	require.Equal(t, []string{"star"}, h.subList("/**"))
+}
+
+func listIDs(t *testing.T, body []byte) []string {
+	t.Helper()
+	var out struct {
+		Subscriptions []subView `json:"subscriptions"`
+	}
+	require.NoError(t, json.Unmarshal(body, &out), string(body))
+	ids := []string{}
+	for _, s := range out.Subscriptions {
+		ids = append(ids, s.SubscriptionID)
+	}
+	return ids
+}
+
+func mustJSON(t *testing.T, v any) string {
+	t.Helper()
+	data, err := json.Marshal(v)
+	require.NoError(t, err)
+	return string(data)
+}
+
+// Control characters in a pattern are refused, whichever method.
+func TestSubscriptionPatternControlCharacters(t *testing.T) {
+	h := newHarness(t)
+	srv := h.serve()
+	for _, enc := range []string{"%00", "%0A", "%1F", "%7F", "%C2%85"} {
+		for _, target := range []string{"/a/" + enc + "?subscription=c", "/a" + enc + "/*?subscription=c", "/a/" + enc + "?subscriptions"} {
+			method := http.MethodGet
+			if strings.Contains(target, "subscription=") {
+				method = http.MethodPut
+			}
+			status, out := send(t, srv, method, target, subBody(h.recv.url(), ""))
+			e := subRequireError(t, http.StatusBadRequest, webhooks.CodeInvalidRequest, status, out, "application/json")
+			require.Contains(t, e.Message, "control character", target)
+		}
+	}
+	require.Empty(t, h.subList("/**"))
+}
+
+// A run of "**" is stored as one, so the same subscription created either
+// way is one subscription.
+func TestSubscriptionGlobstarRunIsCanonical(t *testing.T) {
+	h := newHarness(t)
+	srv := h.serve()
+	body := subBody(h.recv.url(), "")
+	status, out := send(t, srv, http.MethodPut, "/**/**?subscription=all", body)
+	require.Equal(t, http.StatusCreated, status, string(out))
+	require.Equal(t, "/**", subDecode(t, out).Pattern)
+	status, out = send(t, srv, http.MethodPut, "/**?subscription=all", body)
+	require.Equal(t, http.StatusOK, status, string(out))
+	status, out = send(t, srv, http.MethodPut, "/a/**/**/**/b?subscription=ab", body)
+	require.Equal(t, http.StatusCreated, status, string(out))
+	require.Equal(t, "/a/**/b", subDecode(t, out).Pattern)
+	status, out = send(t, srv, http.MethodPut, "/a/**/b?subscription=ab", body)
+	require.Equal(t, http.StatusOK, status, string(out))
+}
+
+// Stream paths with control characters are refused wherever a callback
+// names one: subscribe, unsubscribe, acks and the consumer ID of its URL.
+func TestCallbackPathControlCharacters(t *testing.T) {
+	h := newHarness(t)
+	d := h.live()
+	for _, req := range []webhooks.CallbackRequest{
+		{Subscribe: []string{"/tools/a\x00"}},
+		{Subscribe: []string{"/tools/a\u0085"}},
+		{Unsubscribe: []string{"/agents/a\n"}},
+		{Acks: streamOffsets("/agents/a\x7f", webhooks.OffsetNone)},
+	} {
+		req.Epoch = epoch(1)
+		r := h.callback(agentAID, d.n.Token, req)
+		requireError(t, r, http.StatusBadRequest, webhooks.CodeInvalidRequest)
+		require.Contains(t, r.body.Error.Message, "control character")
+	}
+	require.Equal(t, streamOffsets(agentA, webhooks.OffsetNone), h.consumer(agentAID).Streams)
+
+	r := h.rawCallback("s1:%2Fagents%2Fa%00", d.n.Token, `{"epoch":1}`)
+	requireError(t, r, http.StatusBadRequest, webhooks.CodeInvalidRequest)
+	require.Contains(t, r.body.Error.Message, "control character")
+}
+
+// A stream whose path has a control character gets no consumer, as it
+// could not name the stream in a callback to ack it.
+func TestStreamPathControlCharacters(t *testing.T) {
+	h := newHarness(t)
+	h.subscribe("s1", "/**")
+	const path = "/agents/a\x00"
+	h.source.set(path, 10)
+	err := h.engine.StreamCreated(context.Background(), path)
+	require.ErrorContains(t, err, "control character")
+	h.subNoConsumer(webhooks.ConsumerID("s1", path))
+	h.subscribe("s2", "/**")
+	h.subNoConsumer(webhooks.ConsumerID("s2", path))
 }
