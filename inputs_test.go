@@ -207,3 +207,48 @@ func TestStreamPathControlCharacters(t *testing.T) {
 	h.subscribe("s2", "/**")
 	h.subNoConsumer(webhooks.ConsumerID("s2", path))
 }
+
+// Request bodies use the API's snake_case names exactly: a key that differs
+// only in case is an unknown field, refused with a message naming it.
+func TestRequestKeysAreCaseSensitive(t *testing.T) {
+	h := newHarness(t)
+	url := h.recv.url()
+	for key, body := range map[string]string{
+		"Webhook":     `{"Webhook":"` + url + `"}`,
+		"DESCRIPTION": `{"webhook":"` + url + `","DESCRIPTION":"d"}`,
+	} {
+		rec := h.do(http.MethodPut, "/agents/*?subscription=s1", body)
+		e := subRequireError(t, http.StatusBadRequest, webhooks.CodeInvalidRequest, rec.Code, rec.Body.Bytes(), rec.Header().Get("Content-Type"))
+		require.Contains(t, e.Message, `"`+key+`"`)
+	}
+	require.Empty(t, h.subList("/**"))
+
+	d := h.live()
+	for key, body := range map[string]string{
+		"Epoch":   `{"Epoch":1}`,
+		"Done":    `{"epoch":1,"Done":true}`,
+		"Path":    `{"epoch":1,"acks":[{"Path":"/agents/a","offset":"-1"}]}`,
+		"OFFSET":  `{"epoch":1,"acks":[{"path":"/agents/a","OFFSET":"-1"}]}`,
+		"Wake_ID": `{"epoch":1,"Wake_ID":"` + d.n.WakeID + `"}`,
+	} {
+		r := h.rawCallback(agentAID, d.n.Token, body)
+		requireError(t, r, http.StatusBadRequest, webhooks.CodeInvalidRequest)
+		require.Contains(t, r.body.Error.Message, `"`+key+`"`)
+	}
+	r := h.rawCallback(agentAID, d.n.Token, `{"epoch":1,"acks":[{"path":"/agents/a","offset":"-1"}],"done":false}`)
+	require.Equal(t, http.StatusOK, r.status, r.raw)
+}
+
+// encoding/json would replace invalid UTF-8 with U+FFFD, so the engine
+// would act on another path than the client sent.
+func TestRequestBodyMustBeUTF8(t *testing.T) {
+	h := newHarness(t)
+	rec := h.do(http.MethodPut, "/agents/*?subscription=s1", `{"webhook":"`+h.recv.url()+`","description":"`+"caf\xe9"+`"}`)
+	e := subRequireError(t, http.StatusBadRequest, webhooks.CodeInvalidRequest, rec.Code, rec.Body.Bytes(), rec.Header().Get("Content-Type"))
+	require.Contains(t, e.Message, "UTF-8")
+	d := h.live()
+	r := h.rawCallback(agentAID, d.n.Token, `{"epoch":1,"subscribe":["`+"/tools/a\xff"+`"]}`)
+	requireError(t, r, http.StatusBadRequest, webhooks.CodeInvalidRequest)
+	require.Contains(t, r.body.Error.Message, "UTF-8")
+	require.Equal(t, streamOffsets(agentA, webhooks.OffsetNone), h.consumer(agentAID).Streams)
+}
