@@ -125,13 +125,18 @@ func (e *Engine) callback(ctx context.Context, r *http.Request) (*successRespons
 // applyCallback is the transition a callback makes, atomic in one
 // UpdateConsumer: it fails as a whole or applies as a whole.
 func (e *Engine) applyCallback(ctx context.Context, c *Consumer, claims *tokenClaims, expired bool, req *CallbackRequest) (UpdateAction, error) {
-	for _, epoch := range []int64{claims.Epoch, *req.Epoch} {
-		if epoch < c.Epoch {
-			return UpdateNone, newAPIError(http.StatusConflict, CodeStaleEpoch, "epoch %d is stale; current epoch is %d", epoch, c.Epoch)
-		}
-		if epoch > c.Epoch {
-			return UpdateNone, newAPIError(http.StatusConflict, CodeStaleEpoch, "epoch %d is ahead of the current epoch %d", epoch, c.Epoch)
-		}
+	// A token is bound to the epoch it was issued at, as the request is:
+	// either of another epoch is a zombie's (S6), whatever else it claims.
+	// Its signature is valid, so this is STALE_EPOCH, not TOKEN_INVALID,
+	// and the consumer learns to stop.
+	if claims.Epoch != c.Epoch {
+		return UpdateNone, newAPIError(http.StatusConflict, CodeStaleEpoch, "token was issued for epoch %d; current epoch is %d", claims.Epoch, c.Epoch)
+	}
+	if *req.Epoch < c.Epoch {
+		return UpdateNone, newAPIError(http.StatusConflict, CodeStaleEpoch, "epoch %d is stale; current epoch is %d", *req.Epoch, c.Epoch)
+	}
+	if *req.Epoch > c.Epoch {
+		return UpdateNone, newAPIError(http.StatusConflict, CodeStaleEpoch, "epoch %d is ahead of the current epoch %d", *req.Epoch, c.Epoch)
 	}
 	if claims.WakeID != c.WakeID {
 		// Same ID and epoch, another wake: the consumer was removed and

@@ -9,7 +9,9 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/golang-jwt/jwt/v5"
 	"github.com/stretchr/testify/require"
 
 	webhooks "github.com/streamhooks/webhooks"
@@ -251,4 +253,33 @@ func TestRequestBodyMustBeUTF8(t *testing.T) {
 	requireError(t, r, http.StatusBadRequest, webhooks.CodeInvalidRequest)
 	require.Contains(t, r.body.Error.Message, "UTF-8")
 	require.Equal(t, streamOffsets(agentA, webhooks.OffsetNone), h.consumer(agentAID).Streams)
+}
+
+// The token's own epoch claim fences on its own: a token validly signed for
+// the current wake but another epoch is refused even when the request's
+// epoch is current. The engine never issues such a token, so the wake check
+// alone does not catch it.
+func TestTokenEpochClaimIsChecked(t *testing.T) {
+	key := []byte(strings.Repeat("k", webhooks.MinTokenKeyLength))
+	h := newHarness(t, webhooks.WithTokenKey(key))
+	d := h.live()
+	mint := func(epoch int64) string {
+		now := h.clock.Now()
+		raw, err := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{
+			"sub": agentAID, "epoch": epoch, "wake": d.n.WakeID,
+			"iat": now.Unix(), "exp": now.Add(time.Hour).Unix(),
+		}).SignedString(key)
+		require.NoError(t, err)
+		return raw
+	}
+	for _, e := range []int64{0, 2} {
+		r := h.callback(agentAID, mint(e), webhooks.CallbackRequest{Epoch: epoch(1), Acks: streamOffsets(agentA, offset(5))})
+		requireError(t, r, http.StatusConflict, webhooks.CodeStaleEpoch)
+		require.Contains(t, r.body.Error.Message, "token was issued for epoch")
+	}
+	require.Equal(t, streamOffsets(agentA, webhooks.OffsetNone), h.consumer(agentAID).Streams)
+	// The same token at the consumer's epoch is accepted: only the epoch
+	// claim was wrong.
+	r := h.callback(agentAID, mint(1), webhooks.CallbackRequest{Epoch: epoch(1), Acks: streamOffsets(agentA, offset(5))})
+	require.Equal(t, http.StatusOK, r.status, r.raw)
 }
