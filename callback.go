@@ -128,13 +128,18 @@ func (e *Engine) callback(ctx context.Context, r *http.Request) (*successRespons
 // applyCallback is the transition a callback makes, atomic in one
 // UpdateConsumer: it fails as a whole or applies as a whole.
 func (e *Engine) applyCallback(ctx context.Context, c *Consumer, claims *tokenClaims, expired bool, req *CallbackRequest) (UpdateAction, error) {
-	for _, epoch := range []int64{claims.Epoch, *req.Epoch} {
-		if epoch < c.Epoch {
-			return UpdateNone, newAPIError(http.StatusConflict, CodeStaleEpoch, "epoch %d is stale; current epoch is %d", epoch, c.Epoch)
-		}
-		if epoch > c.Epoch {
-			return UpdateNone, newAPIError(http.StatusConflict, CodeStaleEpoch, "epoch %d is ahead of the current epoch %d", epoch, c.Epoch)
-		}
+	// A token is bound to the epoch it was issued at, as the request is:
+	// either of another epoch is a zombie's (S6), whatever else it claims.
+	// Its signature is valid, so this is STALE_EPOCH, not TOKEN_INVALID,
+	// and the consumer learns to stop.
+	if claims.Epoch != c.Epoch {
+		return UpdateNone, newAPIError(http.StatusConflict, CodeStaleEpoch, "token was issued for epoch %d; current epoch is %d", claims.Epoch, c.Epoch)
+	}
+	if *req.Epoch < c.Epoch {
+		return UpdateNone, newAPIError(http.StatusConflict, CodeStaleEpoch, "epoch %d is stale; current epoch is %d", *req.Epoch, c.Epoch)
+	}
+	if *req.Epoch > c.Epoch {
+		return UpdateNone, newAPIError(http.StatusConflict, CodeStaleEpoch, "epoch %d is ahead of the current epoch %d", *req.Epoch, c.Epoch)
 	}
 	if claims.WakeID != c.WakeID {
 		// Same ID and epoch, another wake: the consumer was removed and
@@ -180,7 +185,7 @@ func (e *Engine) applyCallback(ctx context.Context, c *Consumer, claims *tokenCl
 		return UpdateNone, newAPIError(http.StatusBadRequest, CodeInvalidRequest, "a consumer may subscribe to at most %d streams", MaxStreamsPerConsumer)
 	}
 	for _, a := range req.Acks {
-		if err := ack(c, a, t); err != nil {
+		if err := ack(c, a, t, e.source); err != nil {
 			return UpdateNone, err
 		}
 	}
@@ -197,8 +202,8 @@ func (e *Engine) applyCallback(ctx context.Context, c *Consumer, claims *tokenCl
 
 // ack moves one stream's acked offset forward. An older offset is accepted
 // and changes nothing, so retried acks are idempotent and offsets never move
-// backwards (S4).
-func ack(c *Consumer, a StreamOffset, t tails) error {
+// backwards (S4). The offset must be one the source could have produced.
+func ack(c *Consumer, a StreamOffset, t tails, source StreamSource) error {
 	i := streamIndex(c.Streams, a.Path)
 	if i < 0 {
 		return newAPIError(http.StatusConflict, CodeInvalidOffset, "cannot ack %s: the consumer is not subscribed to it", a.Path)
@@ -210,7 +215,7 @@ func ack(c *Consumer, a StreamOffset, t tails) error {
 	if !ok {
 		return newAPIError(http.StatusConflict, CodeInvalidOffset, "cannot ack %s: the stream does not exist", a.Path)
 	}
-	if len(a.Offset) != len(info.Tail) {
+	if len(a.Offset) != len(info.Tail) || !validOffset(source, a.Offset) {
 		return newAPIError(http.StatusConflict, CodeInvalidOffset, "offset %q is not an offset of %s", a.Offset, a.Path)
 	}
 	if compareOffsets(a.Offset, info.Tail) > 0 {
@@ -271,6 +276,9 @@ func validateCallbackRequest(req *CallbackRequest) error {
 func validateStreamPath(p string) error {
 	if !strings.HasPrefix(p, "/") || len(p) > MaxStreamPathLength {
 		return fmt.Errorf("stream path %.64q must start with '/' and be at most %d characters", p, MaxStreamPathLength)
+	}
+	if r, ok := controlChar(p); ok {
+		return fmt.Errorf("stream path %.64q contains the control character %U", p, r)
 	}
 	return nil
 }

@@ -178,6 +178,8 @@ func cbFuzzCheckStreams(t *testing.T, src *fakeSource, before, after *webhooks.C
 		}
 		require.True(t, exists, "moved the offset of %s, which does not exist", s.Path)
 		require.Equal(t, len(info.Tail), len(s.Offset), "offset %q is not one of %s", s.Offset, s.Path)
+		require.Regexp(t, `^[!-~]+$`, s.Offset, "offset %q is not a header value", s.Offset)
+		require.False(t, strings.ContainsAny(s.Offset, ",&=?/"), "offset %q has a character the protocol reserves", s.Offset)
 		require.LessOrEqual(t, s.Offset, info.Tail, "acked past the tail of %s", s.Path)
 		if old != webhooks.OffsetNone {
 			require.Greater(t, s.Offset, old, "the offset of %s moved back", s.Path)
@@ -204,6 +206,8 @@ func cbFuzzSeeds() []string {
 		`{"epoch":1,"acks":[` + ack(cbFuzzPath, offset(3)) + `]}`,
 		`{"epoch":1,"acks":[` + ack(cbFuzzPath, offset(11)) + `]}`,
 		`{"epoch":1,"acks":[` + ack(cbFuzzPath, "0_10") + `]}`,
+		`{"epoch":1,"acks":[` + ack(cbFuzzPath, "0000000000000000_000000000000000/") + `]}`,
+		`{"epoch":1,"acks":[` + ack(cbFuzzPath, "0000000000000000_000000000000000 ") + `]}`,
 		`{"epoch":1,"acks":[` + ack(cbFuzzPath, "-1") + `]}`,
 		`{"epoch":1,"acks":[` + ack(cbFuzzPath, "") + `]}`,
 		`{"epoch":1,"acks":[` + ack(cbFuzzGone, offset(3)) + `]}`,

@@ -7,9 +7,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
+	"reflect"
+	"slices"
+	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 )
 
 // MaxNotificationBytes bounds the notification body ParseNotification reads.
@@ -52,8 +57,13 @@ func ParseNotification(r *http.Request, secret string, now time.Time) (*Notifica
 }
 
 // decodeJSON decodes exactly one JSON value from data into v. If strict,
-// unknown object fields are errors too.
+// the body must be valid UTF-8, which encoding/json would silently repair,
+// and every object key must be exactly the json name of a field of the
+// struct it decodes into: encoding/json matches names regardless of case.
 func decodeJSON(data []byte, v any, strict bool) error {
+	if strict && !utf8.Valid(data) {
+		return errors.New("body is not valid UTF-8")
+	}
 	dec := json.NewDecoder(bytes.NewReader(data))
 	if strict {
 		dec.DisallowUnknownFields()
@@ -64,7 +74,63 @@ func decodeJSON(data []byte, v any, strict bool) error {
 	if _, err := dec.Token(); err != io.EOF {
 		return errors.New("trailing data after JSON value")
 	}
+	if strict {
+		var tree any
+		if err := json.Unmarshal(data, &tree); err != nil {
+			return err
+		}
+		return exactKeys(tree, reflect.TypeOf(v))
+	}
 	return nil
+}
+
+// exactKeys checks the keys of the objects in v, a JSON value decoded into
+// any, against the json names of the fields of t, the type v was decoded
+// into. Keys are checked in sorted order, so the error is stable.
+func exactKeys(v any, t reflect.Type) error {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	switch v := v.(type) {
+	case map[string]any:
+		if t.Kind() != reflect.Struct {
+			return nil
+		}
+		for _, k := range slices.Sorted(maps.Keys(v)) {
+			f, ok := jsonField(t, k)
+			if !ok {
+				return fmt.Errorf("json: unknown field %q (names are case-sensitive)", k)
+			}
+			if err := exactKeys(v[k], f.Type); err != nil {
+				return err
+			}
+		}
+	case []any:
+		if t.Kind() == reflect.Slice || t.Kind() == reflect.Array {
+			for _, e := range v {
+				if err := exactKeys(e, t.Elem()); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// jsonField returns the exported field of the struct type t whose json
+// name is exactly name.
+func jsonField(t reflect.Type, name string) (reflect.StructField, bool) {
+	for i := range t.NumField() {
+		f := t.Field(i)
+		tag := f.Tag.Get("json")
+		if !f.IsExported() || tag == "-" {
+			continue
+		}
+		if n, _, _ := strings.Cut(tag, ","); n == name || (n == "" && f.Name == name) {
+			return f, true
+		}
+	}
+	return reflect.StructField{}, false
 }
 
 // CallbackError is a callback the server refused. Match codes with

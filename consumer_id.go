@@ -17,8 +17,8 @@ func ConsumerID(subscriptionID, path string) string {
 // path. It accepts any percent-encoding of the path, so a caller may pass the
 // raw segment of a callback URL; ConsumerID of the results is the canonical
 // form. The subscription ID and the path must be within
-// MaxSubscriptionIDLength and MaxStreamPathLength, as those of any consumer
-// the engine creates are.
+// MaxSubscriptionIDLength and MaxStreamPathLength, and the path free of
+// control characters, as those of any consumer the engine creates are.
 func ParseConsumerID(id string) (subscriptionID, path string, err error) {
 	sub, escaped, ok := strings.Cut(id, ":")
 	if !ok {
@@ -36,6 +36,9 @@ func ParseConsumerID(id string) (subscriptionID, path string, err error) {
 	}
 	if len(path) > MaxStreamPathLength {
 		return "", "", fmt.Errorf("consumer id %.64q...: stream path is longer than %d bytes", id, MaxStreamPathLength)
+	}
+	if r, ok := controlChar(path); ok {
+		return "", "", fmt.Errorf("consumer id %q: stream path contains the control character %U", id, r)
 	}
 	return sub, path, nil
 }

@@ -4,6 +4,7 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+	"unicode"
 
 	"github.com/stretchr/testify/require"
 )
@@ -36,7 +37,7 @@ func FuzzConsumerID(f *testing.F) {
 		if ValidateSubscriptionID(sub) == nil {
 			id := ConsumerID(sub, path)
 			gotSub, gotPath, err := ParseConsumerID(id)
-			valid := strings.HasPrefix(path, "/") && len(path) <= MaxStreamPathLength
+			valid := strings.HasPrefix(path, "/") && len(path) <= MaxStreamPathLength && !strings.ContainsFunc(path, unicode.IsControl)
 			require.Equal(t, valid, err == nil, "ParseConsumerID(%q): %v", id, err)
 			if valid {
 				require.Equal(t, sub, gotSub)

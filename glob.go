@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"unicode"
 	"unicode/utf8"
 
 	"github.com/gobwas/glob"
@@ -46,15 +47,17 @@ type chunk struct {
 // ParsePattern parses and compiles a subscription pattern.
 //
 // The pattern must start with '/', be at most MaxPatternLength bytes of
-// valid UTF-8, and have no empty, "." or ".." segments; so "/", "/a//b" and
-// the trailing slash of "/a/" are rejected ("/**" matches every path). `*`
-// must be a whole segment: "foo*" and "***" are errors, as literal '*' in
-// stream names is not supported.
+// valid UTF-8 without control characters (C0, DEL and C1), and have no
+// empty, "." or ".." segments; so "/", "/a//b" and the trailing slash of
+// "/a/" are rejected ("/**" matches every path). `*` must be a whole
+// segment: "foo*" and "***" are errors, as literal '*' in stream names is
+// not supported. A run of `**` segments is the same as one: "/a/**/**" is
+// "/a/**".
 //
-// "%2A" (or "%2a") is another spelling of '*', so "/a/%2A" and "/a/*" are the
-// same pattern; String returns the '*' form. No other percent-decoding is
-// done: the HTTP layer has already decoded the URL path, and decoding again
-// would change literal stream names such as "/a%20b".
+// s is a stream path as the host sees it, already percent-decoded, so no
+// decoding is done here: the HTTP layer decodes a request path exactly once,
+// which turns "%2A" into '*' (the spec makes them the same) and "%252A" into
+// the literal segment "%2A". Decoding again would make that a wildcard.
 //
 // The error message is meant for the client, naming the offending segment.
 func ParsePattern(s string) (*Pattern, error) {
@@ -67,13 +70,15 @@ func ParsePattern(s string) (*Pattern, error) {
 	if !utf8.ValidString(s) {
 		return nil, patternError(s, "is not valid UTF-8")
 	}
+	if r, ok := controlChar(s); ok {
+		return nil, patternError(s, fmt.Sprintf("contains the control character %U", r))
+	}
 	if s == "/" {
 		return nil, patternError(s, `has no segments; "/**" matches every path`)
 	}
 	raw := strings.Split(s[1:], "/")
-	segs := make([]string, len(raw))
+	segs := make([]string, 0, len(raw))
 	for i, seg := range raw {
-		stars := starDecoder.Replace(seg)
 		switch {
 		case seg == "" && i == len(raw)-1:
 			return nil, patternError(s, "must not end with '/'")
@@ -81,25 +86,35 @@ func ParsePattern(s string) (*Pattern, error) {
 			return nil, patternError(s, `has an empty segment ("//")`)
 		case seg == "." || seg == "..":
 			return nil, patternError(s, fmt.Sprintf("segment %q is not allowed", seg))
-		case stars == "*" || stars == "**":
-			segs[i] = stars
-		case strings.Trim(stars, "*") == "":
+		case seg == "**" && len(segs) > 0 && segs[len(segs)-1] == "**":
+			// Both match the same paths; one canonical form keeps an
+			// identical create idempotent.
+		case seg == "*" || seg == "**":
+			segs = append(segs, seg)
+		case strings.Trim(seg, "*") == "":
 			return nil, patternError(s, fmt.Sprintf(`segment %q: only "*" (one segment) and "**" (any number of segments) are wildcards`, seg))
-		case strings.Contains(stars, "*"):
+		case strings.Contains(seg, "*"):
 			return nil, patternError(s, fmt.Sprintf(`segment %q mixes '*' with other characters; '*' must be a whole segment`, seg))
 		default:
-			segs[i] = seg
+			segs = append(segs, seg)
 		}
 	}
 	return compilePattern(segs)
 }
 
+// controlChar returns the first control character in s: C0, DEL or C1.
+func controlChar(s string) (rune, bool) {
+	for _, r := range s {
+		if unicode.IsControl(r) {
+			return r, true
+		}
+	}
+	return 0, false
+}
+
 func patternError(s, reason string) error {
 	return fmt.Errorf("invalid pattern %q: %s", s, reason)
 }
-
-// starDecoder turns each "%2A" into '*'.
-var starDecoder = strings.NewReplacer("%2A", "*", "%2a", "*")
 
 func compilePattern(segs []string) (*Pattern, error) {
 	p := &Pattern{canon: "/" + strings.Join(segs, "/"), segs: segs}
@@ -113,12 +128,7 @@ func compilePattern(segs []string) (*Pattern, error) {
 	}
 	runs = append(runs, segs[start:])
 	chunks := make([]chunk, 0, len(runs))
-	for i, run := range runs {
-		// Consecutive `**` leave empty runs in the middle; they constrain
-		// nothing.
-		if len(run) == 0 && i != 0 && i != len(runs)-1 {
-			continue
-		}
+	for _, run := range runs {
 		c, err := compileChunk(run)
 		if err != nil {
 			return nil, patternError(p.canon, err.Error())
@@ -152,7 +162,8 @@ func compileChunk(run []string) (chunk, error) {
 	return chunk{n: len(run), g: g}, err
 }
 
-// String returns the canonical form of the pattern, with '*' for "%2A".
+// String returns the canonical form of the pattern, which parses back to
+// the same pattern.
 func (p *Pattern) String() string { return p.canon }
 
 // Match reports whether the stream path matches p.

@@ -7,7 +7,7 @@ import (
 )
 
 func ExampleParsePattern() {
-	p, err := webhooks.ParsePattern("/agents/%2A/inbox")
+	p, err := webhooks.ParsePattern("/agents/*/inbox")
 	if err != nil {
 		panic(err)
 	}

@@ -40,9 +40,11 @@ func TestPatternMatch(t *testing.T) {
 		{`/a/b\c`, []string{`/a/b\c`}, []string{"/a/bc"}},
 		{"/a/!b,c-d", []string{"/a/!b,c-d"}, []string{"/a/b"}},
 		{"/a%20b/%41", []string{"/a%20b/%41"}, []string{"/a b/A"}},
-		// "%2A" is '*'.
-		{"/agents/%2A/inbox", []string{"/agents/worker-1/inbox"}, []string{"/agents/%2A/outbox"}},
-		{"/agents/%2a%2A", []string{"/agents/x/y"}, []string{"/other/x"}},
+		// Patterns are decoded paths: "%2A" is literal, not '*'.
+		{"/agents/%2A/inbox", []string{"/agents/%2A/inbox"}, []string{"/agents/worker-1/inbox", "/agents/*/inbox"}},
+		{"/agents/%2a%2A", []string{"/agents/%2a%2A"}, []string{"/agents/x"}},
+		// A run of `**` is one.
+		{"/**/**", []string{"/", "/a", "/a/b"}, []string{""}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.pattern, func(t *testing.T) {
@@ -61,11 +63,12 @@ func TestPatternMatch(t *testing.T) {
 func TestParsePatternCanonical(t *testing.T) {
 	tests := []struct{ in, want string }{
 		{"/agents/*", "/agents/*"},
-		{"/agents/%2A", "/agents/*"},
-		{"/agents/%2a/inbox", "/agents/*/inbox"},
-		{"/agents/%2A%2A", "/agents/**"},
-		{"/agents/*%2a", "/agents/**"},
+		{"/agents/%2A", "/agents/%2A"},
+		{"/agents/%252A", "/agents/%252A"},
 		{"/a%20b/%2F", "/a%20b/%2F"},
+		{"/**/**", "/**"},
+		{"/a/**/**/**/b/**/**", "/a/**/b/**"},
+		{"/**/*/**", "/**/*/**"},
 	}
 	for _, tt := range tests {
 		p, err := ParsePattern(tt.in)
@@ -87,10 +90,12 @@ func TestParsePatternErrors(t *testing.T) {
 		{"/agents/foo*", `invalid pattern "/agents/foo*": segment "foo*" mixes '*' with other characters; '*' must be a whole segment`},
 		{"/agents/*x", `segment "*x" mixes '*'`},
 		{"/a*b", `segment "a*b" mixes '*'`},
-		{"/agents/foo%2A", `segment "foo%2A" mixes '*'`},
 		{"/agents/***", `invalid pattern "/agents/***": segment "***": only "*" (one segment) and "**" (any number of segments) are wildcards`},
-		{"/agents/%2A%2A%2a", `segment "%2A%2A%2a": only "*"`},
 		{"/a\xffb", `is not valid UTF-8`},
+		{"/a/b\x00", `invalid pattern "/a/b\x00": contains the control character U+0000`},
+		{"/a\nb/*", `contains the control character U+000A`},
+		{"/a/\x7f", `contains the control character U+007F`},
+		{"/a/\u0085", `contains the control character U+0085`},
 		{"/" + strings.Repeat("a", MaxPatternLength), fmt.Sprintf("invalid pattern: %d bytes long, the limit is %d", MaxPatternLength+1, MaxPatternLength)},
 	}
 	for _, tt := range tests {
@@ -187,7 +192,7 @@ func TestPatternPathological(t *testing.T) {
 // whole pattern against each other on random patterns and paths.
 func TestPatternIndexProperty(t *testing.T) {
 	patternSegs := []string{"a", "b", "ab", "*", "**", "%2A", "{a,b}", "?"}
-	pathSegs := []string{"a", "b", "ab", "", "{a,b}", "?", "*"}
+	pathSegs := []string{"a", "b", "ab", "", "{a,b}", "?", "*", "%2A"}
 	for seed := range uint64(50) {
 		rng := rand.New(rand.NewPCG(seed, 0))
 		x := newPatternIndex()

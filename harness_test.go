@@ -158,6 +158,8 @@ type harness struct {
 	recv    *receiver
 	engine  *webhooks.Engine
 	handler http.Handler
+	// wrap, if set, gives the engine another view of source.
+	wrap func(*fakeSource) webhooks.StreamSource
 }
 
 const callbackBase = "http://streams.test"
@@ -187,6 +189,15 @@ func newHarnessStore(t testing.TB, store webhooks.Store, opts ...webhooks.Option
 	return h
 }
 
+// newHarnessWrapped is newHarness with an engine that sees its source
+// through wrap.
+func newHarnessWrapped(t testing.TB, wrap func(*fakeSource) webhooks.StreamSource, opts ...webhooks.Option) *harness {
+	t.Helper()
+	h := &harness{t: t, clock: newMockClock(), store: memstore.New(), source: newFakeSource(), recv: newReceiver(t), wrap: wrap}
+	h.startEngine(opts...)
+	return h
+}
+
 // startEngine starts a new engine over h's store and source, stopped when
 // the test ends, and makes it h's engine.
 func (h *harness) startEngine(opts ...webhooks.Option) {
@@ -196,7 +207,11 @@ func (h *harness) startEngine(opts ...webhooks.Option) {
 		webhooks.WithCallbackBaseURL(callbackBase),
 		webhooks.WithWebhookPolicy(webhooks.WebhookPolicy{AllowLoopback: true}),
 	}
-	e, err := webhooks.New(h.store, h.source, append(base, opts...)...)
+	var source webhooks.StreamSource = h.source
+	if h.wrap != nil {
+		source = h.wrap(h.source)
+	}
+	e, err := webhooks.New(h.store, source, append(base, opts...)...)
 	require.NoError(h.t, err)
 	h.engine = e
 	h.handler = e.Handler(http.NotFoundHandler())

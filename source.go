@@ -3,6 +3,7 @@ package webhooks
 import (
 	"context"
 	"errors"
+	"strings"
 )
 
 // ErrStreamNotFound is returned by a StreamSource for a path with no stream.
@@ -30,4 +31,41 @@ type StreamInfo struct {
 	// acked nothing (OffsetNone) has pending work exactly when the stream is
 	// not empty, since OffsetNone is not comparable with a host's offsets.
 	Empty bool
+}
+
+// OffsetValidator is an optional capability of a StreamSource: a source that
+// implements it says which offsets its streams could have produced, and the
+// engine refuses an ack with any other offset (409 INVALID_OFFSET), so that
+// it never stores, and sends back in a notification, an offset the stream
+// cannot read from.
+//
+// Without it the engine applies the protocol's rules: an offset is a
+// Stream-Next-Offset header value, so printable ASCII without spaces, with
+// none of ',', '&', '=', '?' and '/', and not the reserved "now".
+//
+// In both cases an acked offset must also have the length of the stream's
+// tail, since offsets compare as fixed-width strings, and not be past it.
+type OffsetValidator interface {
+	// ValidOffset reports whether offset has the form of an offset the
+	// host's streams produce. The engine calls it from inside
+	// Store.UpdateConsumer, so it should only look at the string. The
+	// start offset "-1" is handled by the engine and never passed.
+	ValidOffset(offset string) bool
+}
+
+// validOffset reports whether source accepts offset, by the source's own
+// rules if it has them and by the protocol's otherwise.
+func validOffset(source StreamSource, offset string) bool {
+	if v, ok := source.(OffsetValidator); ok {
+		return v.ValidOffset(offset)
+	}
+	if offset == "now" || offset == "" {
+		return false
+	}
+	for i := range len(offset) {
+		if c := offset[i]; c <= ' ' || c >= 0x7f || strings.IndexByte(",&=?/", c) >= 0 {
+			return false
+		}
+	}
+	return true
 }

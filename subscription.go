@@ -229,7 +229,7 @@ func (e *Engine) adoptExistingStreams(ctx context.Context, pattern *Pattern, id 
 		return fmt.Errorf("listing streams matching %s: %w", pattern, err)
 	}
 	for _, s := range streams {
-		if len(s.Path) > MaxStreamPathLength {
+		if validateStreamPath(s.Path) != nil {
 			continue // as in StreamCreated
 		}
 		err := e.store.CreateConsumer(ctx, newConsumer(id, s.Path, s.Tail, e.clock.Now()))

@@ -205,7 +205,8 @@ func (e *Engine) Stop(ctx context.Context) error {
 // engine gives it a consumer for every matching subscription, positioned
 // before the first event, and wakes those with pending work, so a stream
 // created with an initial body needs no separate StreamAppended. A path
-// longer than MaxStreamPathLength gets no consumers, and an error.
+// longer than MaxStreamPathLength, or with a control character, gets no
+// consumers, and an error.
 func (e *Engine) StreamCreated(ctx context.Context, path string) error {
 	return e.streamChanged(ctx, path)
 }
@@ -229,6 +230,10 @@ func (e *Engine) spawnAndWake(ctx context.Context, path string, subs []string) e
 	if len(path) > MaxStreamPathLength {
 		// A consumer could not name the stream in a callback to ack it.
 		return fmt.Errorf("webhooks: stream path is %d bytes long, more than MaxStreamPathLength (%d): it gets no consumers", len(path), MaxStreamPathLength)
+	}
+	if r, ok := controlChar(path); ok {
+		// Nor could it name one with a control character.
+		return fmt.Errorf("webhooks: stream path %q contains the control character %U: it gets no consumers", path, r)
 	}
 	existing, err := e.store.ConsumersByStream(ctx, path)
 	if err != nil {

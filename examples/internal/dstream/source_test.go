@@ -14,7 +14,10 @@ import (
 	"github.com/streamhooks/webhooks"
 )
 
-var _ webhooks.StreamSource = (*Server)(nil)
+var (
+	_ webhooks.StreamSource    = (*Server)(nil)
+	_ webhooks.OffsetValidator = (*Server)(nil)
+)
 
 // fakeObserver records each call together with what Stream reports at that
 // moment, calling back synchronously as the engine does.
@@ -178,4 +181,24 @@ func TestStreamSource(t *testing.T) {
 	f.send(t, http.MethodDelete, "/agents/b", "", "")
 	_, err = s.Stream(ctx, "/agents/b")
 	require.ErrorIs(t, err, webhooks.ErrStreamNotFound)
+}
+
+// TestValidOffset checks that the engine is told to accept exactly the
+// offsets this server issues: a reader could not resume from any other.
+func TestValidOffset(t *testing.T) {
+	s := New(Options{})
+	for _, o := range []string{off(0), off(16), "0000000000000000_9999999999999999"} {
+		require.True(t, s.ValidOffset(o), o)
+	}
+	for _, o := range []string{
+		"0000000000000000_00000000000000!!",
+		"0000000000000001_0000000000000000", // another read sequence
+		"0000000000000000-0000000000000000",
+		"000000000000000_00000000000000000",
+		"0000000000000000_000000000000000",
+		"0000000000000000_0000000000000000_",
+		"-1", "now", "",
+	} {
+		require.False(t, s.ValidOffset(o), o)
+	}
 }

@@ -99,10 +99,10 @@ func (st *stream) resolveOffset(s string) (int, error) {
 	case "now":
 		return st.tail(), nil
 	}
-	seq, pos, ok := strings.Cut(s, "_")
-	if !ok || len(seq) != 16 || len(pos) != 16 || !allDigits(seq) || !allDigits(pos) {
+	if !wellFormed(s) {
 		return 0, fmt.Errorf("invalid offset %q", s)
 	}
+	seq, pos, _ := strings.Cut(s, "_")
 	n, _ := strconv.Atoi(pos) // 16 digits always fit
 	if strings.Trim(seq, "0") != "" || n > st.tail() {
 		return 0, fmt.Errorf("offset %q was not issued by this stream", s)
@@ -113,6 +113,12 @@ func (st *stream) resolveOffset(s string) (int, error) {
 		}
 	}
 	return n, nil
+}
+
+// wellFormed reports whether s has the form of formatOffset's offsets.
+func wellFormed(s string) bool {
+	seq, pos, ok := strings.Cut(s, "_")
+	return ok && len(seq) == 16 && len(pos) == 16 && allDigits(seq) && allDigits(pos)
 }
 
 func allDigits(s string) bool {
@@ -194,6 +200,14 @@ func (s *Server) Stream(_ context.Context, path string) (webhooks.StreamInfo, er
 		return webhooks.StreamInfo{}, webhooks.ErrStreamNotFound
 	}
 	return info(path, st), nil
+}
+
+// ValidOffset implements webhooks.OffsetValidator: the engine accepts only
+// acks of offsets of formatOffset's form with a read sequence of 0, as this
+// server issues them.
+func (s *Server) ValidOffset(offset string) bool {
+	seq, _, _ := strings.Cut(offset, "_")
+	return wellFormed(offset) && strings.Trim(seq, "0") == ""
 }
 
 // MatchStreams implements webhooks.StreamSource. Results are sorted by path.

@@ -185,6 +185,14 @@ func TestEndToEnd(t *testing.T) {
 	next := resp.Header.Get("Stream-Next-Offset")
 	require.Equal(t, tail1, next)
 
+	// An ack of something that is not one of the stream's offsets, though
+	// as long as one and not past the tail, is refused.
+	status, cb = c.callback(t, n1.Callback, token, map[string]any{
+		"epoch": 1, "acks": []webhooks.StreamOffset{{Path: stream, Offset: "0000000000000000_00000000000000!!"}},
+	})
+	require.Equal(t, http.StatusConflict, status, "%+v", cb)
+	require.Equal(t, webhooks.CodeInvalidOffset, cb.Error.Code)
+
 	// Ack what was read, then done: no pending work, so IDLE.
 	status, cb = c.callback(t, n1.Callback, token, map[string]any{
 		"epoch": 1, "acks": []webhooks.StreamOffset{{Path: stream, Offset: next}},
