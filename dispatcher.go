@@ -206,7 +206,7 @@ func (e *Engine) deliver(ctx context.Context, c *Consumer) {
 	}
 	result := deliveryResult{epoch: c.Epoch, wakeID: c.WakeID, attempt: c.Attempt}
 	start := e.clock.Now()
-	outcome := e.post(ctx, sub, body, func() {
+	outcome, failure := e.post(ctx, sub, body, func() {
 		// A 2xx proves receipt: the consumer is LIVE at once, even if the
 		// receiver holds the body open while it works (spec: WAKING
 		// Timeout).
@@ -219,7 +219,7 @@ func (e *Engine) deliver(ctx context.Context, c *Consumer) {
 		// out like any other after a restart.
 		return
 	}
-	e.tel.delivered(ctx, span, outcome, e.clock.Since(start))
+	e.tel.delivered(ctx, span, outcome, failure, e.clock.Since(start))
 	switch outcome {
 	case outcomeOK:
 		// Recorded when the status arrived.
@@ -227,13 +227,17 @@ func (e *Engine) deliver(ctx context.Context, c *Consumer) {
 		result.ok, result.done = true, true
 		e.record(ctx, c.ID, result)
 	default:
-		e.record(ctx, c.ID, result)
+		stored, removed := e.record(ctx, c.ID, result)
+		e.failures.failed(ctx, c, failure, stored, removed)
 	}
 }
 
-// record applies the outcome of a delivery attempt to consumer id.
-func (e *Engine) record(ctx context.Context, id string, result deliveryResult) {
-	_, err := e.update(ctx, id, func(cur *Consumer) (UpdateAction, error) {
+// record applies the outcome of a delivery attempt to consumer id. It
+// returns the consumer as stored afterwards, nil if there is none, and
+// whether the outcome removed it (failure GC).
+func (e *Engine) record(ctx context.Context, id string, result deliveryResult) (stored *Consumer, removed bool) {
+	var failingSince time.Time
+	c, err := e.update(ctx, id, func(cur *Consumer) (UpdateAction, error) {
 		var t tails
 		if result.done {
 			var err error
@@ -244,6 +248,7 @@ func (e *Engine) record(ctx context.Context, id string, result deliveryResult) {
 		changed, remove := e.m.applyDelivery(cur, result, t, e.clock.Now())
 		switch {
 		case remove:
+			failingSince = cur.FailingSince
 			return UpdateDelete, nil
 		case changed:
 			return UpdateSave, nil
@@ -251,8 +256,18 @@ func (e *Engine) record(ctx context.Context, id string, result deliveryResult) {
 			return UpdateNone, nil
 		}
 	})
-	if err != nil && !errors.Is(err, ErrConsumerNotFound) {
-		e.log.ErrorContext(ctx, "webhooks: recording delivery outcome", "consumer_id", id, "error", err)
+	switch {
+	case err != nil:
+		if !errors.Is(err, ErrConsumerNotFound) {
+			e.log.ErrorContext(ctx, "webhooks: recording delivery outcome", "consumer_id", id, "error", err)
+		}
+		return nil, false
+	case c == nil:
+		e.log.InfoContext(ctx, "webhooks: consumer removed after continuous delivery failure",
+			"consumer_id", id, "failing_since", failingSince)
+		return nil, true
+	default:
+		return c, false
 	}
 }
 
@@ -275,12 +290,12 @@ func (e *Engine) notification(c *Consumer) ([]byte, error) {
 	})
 }
 
-// post sends one signed webhook POST and classifies the outcome. It calls
-// accepted as soon as a 2xx status arrives, before reading the body. The
-// timeout runs on the engine's clock; it cancels the request rather than
-// setting a context deadline, which the dialer would read against the real
-// clock.
-func (e *Engine) post(ctx context.Context, sub *Subscription, body []byte, accepted func()) (outcome string) {
+// post sends one signed webhook POST and classifies the outcome, and the
+// failure if it is one. It calls accepted as soon as a 2xx status arrives,
+// before reading the body. The timeout runs on the engine's clock; it
+// cancels the request rather than setting a context deadline, which the
+// dialer would read against the real clock.
+func (e *Engine) post(ctx context.Context, sub *Subscription, body []byte, accepted func()) (outcome string, failure *deliveryFailure) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	timer := e.clock.AfterFunc(e.cfg.requestTimeout, func() { cancel(errRequestTimeout) })
@@ -288,7 +303,7 @@ func (e *Engine) post(ctx context.Context, sub *Subscription, body []byte, accep
 
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, sub.Webhook, bytes.NewReader(body))
 	if err != nil {
-		return outcomeError
+		return outcomeError, transportFailure(err)
 	}
 	req.Header.Set("Content-Type", "application/json")
 	req.Header.Set("User-Agent", "streamhooks")
@@ -296,15 +311,16 @@ func (e *Engine) post(ctx context.Context, sub *Subscription, body []byte, accep
 	resp, err := e.client.Do(req)
 	if err != nil {
 		if errors.Is(context.Cause(ctx), errRequestTimeout) {
-			return outcomeTimeout
+			// A transport other than net/http's may not pass the cause on.
+			return outcomeTimeout, transportFailure(errRequestTimeout)
 		}
 		trace.SpanFromContext(ctx).SetAttributes(attribute.String("webhooks.error", err.Error()))
-		return outcomeError
+		return outcomeError, transportFailure(err)
 	}
 	defer resp.Body.Close()
 	trace.SpanFromContext(ctx).SetAttributes(attribute.Int("http.response.status_code", resp.StatusCode))
-	if resp.StatusCode < 200 || resp.StatusCode > 299 {
-		return outcomeHTTPError
+	if f := statusFailure(resp.StatusCode); f != nil {
+		return outcomeHTTPError, f
 	}
 	accepted()
 	// Only a body read whole can finish the wake: a "done" in a body cut
@@ -313,7 +329,7 @@ func (e *Engine) post(ctx context.Context, sub *Subscription, body []byte, accep
 	data, err := io.ReadAll(io.LimitReader(resp.Body, MaxWebhookResponseBytes+1))
 	var d DoneResponse
 	if err == nil && len(data) <= MaxWebhookResponseBytes && json.Unmarshal(data, &d) == nil && d.Done {
-		return outcomeDone
+		return outcomeDone, nil
 	}
-	return outcomeOK
+	return outcomeOK, nil
 }

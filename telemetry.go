@@ -27,6 +27,7 @@ type telemetry struct {
 	tracer          trace.Tracer
 	wakes           metric.Int64Counter
 	deliveries      metric.Int64Counter
+	failures        metric.Int64Counter
 	deliveryLatency metric.Float64Histogram
 	callbacks       metric.Int64Counter
 	consumers       metric.Int64ObservableGauge
@@ -43,6 +44,10 @@ func newTelemetry(tp trace.TracerProvider, mp metric.MeterProvider, store Store)
 	}
 	if t.deliveries, err = meter.Int64Counter("webhooks.delivery.attempts",
 		metric.WithDescription("Webhook delivery attempts, by outcome.")); err != nil {
+		return nil, err
+	}
+	if t.failures, err = meter.Int64Counter("webhooks.delivery.failures",
+		metric.WithDescription("Failed webhook delivery attempts, by error class.")); err != nil {
 		return nil, err
 	}
 	if t.deliveryLatency, err = meter.Float64Histogram("webhooks.delivery.duration",
@@ -77,11 +82,17 @@ func (t *telemetry) woke(ctx context.Context) {
 	t.wakes.Add(ctx, 1)
 }
 
-func (t *telemetry) delivered(ctx context.Context, span trace.Span, outcome string, took time.Duration) {
+// delivered records a delivery attempt's outcome, and its failure if it
+// failed.
+func (t *telemetry) delivered(ctx context.Context, span trace.Span, outcome string, failure *deliveryFailure, took time.Duration) {
 	attrs := metric.WithAttributes(attribute.String("outcome", outcome))
 	t.deliveries.Add(ctx, 1, attrs)
 	t.deliveryLatency.Record(ctx, took.Seconds(), attrs)
 	span.SetAttributes(attribute.String("webhooks.outcome", outcome))
+	if failure != nil {
+		t.failures.Add(ctx, 1, metric.WithAttributes(attribute.String("error_class", string(failure.class))))
+		span.SetAttributes(attribute.String("webhooks.error_class", string(failure.class)))
+	}
 	if outcome != outcomeOK && outcome != outcomeDone {
 		span.SetStatus(codes.Error, outcome)
 	}

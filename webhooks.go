@@ -47,6 +47,8 @@ type Engine struct {
 	client *http.Client
 	policy netguard.Policy
 	tel    *telemetry
+	// failures logs failed delivery attempts, sampled.
+	failures *failureLog
 	// stored are the subscriptions New found in the Store, with their
 	// patterns; the start-up sweep covers only these.
 	stored map[string]*Pattern
@@ -133,6 +135,7 @@ func New(store Store, source StreamSource, opts ...Option) (*Engine, error) {
 		done:   make(chan struct{}),
 		stored: make(map[string]*Pattern),
 	}
+	e.failures = newFailureLog(cfg.logger, cfg.clock)
 	subs, err := store.ListSubscriptions(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("webhooks: loading subscriptions: %w", err)

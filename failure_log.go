@@ -1,0 +1,131 @@
+package webhooks
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/benbjohnson/clock"
+	"golang.org/x/time/rate"
+)
+
+// Each subscription may log failureLogBurst failed attempts at once, then
+// one per failureLogEvery; the rest are counted and the count is logged
+// with the next line. A webhook that is down fails every consumer of its
+// subscription, and the log must not grow with their number.
+const (
+	failureLogBurst = 10
+	failureLogEvery = 6 * time.Second
+	// failureLogIdle is how long after its last failure a subscription's
+	// bucket is full again, so a fresh one would behave the same.
+	failureLogIdle = failureLogBurst * failureLogEvery
+)
+
+// failureLog logs failed delivery attempts at Warn, sampled per
+// subscription. It holds one bucket per subscription that failed in the
+// last failureLogIdle, no more.
+type failureLog struct {
+	log   *slog.Logger
+	clock clock.Clock
+
+	mu    sync.Mutex
+	subs  map[string]*failureBucket
+	swept time.Time
+}
+
+// failureBucket samples the failure lines of one subscription.
+type failureBucket struct {
+	limiter    *rate.Limiter
+	suppressed int       // lines not logged since the last one that was
+	last       time.Time // of the last failure
+}
+
+func newFailureLog(log *slog.Logger, clk clock.Clock) *failureLog {
+	return &failureLog{log: log, clock: clk, subs: make(map[string]*failureBucket), swept: clk.Now()}
+}
+
+// failed logs that the attempt c was sent for failed with f, unless c's
+// subscription has logged too many lines lately. stored is the consumer as
+// stored once the failure was recorded, nil if it is gone; removed says the
+// failure GC deleted it.
+func (l *failureLog) failed(ctx context.Context, c *Consumer, f *deliveryFailure, stored *Consumer, removed bool) {
+	now := l.clock.Now()
+	l.mu.Lock()
+	idle := l.sweep(now)
+	b := l.subs[c.SubscriptionID]
+	if b == nil {
+		b = &failureBucket{limiter: rate.NewLimiter(rate.Every(failureLogEvery), failureLogBurst)}
+		l.subs[c.SubscriptionID] = b
+	}
+	b.last = now
+	allowed := b.limiter.AllowN(now, 1)
+	suppressed := b.suppressed
+	if allowed {
+		b.suppressed = 0
+	} else {
+		b.suppressed++
+	}
+	l.mu.Unlock()
+
+	for sub, n := range idle {
+		l.log.WarnContext(ctx, "webhooks: delivery failures not logged", "subscription_id", sub, "suppressed", n)
+	}
+	if !allowed {
+		return
+	}
+	attrs := []slog.Attr{
+		slog.String("subscription_id", c.SubscriptionID),
+		slog.String("consumer_id", c.ID),
+		slog.Int("attempt", c.Attempt),
+		slog.String("error_class", string(f.class)),
+	}
+	if f.err != nil {
+		attrs = append(attrs, slog.String("error", f.detail()))
+	} else {
+		attrs = append(attrs, slog.Int("status", f.status))
+	}
+	switch {
+	case removed:
+		attrs = append(attrs, slog.Bool("removed", true))
+	case retryScheduled(c, stored):
+		attrs = append(attrs, slog.Time("next_retry", stored.Deadline))
+	}
+	if suppressed > 0 {
+		attrs = append(attrs, slog.Int("suppressed", suppressed))
+	}
+	l.log.LogAttrs(ctx, slog.LevelWarn, "webhooks: delivery attempt failed", attrs...)
+}
+
+// sweep forgets the buckets of subscriptions idle for failureLogIdle, at
+// most once per failureLogIdle, and returns the counts of lines they
+// suppressed and never reported.
+func (l *failureLog) sweep(now time.Time) map[string]int {
+	if now.Sub(l.swept) < failureLogIdle {
+		return nil
+	}
+	l.swept = now
+	var idle map[string]int
+	for sub, b := range l.subs {
+		if now.Sub(b.last) < failureLogIdle {
+			continue
+		}
+		if b.suppressed > 0 {
+			if idle == nil {
+				idle = make(map[string]int)
+			}
+			idle[sub] = b.suppressed
+		}
+		delete(l.subs, sub)
+	}
+	return idle
+}
+
+// retryScheduled reports whether stored, the consumer an attempt was sent
+// for as c, waits for a retry of that attempt's wake at its deadline. The
+// WAKING timeout may have scheduled it before the POST ended; once the
+// retry is in flight, or the wake over, there is none to report.
+func retryScheduled(c, stored *Consumer) bool {
+	return stored != nil && stored.State == StateWaking && !stored.InFlight &&
+		stored.Epoch == c.Epoch && stored.WakeID == c.WakeID && !stored.Deadline.IsZero()
+}

@@ -1,0 +1,66 @@
+package webhooks
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/benbjohnson/clock"
+	"github.com/stretchr/testify/require"
+)
+
+// failLogLines decodes the JSON log lines in buf.
+func failLogLines(t *testing.T, buf *bytes.Buffer) []map[string]any {
+	t.Helper()
+	var out []map[string]any
+	dec := json.NewDecoder(buf)
+	for dec.More() {
+		var m map[string]any
+		require.NoError(t, dec.Decode(&m))
+		out = append(out, m)
+	}
+	return out
+}
+
+func newTestFailureLog() (*failureLog, *clock.Mock, *bytes.Buffer) {
+	clk := clock.NewMock()
+	clk.Set(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	var buf bytes.Buffer
+	return newFailureLog(slog.New(slog.NewJSONHandler(&buf, nil)), clk), clk, &buf
+}
+
+// A subscription's buckets are forgotten once idle; lines they suppressed
+// and never reported are reported then, in a summary line.
+func TestFailureLogForgetsIdleSubscriptions(t *testing.T) {
+	l, clk, buf := newTestFailureLog()
+	ctx := context.Background()
+	f := statusFailure(500)
+	for i := range 100 {
+		l.failed(ctx, &Consumer{ID: "c", SubscriptionID: fmt.Sprintf("s%d", i)}, f, nil, false)
+	}
+	for range failureLogBurst + 3 {
+		l.failed(ctx, &Consumer{ID: "c", SubscriptionID: "storm"}, f, nil, false)
+	}
+	require.Len(t, l.subs, 101)
+	require.Len(t, failLogLines(t, buf), 100+failureLogBurst)
+
+	clk.Add(failureLogIdle - time.Nanosecond)
+	l.failed(ctx, &Consumer{ID: "c", SubscriptionID: "s0"}, f, nil, false)
+	require.Len(t, l.subs, 101, "not idle yet")
+	require.Len(t, failLogLines(t, buf), 1)
+
+	clk.Add(time.Nanosecond)
+	l.failed(ctx, &Consumer{ID: "c", SubscriptionID: "late"}, f, nil, false)
+	require.Len(t, l.subs, 2, "only s0, which failed since, and late remain")
+	lines := failLogLines(t, buf)
+	require.Len(t, lines, 2)
+	require.Equal(t, "webhooks: delivery failures not logged", lines[0]["msg"])
+	require.Equal(t, "storm", lines[0]["subscription_id"])
+	require.Equal(t, 3.0, lines[0]["suppressed"])
+	require.Equal(t, "late", lines[1]["subscription_id"])
+	require.NotContains(t, lines[1], "suppressed")
+}
