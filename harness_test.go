@@ -50,7 +50,7 @@ func (s *fakeSource) Stream(_ context.Context, path string) (webhooks.StreamInfo
 	if !ok {
 		return webhooks.StreamInfo{}, webhooks.ErrStreamNotFound
 	}
-	return webhooks.StreamInfo{Path: path, Tail: offset(n), Empty: n == 0}, nil
+	return webhooks.StreamInfo{Path: path, Tail: offset(n)}, nil
 }
 
 func (s *fakeSource) MatchStreams(_ context.Context, p *webhooks.Pattern) ([]webhooks.StreamInfo, error) {
@@ -59,7 +59,7 @@ func (s *fakeSource) MatchStreams(_ context.Context, p *webhooks.Pattern) ([]web
 	var out []webhooks.StreamInfo
 	for path, n := range s.streams {
 		if p.Match(path) {
-			out = append(out, webhooks.StreamInfo{Path: path, Tail: offset(n), Empty: n == 0})
+			out = append(out, webhooks.StreamInfo{Path: path, Tail: offset(n)})
 		}
 	}
 	return out, nil
@@ -334,13 +334,12 @@ func requireError(t *testing.T, r callbackResult, status int, code webhooks.Erro
 func epoch(n int64) *int64 { return &n }
 
 // wake drives consumer id through its first wake: subscription sub on
-// pattern, stream path appended to, webhook answered 200 unless replies say
-// otherwise. It returns the delivery.
+// pattern, stream path created with 10 bytes, webhook answered 200 unless
+// replies say otherwise. It returns the delivery.
 func (h *harness) wake(sub, pattern, path string) delivery {
 	h.t.Helper()
 	h.subscribe(sub, pattern)
-	h.create(path, 0)
-	h.appendTo(path, 10)
+	h.create(path, 10)
 	return h.nextDelivery()
 }
 

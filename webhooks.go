@@ -203,9 +203,10 @@ func (e *Engine) Stop(ctx context.Context) error {
 
 // StreamCreated tells the engine that the stream at path was created. The
 // engine gives it a consumer for every matching subscription, positioned
-// before the first event, and wakes those with pending work, so a stream
-// created with an initial body needs no separate StreamAppended. A path
-// longer than MaxStreamPathLength gets no consumers, and an error.
+// before the first event (OffsetNone), and wakes it: a new stream has
+// pending work even while empty, since its tail is past OffsetNone. A
+// stream created with an initial body needs no separate StreamAppended. A
+// path longer than MaxStreamPathLength gets no consumers, and an error.
 func (e *Engine) StreamCreated(ctx context.Context, path string) error {
 	return e.streamChanged(ctx, path)
 }
