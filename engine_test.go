@@ -2,6 +2,7 @@ package webhooks_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"sync/atomic"
 	"testing"
@@ -497,33 +498,67 @@ func TestStartActsOnOverdueDeadlines(t *testing.T) {
 	require.Greater(t, again.n.Epoch, d.n.Epoch, "the expired cycle is fenced by a new epoch")
 }
 
+// gatedSource holds MatchStreams for the gated patterns until their gate
+// is closed, and says on entered which pattern arrived.
+type gatedSource struct {
+	*fakeSource
+	gates   map[string]chan struct{}
+	entered chan string
+}
+
+func (s *gatedSource) MatchStreams(ctx context.Context, p *webhooks.Pattern) ([]webhooks.StreamInfo, error) {
+	if gate, ok := s.gates[p.String()]; ok {
+		s.entered <- p.String()
+		<-gate
+	}
+	return s.fakeSource.MatchStreams(ctx, p)
+}
+
 // The start-up sweep covers the subscriptions that were in the Store when
-// New ran. One created since adopts its streams at their tails itself; the
-// sweep spawning it at the start of a stream would replay the stream.
-func TestStartSweepSkipsSubscriptionsCreatedSinceNew(t *testing.T) {
+// Start loaded them. One created since adopts its streams at their tails
+// itself; the sweep spawning it at the start of a stream would replay the
+// stream. Here the sweep reaches the stream after the new subscription is
+// indexed and before it has adopted the stream.
+func TestStartSweepSkipsSubscriptionsCreatedSinceStart(t *testing.T) {
 	h := newHarness(t)
 	h.subscribe("s1", "/a/*")
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
 	require.NoError(t, h.engine.Stop(ctx))
+	h.source.set("/a/1", 3) // created while down: no StreamCreated
 
-	e, err := webhooks.New(h.store, h.source,
+	src := &gatedSource{
+		fakeSource: h.source,
+		gates:      map[string]chan struct{}{"/a/*": make(chan struct{}), "/a/**": make(chan struct{})},
+		entered:    make(chan string, 4),
+	}
+	e, err := webhooks.New(h.store, src,
 		webhooks.WithClock(h.clock),
 		webhooks.WithCallbackBaseURL(callbackBase),
 		webhooks.WithWebhookPolicy(webhooks.WebhookPolicy{AllowLoopback: true}))
 	require.NoError(t, err)
 	h.engine, h.handler = e, e.Handler(http.NotFoundHandler())
-	h.subscribe("s2", "/a/**")
-	h.source.set("/a/1", 3) // created while down: no StreamCreated
-	require.NoError(t, e.Start(context.Background()))
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), waitFor)
-		defer cancel()
-		require.NoError(t, e.Stop(ctx))
-	})
-
+	startForTest(t, e)
+	created := make(chan int, 1)
+	go func() {
+		created <- h.do(http.MethodPut, "/a/**?subscription=s2", fmt.Sprintf(`{"webhook":%q}`, h.recv.url())).Code
+	}()
+	entered := map[string]bool{}
+	for range 2 {
+		select {
+		case p := <-src.entered:
+			entered[p] = true
+		case <-time.After(waitFor):
+			t.Fatalf("the sweep and the adoption did not both reach MatchStreams: %v", entered)
+		}
+	}
+	close(src.gates["/a/*"]) // the sweep, with s2 already in the index
 	d := h.nextDelivery()
 	require.Equal(t, webhooks.ConsumerID("s1", "/a/1"), d.n.ConsumerID)
-	_, err = h.store.GetConsumer(context.Background(), webhooks.ConsumerID("s2", "/a/1"))
-	require.ErrorIs(t, err, webhooks.ErrConsumerNotFound)
+	close(src.gates["/a/**"]) // s2 adopts /a/1
+	require.Equal(t, http.StatusCreated, <-created)
+
+	c := h.consumer(webhooks.ConsumerID("s2", "/a/1"))
+	require.Equal(t, webhooks.StateIdle, c.State)
+	require.Equal(t, streamOffsets("/a/1", offset(3)), c.Streams, "adopted at the tail, not replayed")
 }

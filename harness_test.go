@@ -200,11 +200,17 @@ func (h *harness) startEngine(opts ...webhooks.Option) {
 	require.NoError(h.t, err)
 	h.engine = e
 	h.handler = e.Handler(http.NotFoundHandler())
-	require.NoError(h.t, e.Start(context.Background()))
-	h.t.Cleanup(func() {
+	startForTest(h.t, e)
+}
+
+// startForTest starts e and stops it when the test ends.
+func startForTest(t testing.TB, e *webhooks.Engine) {
+	t.Helper()
+	require.NoError(t, e.Start(context.Background()))
+	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 		defer cancel()
-		require.NoError(h.t, e.Stop(ctx))
+		require.NoError(t, e.Stop(ctx))
 	})
 }
 

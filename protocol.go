@@ -66,6 +66,9 @@ const (
 	CodeSubscriptionNotFound ErrorCode = "SUBSCRIPTION_NOT_FOUND" // 404
 	CodeSubscriptionConflict ErrorCode = "SUBSCRIPTION_CONFLICT"  // 409
 	CodeInternal             ErrorCode = "INTERNAL_ERROR"         // 500
+	// CodeServiceUnavailable answers requests to either API that arrive
+	// before Engine.Start has loaded the engine's state.
+	CodeServiceUnavailable ErrorCode = "SERVICE_UNAVAILABLE" // 503
 )
 
 // DoneResponse is the webhook response body that finishes a wake

@@ -113,6 +113,9 @@ func (e *Engine) SubscriptionHandler() http.Handler {
 }
 
 func (e *Engine) serveSubscription(ctx context.Context, r *http.Request) (int, any, error) {
+	if err := e.checkLoaded(); err != nil {
+		return 0, nil, err
+	}
 	pattern, err := ParsePattern(r.URL.Path)
 	if err != nil {
 		return 0, nil, newAPIError(http.StatusBadRequest, CodeInvalidRequest, "%v", err)
