@@ -162,6 +162,12 @@ type harness struct {
 
 const callbackBase = "http://streams.test"
 
+// testPollInterval is the harness engines' poll interval. Tests move the
+// mock clock by up to days, and the mock fires every poll timer on the way
+// at a millisecond of real time each: an hourly poll keeps that short.
+// TestSchedulerPollsTheStore checks the default.
+const testPollInterval = time.Hour
+
 func newMockClock() *clock.Mock {
 	c := clock.NewMock()
 	c.Set(testStart)
@@ -195,6 +201,7 @@ func (h *harness) startEngine(opts ...webhooks.Option) {
 		webhooks.WithClock(h.clock),
 		webhooks.WithCallbackBaseURL(callbackBase),
 		webhooks.WithWebhookPolicy(webhooks.WebhookPolicy{AllowLoopback: true}),
+		webhooks.WithPollInterval(testPollInterval),
 	}
 	e, err := webhooks.New(h.store, h.source, append(base, opts...)...)
 	require.NoError(h.t, err)

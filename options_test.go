@@ -69,6 +69,8 @@ func TestOptionsBadValues(t *testing.T) {
 		{"WithTracerProvider", webhooks.WithTracerProvider(nil)},
 		{"WithMeterProvider", webhooks.WithMeterProvider(nil)},
 		{"WithHTTPTransport", webhooks.WithHTTPTransport(nil)},
+		{"WithPollInterval", webhooks.WithPollInterval(0)},
+		{"WithPollInterval", webhooks.WithPollInterval(-time.Second)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			// The bad option comes after a good base URL, so the error
@@ -94,6 +96,7 @@ func TestOptionsGoodValues(t *testing.T) {
 		"WithCallbackBaseURL http":    webhooks.WithCallbackBaseURL("http://localhost:8080"),
 		"WithWebhookPolicy":           webhooks.WithWebhookPolicy(webhooks.WebhookPolicy{}),
 		"WithHTTPTransport":           webhooks.WithHTTPTransport(http.DefaultTransport),
+		"WithPollInterval":            webhooks.WithPollInterval(time.Millisecond),
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := webhooks.New(memstore.New(), newFakeSource(), webhooks.WithCallbackBaseURL(callbackBase), opt)

@@ -52,14 +52,16 @@ func (s *startLoadStore) contexts() []context.Context {
 	return s.loads
 }
 
-// newUnstartedHarness is a harness whose engine is made but not started.
-func newUnstartedHarness(t *testing.T, store webhooks.Store) *harness {
+// newUnstartedHarness is a harness whose engine is made but not started,
+// with the default poll interval unless opts set one.
+func newUnstartedHarness(t *testing.T, store webhooks.Store, opts ...webhooks.Option) *harness {
 	t.Helper()
 	h := &harness{t: t, clock: newMockClock(), store: store, source: newFakeSource(), recv: newReceiver(t)}
-	e, err := webhooks.New(store, h.source,
+	e, err := webhooks.New(store, h.source, append([]webhooks.Option{
 		webhooks.WithClock(h.clock),
 		webhooks.WithCallbackBaseURL(callbackBase),
-		webhooks.WithWebhookPolicy(webhooks.WebhookPolicy{AllowLoopback: true}))
+		webhooks.WithWebhookPolicy(webhooks.WebhookPolicy{AllowLoopback: true}),
+	}, opts...)...)
 	require.NoError(t, err)
 	h.engine, h.handler = e, e.Handler(http.NotFoundHandler())
 	return h
