@@ -82,6 +82,11 @@ func ExampleNew() {
 	mux := http.NewServeMux()
 	mux.Handle("/", e.Handler(streams))
 
+	// New read nothing; until Start has loaded the subscriptions and the
+	// token key from the store, the APIs answer 503.
+	rec := exampleRequest(mux, http.MethodGet, "/**?subscriptions", "")
+	fmt.Println("before start:", rec.Code)
+
 	if err := e.Start(ctx); err != nil {
 		fmt.Println(err)
 		return
@@ -89,7 +94,7 @@ func ExampleNew() {
 	defer func() { _ = e.Stop(ctx) }()
 
 	// Create a subscription: the path is the glob pattern.
-	rec := exampleRequest(mux, http.MethodPut, "/orders/*?subscription=orders",
+	rec = exampleRequest(mux, http.MethodPut, "/orders/*?subscription=orders",
 		`{"webhook":"https://hooks.example.com/orders","description":"order events"}`)
 	var created struct {
 		ID      string `json:"subscription_id"`
@@ -116,6 +121,7 @@ func ExampleNew() {
 	rec = exampleRequest(mux, http.MethodDelete, "/orders/*?subscription=orders", "")
 	fmt.Println("delete:", rec.Code)
 	// Output:
+	// before start: 503
 	// create: 201 orders /orders/* true
 	// again: 200
 	// list: 200 {"subscriptions":[{"subscription_id":"orders","pattern":"/orders/*","webhook":"https://hooks.example.com/orders","description":"order events"}]}
