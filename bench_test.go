@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strconv"
 	"strings"
 	"testing"
@@ -64,21 +65,36 @@ func BenchmarkParseNotification(b *testing.B) {
 // BenchmarkStreamAppendedWake measures one state transition through the
 // Store: an append that wakes an IDLE consumer (IDLE → WAKING), with the
 // index lookup, the consumer lookup by stream, one UpdateConsumer on the
-// memory store and the stream read inside it. The engine is not started, so
-// nothing is delivered; every iteration wakes a fresh consumer.
+// memory store and the stream read inside it. The engine's one delivery
+// slot is held by a POST that never ends, so nothing else is delivered;
+// every iteration wakes a fresh consumer.
 func BenchmarkStreamAppendedWake(b *testing.B) {
 	ctx := context.Background()
 	store := memstore.New()
-	require.NoError(b, store.CreateSubscription(ctx, &webhooks.Subscription{ID: "s1", Pattern: "/tenants/*/events", Webhook: "http://hooks.test/"}))
 	src := newFakeSource()
-	e, err := webhooks.New(store, src, webhooks.WithClock(newMockClock()), webhooks.WithCallbackBaseURL(callbackBase))
+	e, err := webhooks.New(store, src, webhooks.WithClock(newMockClock()), webhooks.WithCallbackBaseURL(callbackBase),
+		webhooks.WithMaxConcurrentDeliveries(1),
+		webhooks.WithHTTPTransport(subRoundTripper(func(r *http.Request) (*http.Response, error) {
+			<-r.Context().Done()
+			return nil, r.Context().Err()
+		})))
 	require.NoError(b, err)
+	startForTest(b, e)
+	// Subscribed through the API after Start, so that the start-up sweep
+	// has nothing to do, and streams set up after it, so that it adopts
+	// none.
+	rec := httptest.NewRecorder()
+	e.SubscriptionHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodPut,
+		"/tenants/*/events?subscription=s1", strings.NewReader(`{"webhook":"https://hooks.test/"}`)))
+	require.Equal(b, http.StatusCreated, rec.Code, rec.Body.String())
 	paths := make([]string, b.N)
 	for i := range paths {
 		paths[i] = "/tenants/" + strconv.Itoa(i) + "/events"
-		src.set(paths[i], 0)
-		require.NoError(b, e.StreamCreated(ctx, paths[i]))
 		src.set(paths[i], 10)
+		require.NoError(b, store.CreateConsumer(ctx, &webhooks.Consumer{
+			ID: webhooks.ConsumerID("s1", paths[i]), SubscriptionID: "s1", PrimaryStream: paths[i],
+			State: webhooks.StateIdle, Streams: streamOffsets(paths[i], offset(0)),
+		}))
 	}
 	b.ReportAllocs()
 	b.ResetTimer()
@@ -100,8 +116,9 @@ func BenchmarkStreamAppendedWake(b *testing.B) {
 // client included.
 func BenchmarkWakeCycle(b *testing.B) {
 	h := newHarness(b)
+	// The stream exists before the subscription: only appends wake it.
+	h.source.set(agentA, 0)
 	h.subscribe("s1", "/agents/*")
-	h.create(agentA, 0)
 	b.ReportAllocs()
 	for b.Loop() {
 		tail := h.appendTo(agentA, 10)

@@ -80,6 +80,9 @@ func (e *Engine) serveCallback(w http.ResponseWriter, r *http.Request) {
 
 // callback authenticates, decodes and applies one callback request.
 func (e *Engine) callback(ctx context.Context, r *http.Request) (*successResponse, error) {
+	if err := e.checkLoaded(); err != nil {
+		return nil, err
+	}
 	if r.Method != http.MethodPost {
 		ae := newAPIError(http.StatusMethodNotAllowed, CodeInvalidRequest, "callbacks must use POST")
 		ae.allow = http.MethodPost

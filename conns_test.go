@@ -87,15 +87,17 @@ func TestDeliveriesReuseConnections(t *testing.T) {
 	const n = 16
 	h := newHarness(t)
 	r := newConnsReceiver(t)
-	rec := h.do(http.MethodPut, "/reuse/*?subscription=reuse", fmt.Sprintf(`{"webhook":%q}`, r.srv.URL+"/hook"))
-	require.Equal(t, http.StatusCreated, rec.Code, rec.Body.String())
+	// The streams exist before the subscription, so that only the rounds'
+	// appends wake their consumers.
 	var ids, paths []string
 	for i := range n {
 		p := fmt.Sprintf("/reuse/s%d", i)
-		h.create(p, 0)
+		h.source.set(p, 0)
 		paths = append(paths, p)
 		ids = append(ids, webhooks.ConsumerID("reuse", p))
 	}
+	rec := h.do(http.MethodPut, "/reuse/*?subscription=reuse", fmt.Sprintf(`{"webhook":%q}`, r.srv.URL+"/hook"))
+	require.Equal(t, http.StatusCreated, rec.Code, rec.Body.String())
 
 	r.round(h, ids, paths)
 	require.EqualValues(t, n, r.accepted.Load(), "the first round needs a connection per delivery")

@@ -55,11 +55,11 @@ func compareOffsets(a, b string) int {
 	}
 }
 
-// hasPending reports whether a stream acked at offset has unprocessed events.
+// hasPending reports whether a stream acked at offset has pending work:
+// its tail is past offset. OffsetNone sorts before every tail, so a stream
+// of which nothing is acked is pending even while empty (spec, Pending
+// Work): a stream created after its subscription wakes its consumer at once.
 func hasPending(offset string, s StreamInfo) bool {
-	if offset == OffsetNone {
-		return !s.Empty
-	}
 	return compareOffsets(s.Tail, offset) > 0
 }
 

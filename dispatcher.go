@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
-	"math"
 	"net/http"
 	"time"
 
@@ -45,9 +44,9 @@ func (e *Engine) kickScheduler(deadline time.Time) {
 }
 
 // schedule is the engine's one scheduling loop. It keeps a single timer at
-// the earliest deadline in the Store and acts on what is due; there is no
-// goroutine or timer per consumer, so a durable Store resumes every deadline
-// after a restart and several engines can share one Store.
+// the earliest deadline in the Store, or the poll interval away if that is
+// sooner, and acts on what is due; there is no goroutine or timer per
+// consumer, so a durable Store resumes every deadline after a restart.
 func (e *Engine) schedule(ctx context.Context) {
 	timer := e.clock.Timer(time.Hour)
 	defer timer.Stop()
@@ -59,25 +58,25 @@ func (e *Engine) schedule(ctx context.Context) {
 		if ctx.Err() != nil {
 			return
 		}
-		if next.IsZero() {
-			e.armed.Store(math.MaxInt64)
-			timer.Stop()
-		} else {
-			now := e.clock.Now()
-			wait := e.clock.Until(next)
-			if wait <= 0 {
-				// Due already: a timer set to zero would wait for the next
-				// tick of a mock clock.
-				continue
-			}
-			e.armed.Store(next.UnixNano())
-			timer.Reset(wait)
-			if e.clock.Since(now) > armSlack {
-				// The clock jumped while the timer was being armed (a paused
-				// process, or a mock clock set by a test), so the timer
-				// fires late by the jump: look again.
-				continue
-			}
+		// Only this engine's own transitions kick it: a deadline written to
+		// the Store by anything else waits for the poll.
+		if poll := e.clock.Now().Add(e.cfg.pollInterval); next.IsZero() || next.After(poll) {
+			next = poll
+		}
+		now := e.clock.Now()
+		wait := e.clock.Until(next)
+		if wait <= 0 {
+			// Due already: a timer set to zero would wait for the next
+			// tick of a mock clock.
+			continue
+		}
+		e.armed.Store(next.UnixNano())
+		timer.Reset(wait)
+		if e.clock.Since(now) > armSlack {
+			// The clock jumped while the timer was being armed (a paused
+			// process, or a mock clock set by a test), so the timer fires
+			// late by the jump: look again.
+			continue
 		}
 		select {
 		case <-ctx.Done():

@@ -2,6 +2,7 @@ package webhooks_test
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"sync/atomic"
 	"testing"
@@ -42,14 +43,63 @@ func TestWakeNotificationIsCompleteAndSigned(t *testing.T) {
 	require.Error(t, webhooks.VerifySignature(secret+"x", sig, d.body, h.clock.Now(), webhooks.DefaultSignatureTolerance))
 }
 
-func TestEmptyStreamDoesNotWake(t *testing.T) {
+// A stream created after its subscription wakes its consumer at once, even
+// while empty: the zero offset of its tail is past the acked "-1" (spec,
+// Pending Work).
+func TestEmptyStreamCreatedAfterSubscriptionWakes(t *testing.T) {
+	h := newHarness(t)
+	h.recv.queue(reply{status: http.StatusOK, body: `{"done":true}`})
+	h.subscribe("s1", "/agents/*")
+	h.create(agentA, 0)
+	d := h.nextDelivery()
+	require.Equal(t, int64(1), d.n.Epoch)
+	require.Equal(t, streamOffsets(agentA, webhooks.OffsetNone), d.n.Streams)
+	require.Equal(t, []string{agentA}, d.n.TriggeredBy)
+	// The synchronous done acks up to the tail at the wake, the zero
+	// offset, so the work is done: IDLE, not woken again.
+	c := h.waitConsumer(agentAID, func(c *webhooks.Consumer) bool { return c.State == webhooks.StateIdle })
+	require.Equal(t, streamOffsets(agentA, offset(0)), c.Streams)
+	require.Equal(t, int64(1), c.Epoch)
+	require.True(t, c.Deadline.IsZero())
+	require.Empty(t, h.recv.deliveries)
+}
+
+// A consumer of an empty stream that says done without acking its tail
+// still has pending work, and is woken again (L3); acking the zero offset
+// it read ends the work (L2).
+func TestEmptyStreamDoneWithoutAckRewakes(t *testing.T) {
 	h := newHarness(t)
 	h.subscribe("s1", "/agents/*")
 	h.create(agentA, 0)
+	d := h.nextDelivery()
+	h.waitConsumer(agentAID, func(c *webhooks.Consumer) bool { return c.State == webhooks.StateLive })
+	r := h.callback(agentAID, d.n.Token, webhooks.CallbackRequest{Epoch: epoch(1), Done: true})
+	require.Equal(t, http.StatusOK, r.status, r.raw)
+	d = h.nextDelivery()
+	require.Equal(t, int64(2), d.n.Epoch, "L3")
+	h.waitConsumer(agentAID, func(c *webhooks.Consumer) bool { return c.State == webhooks.StateLive })
+	r = h.callback(agentAID, d.n.Token, webhooks.CallbackRequest{Epoch: epoch(2), Acks: streamOffsets(agentA, offset(0)), Done: true})
+	require.Equal(t, http.StatusOK, r.status, r.raw)
+	c := h.consumer(agentAID)
+	require.Equal(t, webhooks.StateIdle, c.State, "L2")
+	require.Equal(t, int64(2), c.Epoch)
+	require.Empty(t, h.recv.deliveries)
+}
+
+// An empty stream that existed before the subscription is adopted at its
+// tail: IDLE, woken only by new events.
+func TestEmptyStreamBeforeSubscriptionStaysIdle(t *testing.T) {
+	h := newHarness(t)
+	h.source.set(agentA, 0)
+	h.subscribe("s1", "/agents/*")
 	c := h.consumer(agentAID)
 	require.Equal(t, webhooks.StateIdle, c.State)
-	require.Equal(t, streamOffsets(agentA, webhooks.OffsetNone), c.Streams)
-	require.True(t, c.Deadline.IsZero(), "an empty stream has no pending work")
+	require.Equal(t, streamOffsets(agentA, offset(0)), c.Streams)
+	require.True(t, c.Deadline.IsZero())
+	h.appendTo(agentA, 1)
+	d := h.nextDelivery()
+	require.Equal(t, int64(1), d.n.Epoch)
+	require.Equal(t, streamOffsets(agentA, offset(0)), d.n.Streams)
 }
 
 func TestStreamCreatedWithBodyWakes(t *testing.T) {
@@ -104,8 +154,8 @@ func TestLivenessTimeoutWithoutPendingWorkGoesIdle(t *testing.T) {
 func TestWakeBatching(t *testing.T) {
 	h := newHarness(t)
 	h.subscribe("s1", "/agents/*")
-	h.create(agentA, 0)
-	first := h.appendTo(agentA, 1)
+	h.create(agentA, 1)
+	first := offset(1)
 	h.appendTo(agentA, 1)
 	h.appendTo(agentA, 1)
 	d := h.nextDelivery()
@@ -117,7 +167,7 @@ func TestWakeBatching(t *testing.T) {
 	require.Equal(t, int64(1), c.Epoch)
 	require.Equal(t, webhooks.StateLive, c.State)
 	require.Len(t, h.recv.deliveries, 0)
-	// The wake's tails are those of the append that woke it.
+	// The wake's tails are those of the create that woke it.
 	require.Equal(t, streamOffsets(agentA, first), c.WakeTails)
 }
 
@@ -333,12 +383,15 @@ func TestLateResponseOfEndedCycleChangesNothing(t *testing.T) {
 func TestEpochIncreasesOnEveryWake(t *testing.T) {
 	h := newHarness(t)
 	h.subscribe("s1", "/agents/*")
-	h.create(agentA, 0)
 	seen := map[string]bool{}
 	var last int64
 	for i := 0; i < 5; i++ {
 		h.recv.queue(reply{status: 200, body: `{"done":true}`})
-		h.appendTo(agentA, 1)
+		if i == 0 {
+			h.create(agentA, 0)
+		} else {
+			h.appendTo(agentA, 1)
+		}
 		d := h.nextDelivery()
 		require.Greater(t, d.n.Epoch, last, "S1")
 		require.False(t, seen[d.n.WakeID], "S2: a new wake_id per cycle")
@@ -379,13 +432,15 @@ func restartEngine(t *testing.T, h *harness) {
 
 // Appends and creations that happened while the engine was down, whose
 // StreamAppended or StreamCreated never reached it, are found at start-up
-// (L1 across a crash).
+// (L1 across a crash). A stream created meanwhile wakes its consumer even if
+// empty, as if StreamCreated had arrived.
 func TestStartSweepsMissedStreamEvents(t *testing.T) {
 	h := newHarness(t)
+	// Streams from before the subscription: adopted IDLE at their tails.
+	h.source.set("/agents/t1", 0)
+	h.source.set("/agents/t2", 0)
+	h.source.set("/agents/quiet", 0)
 	h.subscribe("s1", "/agents/*")
-	h.create("/agents/t1", 0)
-	h.create("/agents/t2", 0)
-	h.create("/agents/quiet", 0)
 	id1 := webhooks.ConsumerID("s1", "/agents/t1")
 	id2 := webhooks.ConsumerID("s1", "/agents/t2")
 	quiet := webhooks.ConsumerID("s1", "/agents/quiet")
@@ -408,14 +463,19 @@ func TestStartSweepsMissedStreamEvents(t *testing.T) {
 	h.source.grow("/agents/t1", 2)
 	h.source.grow("/other/x", 1)
 	h.source.set("/agents/new", 1)
+	h.source.set("/agents/new-empty", 0)
 	restartEngine(t, h)
 
 	woken := map[string]bool{}
-	for range 3 {
+	for range 4 {
 		d := h.nextDelivery()
 		woken[d.n.ConsumerID] = true
 	}
-	require.Equal(t, map[string]bool{id1: true, id2: true, webhooks.ConsumerID("s1", "/agents/new"): true}, woken)
+	require.Equal(t, map[string]bool{
+		id1: true, id2: true,
+		webhooks.ConsumerID("s1", "/agents/new"):       true,
+		webhooks.ConsumerID("s1", "/agents/new-empty"): true,
+	}, woken)
 	require.Equal(t, webhooks.StateIdle, h.consumer(quiet).State, "a consumer without pending work stays asleep")
 }
 
@@ -438,33 +498,67 @@ func TestStartActsOnOverdueDeadlines(t *testing.T) {
 	require.Greater(t, again.n.Epoch, d.n.Epoch, "the expired cycle is fenced by a new epoch")
 }
 
+// gatedSource holds MatchStreams for the gated patterns until their gate
+// is closed, and says on entered which pattern arrived.
+type gatedSource struct {
+	*fakeSource
+	gates   map[string]chan struct{}
+	entered chan string
+}
+
+func (s *gatedSource) MatchStreams(ctx context.Context, p *webhooks.Pattern) ([]webhooks.StreamInfo, error) {
+	if gate, ok := s.gates[p.String()]; ok {
+		s.entered <- p.String()
+		<-gate
+	}
+	return s.fakeSource.MatchStreams(ctx, p)
+}
+
 // The start-up sweep covers the subscriptions that were in the Store when
-// New ran. One created since adopts its streams at their tails itself; the
-// sweep spawning it at the start of a stream would replay the stream.
-func TestStartSweepSkipsSubscriptionsCreatedSinceNew(t *testing.T) {
+// Start loaded them. One created since adopts its streams at their tails
+// itself; the sweep spawning it at the start of a stream would replay the
+// stream. Here the sweep reaches the stream after the new subscription is
+// indexed and before it has adopted the stream.
+func TestStartSweepSkipsSubscriptionsCreatedSinceStart(t *testing.T) {
 	h := newHarness(t)
 	h.subscribe("s1", "/a/*")
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
 	require.NoError(t, h.engine.Stop(ctx))
+	h.source.set("/a/1", 3) // created while down: no StreamCreated
 
-	e, err := webhooks.New(h.store, h.source,
+	src := &gatedSource{
+		fakeSource: h.source,
+		gates:      map[string]chan struct{}{"/a/*": make(chan struct{}), "/a/**": make(chan struct{})},
+		entered:    make(chan string, 4),
+	}
+	e, err := webhooks.New(h.store, src,
 		webhooks.WithClock(h.clock),
 		webhooks.WithCallbackBaseURL(callbackBase),
 		webhooks.WithWebhookPolicy(webhooks.WebhookPolicy{AllowLoopback: true}))
 	require.NoError(t, err)
 	h.engine, h.handler = e, e.Handler(http.NotFoundHandler())
-	h.subscribe("s2", "/a/**")
-	h.source.set("/a/1", 3) // created while down: no StreamCreated
-	require.NoError(t, e.Start(context.Background()))
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), waitFor)
-		defer cancel()
-		require.NoError(t, e.Stop(ctx))
-	})
-
+	startForTest(t, e)
+	created := make(chan int, 1)
+	go func() {
+		created <- h.do(http.MethodPut, "/a/**?subscription=s2", fmt.Sprintf(`{"webhook":%q}`, h.recv.url())).Code
+	}()
+	entered := map[string]bool{}
+	for range 2 {
+		select {
+		case p := <-src.entered:
+			entered[p] = true
+		case <-time.After(waitFor):
+			t.Fatalf("the sweep and the adoption did not both reach MatchStreams: %v", entered)
+		}
+	}
+	close(src.gates["/a/*"]) // the sweep, with s2 already in the index
 	d := h.nextDelivery()
 	require.Equal(t, webhooks.ConsumerID("s1", "/a/1"), d.n.ConsumerID)
-	_, err = h.store.GetConsumer(context.Background(), webhooks.ConsumerID("s2", "/a/1"))
-	require.ErrorIs(t, err, webhooks.ErrConsumerNotFound)
+	close(src.gates["/a/**"]) // s2 adopts /a/1
+	require.Equal(t, http.StatusCreated, <-created)
+
+	c := h.consumer(webhooks.ConsumerID("s2", "/a/1"))
+	require.Equal(t, webhooks.StateIdle, c.State)
+	require.Equal(t, streamOffsets("/a/1", offset(3)), c.Streams, "adopted at the tail, not replayed")
 }

@@ -23,7 +23,7 @@ type exampleSource struct {
 }
 
 func (s *exampleSource) info(path string, n int) webhooks.StreamInfo {
-	return webhooks.StreamInfo{Path: path, Tail: fmt.Sprintf("%020d", n), Empty: n == 0}
+	return webhooks.StreamInfo{Path: path, Tail: fmt.Sprintf("%020d", n)}
 }
 
 func (s *exampleSource) Stream(_ context.Context, path string) (webhooks.StreamInfo, error) {
@@ -82,6 +82,11 @@ func ExampleNew() {
 	mux := http.NewServeMux()
 	mux.Handle("/", e.Handler(streams))
 
+	// New read nothing; until Start has loaded the subscriptions and the
+	// token key from the store, the APIs answer 503.
+	rec := exampleRequest(mux, http.MethodGet, "/**?subscriptions", "")
+	fmt.Println("before start:", rec.Code)
+
 	if err := e.Start(ctx); err != nil {
 		fmt.Println(err)
 		return
@@ -89,7 +94,7 @@ func ExampleNew() {
 	defer func() { _ = e.Stop(ctx) }()
 
 	// Create a subscription: the path is the glob pattern.
-	rec := exampleRequest(mux, http.MethodPut, "/orders/*?subscription=orders",
+	rec = exampleRequest(mux, http.MethodPut, "/orders/*?subscription=orders",
 		`{"webhook":"https://hooks.example.com/orders","description":"order events"}`)
 	var created struct {
 		ID      string `json:"subscription_id"`
@@ -116,6 +121,7 @@ func ExampleNew() {
 	rec = exampleRequest(mux, http.MethodDelete, "/orders/*?subscription=orders", "")
 	fmt.Println("delete:", rec.Code)
 	// Output:
+	// before start: 503
 	// create: 201 orders /orders/* true
 	// again: 200
 	// list: 200 {"subscriptions":[{"subscription_id":"orders","pattern":"/orders/*","webhook":"https://hooks.example.com/orders","description":"order events"}]}
@@ -131,7 +137,7 @@ func ExampleEngine_StreamAppended() {
 
 	// The consumer's webhook endpoint.
 	var secret string
-	notifications := make(chan webhooks.Notification, 1)
+	notifications := make(chan webhooks.Notification, 2)
 	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
 		err := webhooks.VerifySignature(secret, r.Header.Get(webhooks.SignatureHeader), body,
@@ -171,35 +177,36 @@ func ExampleEngine_StreamAppended() {
 	secret = created.Secret
 	fmt.Println("subscribed:", rec.Code)
 
-	// The host creates a stream, appends to it, and tells the engine.
+	// The host creates a stream and tells the engine. A stream created after
+	// the subscription wakes its consumer at once, even while empty; the
+	// {"done":true} answer acks it up to its tail.
 	source.append("/agents/task-1", 0)
 	if err := e.StreamCreated(ctx, "/agents/task-1"); err != nil {
 		fmt.Println(err)
 		return
 	}
+	show := func() {
+		select {
+		case n := <-notifications:
+			fmt.Println("epoch", n.Epoch, "of", n.ConsumerID, "from offset", n.Streams[0].Offset,
+				"triggered by", n.TriggeredBy)
+		case <-time.After(10 * time.Second):
+			fmt.Println("no notification")
+		}
+	}
+	show()
+
+	// The host appends and tells the engine: the consumer wakes again.
 	source.append("/agents/task-1", 5)
 	if err := e.StreamAppended(ctx, "/agents/task-1"); err != nil {
 		fmt.Println(err)
 		return
 	}
-
-	select {
-	case n := <-notifications:
-		fmt.Println("consumer:", n.ConsumerID)
-		fmt.Println("epoch:", n.Epoch)
-		fmt.Println("triggered by:", n.TriggeredBy)
-		fmt.Println("from offset:", n.Streams[0].Offset)
-		fmt.Println("callback:", n.Callback)
-	case <-time.After(10 * time.Second):
-		fmt.Println("no notification")
-	}
+	show()
 	// Output:
 	// subscribed: 201
-	// consumer: agents:%2Fagents%2Ftask-1
-	// epoch: 1
-	// triggered by: [/agents/task-1]
-	// from offset: -1
-	// callback: http://streams.example.com/callback/agents:%2Fagents%2Ftask-1
+	// epoch 1 of agents:%2Fagents%2Ftask-1 from offset -1 triggered by [/agents/task-1]
+	// epoch 2 of agents:%2Fagents%2Ftask-1 from offset 00000000000000000000 triggered by [/agents/task-1]
 }
 
 // A Go consumer verifies the wake-up, reads its streams over the ordinary

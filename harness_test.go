@@ -50,7 +50,7 @@ func (s *fakeSource) Stream(_ context.Context, path string) (webhooks.StreamInfo
 	if !ok {
 		return webhooks.StreamInfo{}, webhooks.ErrStreamNotFound
 	}
-	return webhooks.StreamInfo{Path: path, Tail: offset(n), Empty: n == 0}, nil
+	return webhooks.StreamInfo{Path: path, Tail: offset(n)}, nil
 }
 
 func (s *fakeSource) MatchStreams(_ context.Context, p *webhooks.Pattern) ([]webhooks.StreamInfo, error) {
@@ -59,7 +59,7 @@ func (s *fakeSource) MatchStreams(_ context.Context, p *webhooks.Pattern) ([]web
 	var out []webhooks.StreamInfo
 	for path, n := range s.streams {
 		if p.Match(path) {
-			out = append(out, webhooks.StreamInfo{Path: path, Tail: offset(n), Empty: n == 0})
+			out = append(out, webhooks.StreamInfo{Path: path, Tail: offset(n)})
 		}
 	}
 	return out, nil
@@ -164,6 +164,12 @@ type harness struct {
 
 const callbackBase = "http://streams.test"
 
+// testPollInterval is the harness engines' poll interval. Tests move the
+// mock clock by up to days, and the mock fires every poll timer on the way
+// at a millisecond of real time each: an hourly poll keeps that short.
+// TestSchedulerPollsTheStore checks the default.
+const testPollInterval = time.Hour
+
 func newMockClock() *clock.Mock {
 	c := clock.NewMock()
 	c.Set(testStart)
@@ -206,6 +212,7 @@ func (h *harness) startEngine(opts ...webhooks.Option) {
 		webhooks.WithClock(h.clock),
 		webhooks.WithCallbackBaseURL(callbackBase),
 		webhooks.WithWebhookPolicy(webhooks.WebhookPolicy{AllowLoopback: true}),
+		webhooks.WithPollInterval(testPollInterval),
 	}
 	var source webhooks.StreamSource = h.source
 	if h.wrap != nil {
@@ -215,11 +222,17 @@ func (h *harness) startEngine(opts ...webhooks.Option) {
 	require.NoError(h.t, err)
 	h.engine = e
 	h.handler = e.Handler(http.NotFoundHandler())
-	require.NoError(h.t, e.Start(context.Background()))
-	h.t.Cleanup(func() {
+	startForTest(h.t, e)
+}
+
+// startForTest starts e and stops it when the test ends.
+func startForTest(t testing.TB, e *webhooks.Engine) {
+	t.Helper()
+	require.NoError(t, e.Start(context.Background()))
+	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 		defer cancel()
-		require.NoError(h.t, e.Stop(ctx))
+		require.NoError(t, e.Stop(ctx))
 	})
 }
 
@@ -349,13 +362,12 @@ func requireError(t *testing.T, r callbackResult, status int, code webhooks.Erro
 func epoch(n int64) *int64 { return &n }
 
 // wake drives consumer id through its first wake: subscription sub on
-// pattern, stream path appended to, webhook answered 200 unless replies say
-// otherwise. It returns the delivery.
+// pattern, stream path created with 10 bytes, webhook answered 200 unless
+// replies say otherwise. It returns the delivery.
 func (h *harness) wake(sub, pattern, path string) delivery {
 	h.t.Helper()
 	h.subscribe(sub, pattern)
-	h.create(path, 0)
-	h.appendTo(path, 10)
+	h.create(path, 10)
 	return h.nextDelivery()
 }
 

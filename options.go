@@ -31,6 +31,11 @@ const (
 	DefaultFailureGCAfter = 72 * time.Hour
 	// DefaultMaxConcurrentDeliveries bounds webhook POSTs in flight.
 	DefaultMaxConcurrentDeliveries = 512
+	// DefaultPollInterval is the longest the scheduler goes without looking
+	// at the Store's deadlines. A second is a tenth of the WAKING timeout,
+	// so a deadline this engine was not told of is late by little against
+	// the spec's timeouts, for two small Store queries a second when idle.
+	DefaultPollInterval = time.Second
 )
 
 // MinTokenKeyLength is the shortest accepted token signing key, in bytes.
@@ -69,6 +74,7 @@ type config struct {
 	webhookPolicy           WebhookPolicy
 	maxConcurrentDeliveries int
 	authorizer              Authorizer
+	pollInterval            time.Duration
 }
 
 func defaultConfig() config {
@@ -84,6 +90,7 @@ func defaultConfig() config {
 		failureGCAfter:          DefaultFailureGCAfter,
 		backoff:                 DefaultBackoff,
 		maxConcurrentDeliveries: DefaultMaxConcurrentDeliveries,
+		pollInterval:            DefaultPollInterval,
 	}
 }
 
@@ -254,6 +261,21 @@ func WithMaxConcurrentDeliveries(n int) Option {
 			return fmt.Errorf("WithMaxConcurrentDeliveries: %d is less than 1", n)
 		}
 		c.maxConcurrentDeliveries = n
+		return nil
+	}
+}
+
+// WithPollInterval sets the longest the scheduler waits before it looks at
+// the Store's deadlines again, even when it knows of none sooner. Deadlines
+// this engine sets wake its scheduler at once; the poll finds the others,
+// such as those left in a durable Store by an engine that stopped. The
+// default is DefaultPollInterval.
+func WithPollInterval(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return fmt.Errorf("WithPollInterval: %v is not positive", d)
+		}
+		c.pollInterval = d
 		return nil
 	}
 }

@@ -69,6 +69,8 @@ func TestOptionsBadValues(t *testing.T) {
 		{"WithTracerProvider", webhooks.WithTracerProvider(nil)},
 		{"WithMeterProvider", webhooks.WithMeterProvider(nil)},
 		{"WithHTTPTransport", webhooks.WithHTTPTransport(nil)},
+		{"WithPollInterval", webhooks.WithPollInterval(0)},
+		{"WithPollInterval", webhooks.WithPollInterval(-time.Second)},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			// The bad option comes after a good base URL, so the error
@@ -94,6 +96,7 @@ func TestOptionsGoodValues(t *testing.T) {
 		"WithCallbackBaseURL http":    webhooks.WithCallbackBaseURL("http://localhost:8080"),
 		"WithWebhookPolicy":           webhooks.WithWebhookPolicy(webhooks.WebhookPolicy{}),
 		"WithHTTPTransport":           webhooks.WithHTTPTransport(http.DefaultTransport),
+		"WithPollInterval":            webhooks.WithPollInterval(time.Millisecond),
 	} {
 		t.Run(name, func(t *testing.T) {
 			_, err := webhooks.New(memstore.New(), newFakeSource(), webhooks.WithCallbackBaseURL(callbackBase), opt)
@@ -216,9 +219,8 @@ func optCallback(handler http.Handler, id, token, body string) *httptest.Respons
 	return rec
 }
 
-// optSecondEngine returns the callback-serving handler of an engine over
-// store and h's source and clock. It is not started: callbacks need no
-// scheduler.
+// optSecondEngine returns the callback-serving handler of a started engine
+// over store and h's source and clock.
 func optSecondEngine(t *testing.T, h *harness, store webhooks.Store, opts ...webhooks.Option) http.Handler {
 	t.Helper()
 	base := []webhooks.Option{
@@ -228,6 +230,7 @@ func optSecondEngine(t *testing.T, h *harness, store webhooks.Store, opts ...web
 	}
 	e, err := webhooks.New(store, h.source, append(base, opts...)...)
 	require.NoError(t, err)
+	startForTest(t, e)
 	return e.Handler(http.NotFoundHandler())
 }
 
@@ -301,7 +304,7 @@ func TestOptionsStoreKeyShared(t *testing.T) {
 	require.True(t, strings.Contains(rec.Body.String(), string(webhooks.CodeTokenInvalid)), rec.Body.String())
 }
 
-// A store that cannot give a key fails New, naming the problem.
+// A store that cannot give a key fails Start, naming the problem.
 type optKeylessStore struct{ *memstore.Store }
 
 func (optKeylessStore) LoadOrStoreSigningKey(context.Context, []byte) ([]byte, error) {
@@ -309,28 +312,32 @@ func (optKeylessStore) LoadOrStoreSigningKey(context.Context, []byte) ([]byte, e
 }
 
 func TestOptionsStoreKeyError(t *testing.T) {
-	_, err := webhooks.New(optKeylessStore{memstore.New()}, newFakeSource(), webhooks.WithCallbackBaseURL(callbackBase))
+	e, err := webhooks.New(optKeylessStore{memstore.New()}, newFakeSource(), webhooks.WithCallbackBaseURL(callbackBase))
+	require.NoError(t, err)
+	err = e.Start(context.Background())
 	require.Error(t, err)
 	require.Contains(t, err.Error(), "key vault unavailable")
 
 	// With WithTokenKey the store's key is not needed.
-	_, err = webhooks.New(optKeylessStore{memstore.New()}, newFakeSource(), webhooks.WithCallbackBaseURL(callbackBase),
+	e, err = webhooks.New(optKeylessStore{memstore.New()}, newFakeSource(), webhooks.WithCallbackBaseURL(callbackBase),
 		webhooks.WithTokenKey(optKey('k')))
 	require.NoError(t, err)
+	startForTest(t, e)
 }
 
-// New reads the subscriptions in the store: a second engine over a store
+// Start reads the subscriptions in the store: a second engine over a store
 // spawns consumers for subscriptions created through the first.
-func TestOptionsNewLoadsSubscriptions(t *testing.T) {
+func TestOptionsStartLoadsSubscriptions(t *testing.T) {
 	h := newHarness(t)
 	h.subscribe("s1", "/agents/*")
-	h.source.set("/agents/t1", 0)
 
 	e, err := webhooks.New(h.store, h.source,
 		webhooks.WithClock(h.clock),
 		webhooks.WithCallbackBaseURL(callbackBase),
 		webhooks.WithWebhookPolicy(webhooks.WebhookPolicy{AllowLoopback: true}))
 	require.NoError(t, err)
+	startForTest(t, e)
+	h.source.set("/agents/t1", 0)
 	require.NoError(t, e.StreamCreated(context.Background(), "/agents/t1"))
 	h.consumer(webhooks.ConsumerID("s1", "/agents/t1"))
 }

@@ -68,6 +68,9 @@ const (
 	CodeUnauthorized         ErrorCode = "UNAUTHORIZED"           // 401, see WithAuthorizer
 	CodeForbidden            ErrorCode = "FORBIDDEN"              // 403, see WithAuthorizer
 	CodeInternal             ErrorCode = "INTERNAL_ERROR"         // 500
+	// CodeServiceUnavailable answers requests to either API that arrive
+	// before Engine.Start has loaded the engine's state.
+	CodeServiceUnavailable ErrorCode = "SERVICE_UNAVAILABLE" // 503
 )
 
 // DoneResponse is the webhook response body that finishes a wake

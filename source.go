@@ -25,12 +25,9 @@ type StreamSource interface {
 type StreamInfo struct {
 	Path string
 	// Tail is the stream's current Stream-Next-Offset. Offsets are opaque,
-	// fixed-width strings that sort in stream order.
+	// fixed-width strings that sort in stream order. An empty stream has a
+	// tail too, its first offset, which a consumer acks after reading it.
 	Tail string
-	// Empty reports that the stream holds no data yet. A consumer that has
-	// acked nothing (OffsetNone) has pending work exactly when the stream is
-	// not empty, since OffsetNone is not comparable with a host's offsets.
-	Empty bool
 }
 
 // OffsetValidator is an optional capability of a StreamSource: a source that

@@ -16,8 +16,9 @@ var (
 
 // Store keeps subscriptions and consumer state. The engine holds no consumer
 // state in memory: every transition is one UpdateConsumer call, so a Store
-// that is durable makes the engine crash-safe, and a Store shared by several
-// engine instances lets them cooperate.
+// that is durable makes the engine crash-safe. Engines sharing a Store do
+// not yet cooperate: each loads the subscriptions once, at Start, and
+// learns of later ones only through its own subscription API.
 //
 // Implementations must be safe for concurrent use. Values passed in and
 // returned are owned by the caller: a Store must copy what it keeps.

@@ -116,6 +116,9 @@ func (e *Engine) serveSubscription(ctx context.Context, r *http.Request) (int, a
 	if err := e.authorize(r); err != nil {
 		return 0, nil, err
 	}
+	if err := e.checkLoaded(); err != nil {
+		return 0, nil, err
+	}
 	pattern, err := ParsePattern(r.URL.Path)
 	if err != nil {
 		return 0, nil, newAPIError(http.StatusBadRequest, CodeInvalidRequest, "%v", err)

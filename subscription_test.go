@@ -226,6 +226,7 @@ func TestSubscriptionCompareBeforePolicy(t *testing.T) {
 
 	strict, err := webhooks.New(h.store, h.source, webhooks.WithCallbackBaseURL(callbackBase), webhooks.WithClock(h.clock))
 	require.NoError(t, err)
+	startForTest(t, strict)
 	handler := strict.Handler(http.NotFoundHandler())
 
 	rec = subServe(handler, http.MethodPut, "/agents/*?subscription=s1", body)
@@ -426,6 +427,7 @@ func subStrictEngine(t *testing.T) (*webhooks.Engine, *atomic.Int32) {
 			return nil, errors.New("no requests expected")
 		})))
 	require.NoError(t, err)
+	startForTest(t, e)
 	return e, &calls
 }
 
@@ -864,6 +866,7 @@ func TestSubscriptionStoreErrorIsGeneric(t *testing.T) {
 		webhooks.WithWebhookPolicy(webhooks.WebhookPolicy{AllowLoopback: true}),
 		webhooks.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
 	require.NoError(t, err)
+	startForTest(t, e)
 	handler := e.Handler(http.NotFoundHandler())
 	rec := subServe(handler, http.MethodPut, "/a/*?subscription=s1", subBody("http://127.0.0.1:9/", ""))
 	require.Equal(t, http.StatusCreated, rec.Code, rec.Body.String())

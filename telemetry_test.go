@@ -146,8 +146,7 @@ func TestTelemetrySpansAndMetrics(t *testing.T) {
 	// A wake answered 500.
 	id2 := webhooks.ConsumerID("s1", "/agents/t2")
 	th.recv.queue(reply{status: http.StatusInternalServerError})
-	th.create("/agents/t2", 0)
-	th.appendTo("/agents/t2", 10)
+	th.create("/agents/t2", 10)
 	d2 := th.nextDelivery()
 	require.Equal(t, id2, d2.n.ConsumerID)
 	span = th.telDeliverSpan(id2, 1, "http_error")
@@ -161,8 +160,7 @@ func TestTelemetrySpansAndMetrics(t *testing.T) {
 	// A wake finished synchronously with {"done": true}.
 	id3 := webhooks.ConsumerID("s1", "/agents/t3")
 	th.recv.queue(reply{status: http.StatusOK, body: `{"done":true}`})
-	th.create("/agents/t3", 0)
-	th.appendTo("/agents/t3", 10)
+	th.create("/agents/t3", 10)
 	th.nextDelivery()
 	th.telDeliverSpan(id3, 1, "done")
 	th.waitConsumer(id3, func(c *webhooks.Consumer) bool { return c.State == webhooks.StateIdle })

@@ -32,9 +32,17 @@ import (
 // ErrStopped is returned by Start after Stop.
 var ErrStopped = errors.New("webhooks: engine stopped")
 
+// ErrNotStarted is returned by StreamCreated and StreamAppended before Start
+// has loaded the subscriptions. Nothing is lost: Start's sweep gives every
+// matching stream its consumers and wakes those with pending work.
+var ErrNotStarted = errors.New("webhooks: engine not started")
+
 // Engine delivers webhooks for one host stream server. Create it with New,
-// mount its handlers, and call Start. Its methods are safe for concurrent
-// use.
+// mount its handlers, and call Start, which loads the token signing key and
+// the subscriptions from the Store. Until Start has loaded them, the
+// handlers answer 503 SERVICE_UNAVAILABLE and StreamCreated and
+// StreamAppended return ErrNotStarted; StreamDeleted needs only the Store
+// and works at any time. Its methods are safe for concurrent use.
 type Engine struct {
 	store  Store
 	source StreamSource
@@ -42,14 +50,18 @@ type Engine struct {
 	clock  clock.Clock
 	log    *slog.Logger
 	m      machine
-	tokens *tokens
-	index  *patternIndex
 	client *http.Client
 	policy netguard.Policy
 	tel    *telemetry
 	// failures logs failed delivery attempts, sampled.
 	failures *failureLog
-	// stored are the subscriptions New found in the Store, with their
+
+	// loaded is set once Start has set tokens, index and stored, which are
+	// read only after it.
+	loaded atomic.Bool
+	tokens *tokens
+	index  *patternIndex
+	// stored are the subscriptions Start found in the Store, with their
 	// patterns; the start-up sweep covers only these.
 	stored map[string]*Pattern
 
@@ -65,8 +77,8 @@ type Engine struct {
 	done    chan struct{}
 }
 
-// New returns an engine over store and source. It reads the subscriptions
-// and the token signing key from store. WithCallbackBaseURL is required.
+// New returns an engine over store and source. It does no I/O: Start reads
+// the Store. WithCallbackBaseURL is required.
 func New(store Store, source StreamSource, opts ...Option) (*Engine, error) {
 	if store == nil {
 		return nil, errors.New("webhooks: New: store is nil")
@@ -82,16 +94,6 @@ func New(store Store, source StreamSource, opts ...Option) (*Engine, error) {
 	}
 	if cfg.callbackBase == nil {
 		return nil, errors.New("webhooks: WithCallbackBaseURL is required")
-	}
-	ctx := context.Background()
-	key := cfg.tokenKey
-	if key == nil {
-		fresh := make([]byte, MinTokenKeyLength)
-		_, _ = rand.Read(fresh)
-		var err error
-		if key, err = store.LoadOrStoreSigningKey(ctx, fresh); err != nil {
-			return nil, fmt.Errorf("webhooks: loading the token signing key: %w", err)
-		}
 	}
 	tel, err := newTelemetry(cfg.tracerProvider, cfg.meterProvider, store)
 	if err != nil {
@@ -120,8 +122,6 @@ func New(store Store, source StreamSource, opts ...Option) (*Engine, error) {
 			failureGCAfter:  cfg.failureGCAfter,
 			backoff:         cfg.backoff,
 		},
-		tokens: newTokens(key, cfg.tokenTTL, cfg.clock),
-		index:  newPatternIndex(),
 		client: &http.Client{
 			Transport: transport,
 			// Redirects are not followed: a 3xx is a failed delivery, and
@@ -133,26 +133,17 @@ func New(store Store, source StreamSource, opts ...Option) (*Engine, error) {
 		kick:   make(chan struct{}, 1),
 		slots:  make(chan struct{}, cfg.maxConcurrentDeliveries),
 		done:   make(chan struct{}),
-		stored: make(map[string]*Pattern),
 	}
 	e.failures = newFailureLog(cfg.logger, cfg.clock)
-	subs, err := store.ListSubscriptions(ctx)
-	if err != nil {
-		return nil, fmt.Errorf("webhooks: loading subscriptions: %w", err)
-	}
-	for _, sub := range subs {
-		p, err := ParsePattern(sub.Pattern)
-		if err != nil {
-			return nil, fmt.Errorf("webhooks: stored subscription %s: %w", sub.ID, err)
-		}
-		e.index.add(p, sub.ID)
-		e.stored[sub.ID] = p
-	}
 	return e, nil
 }
 
-// Start starts delivering webhooks and does not block. Calling it again
-// while the engine runs does nothing; after Stop it returns ErrStopped.
+// Start loads the token signing key and the subscriptions from the Store
+// with ctx, then starts delivering webhooks in the background: it waits for
+// no delivery and no sweep. If loading fails it returns the error and the
+// engine stays unstarted, so Start may be called again. Calling it while the
+// engine runs does nothing; after Stop it returns ErrStopped. Cancelling ctx
+// afterwards does not stop the engine: Stop does.
 func (e *Engine) Start(ctx context.Context) error {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -161,6 +152,9 @@ func (e *Engine) Start(ctx context.Context) error {
 		return ErrStopped
 	case e.running:
 		return nil
+	}
+	if err := e.load(ctx); err != nil {
+		return err
 	}
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	e.cancel = cancel
@@ -180,6 +174,45 @@ func (e *Engine) Start(ctx context.Context) error {
 		e.client.CloseIdleConnections()
 	}()
 	return nil
+}
+
+// load reads the token signing key, creating it if the Store has none, and
+// the subscriptions, and then lets the handlers and stream methods use them.
+func (e *Engine) load(ctx context.Context) error {
+	key := e.cfg.tokenKey
+	if key == nil {
+		fresh := make([]byte, MinTokenKeyLength)
+		_, _ = rand.Read(fresh)
+		var err error
+		if key, err = e.store.LoadOrStoreSigningKey(ctx, fresh); err != nil {
+			return fmt.Errorf("webhooks: loading the token signing key: %w", err)
+		}
+	}
+	subs, err := e.store.ListSubscriptions(ctx)
+	if err != nil {
+		return fmt.Errorf("webhooks: loading subscriptions: %w", err)
+	}
+	index, stored := newPatternIndex(), make(map[string]*Pattern, len(subs))
+	for _, sub := range subs {
+		p, err := ParsePattern(sub.Pattern)
+		if err != nil {
+			return fmt.Errorf("webhooks: stored subscription %s: %w", sub.ID, err)
+		}
+		index.add(p, sub.ID)
+		stored[sub.ID] = p
+	}
+	e.tokens, e.index, e.stored = newTokens(key, e.cfg.tokenTTL, e.clock), index, stored
+	e.loaded.Store(true)
+	return nil
+}
+
+// checkLoaded refuses an API request that arrives before Start has loaded
+// the signing key and the subscriptions; the client may retry.
+func (e *Engine) checkLoaded() error {
+	if e.loaded.Load() {
+		return nil
+	}
+	return newAPIError(http.StatusServiceUnavailable, CodeServiceUnavailable, "the webhook engine has not started; retry later")
 }
 
 // Stop stops the engine and waits, until ctx ends, for its goroutines to
@@ -206,17 +239,20 @@ func (e *Engine) Stop(ctx context.Context) error {
 
 // StreamCreated tells the engine that the stream at path was created. The
 // engine gives it a consumer for every matching subscription, positioned
-// before the first event, and wakes those with pending work, so a stream
-// created with an initial body needs no separate StreamAppended. A path
-// longer than MaxStreamPathLength, or with a control character, gets no
-// consumers, and an error.
+// before the first event (OffsetNone), and wakes it: a new stream has
+// pending work even while empty, since its tail is past OffsetNone. A
+// stream created with an initial body needs no separate StreamAppended. A
+// path longer than MaxStreamPathLength, or with a control character, gets
+// no consumers, and an error.
+// Before Start it returns ErrNotStarted, and Start's sweep does the work.
 func (e *Engine) StreamCreated(ctx context.Context, path string) error {
 	return e.streamChanged(ctx, path)
 }
 
 // StreamAppended tells the engine that events were appended to the stream
 // at path. Call it after the append is durable: the engine reads the new
-// tail from the StreamSource.
+// tail from the StreamSource. Before Start it returns ErrNotStarted, and
+// Start's sweep does the work.
 func (e *Engine) StreamAppended(ctx context.Context, path string) error {
 	return e.streamChanged(ctx, path)
 }
@@ -224,6 +260,9 @@ func (e *Engine) StreamAppended(ctx context.Context, path string) error {
 // streamChanged spawns the consumers path lacks and wakes the IDLE ones
 // subscribed to it that now have pending work.
 func (e *Engine) streamChanged(ctx context.Context, path string) error {
+	if !e.loaded.Load() {
+		return fmt.Errorf("%w: %s is left to the start-up sweep", ErrNotStarted, path)
+	}
 	return e.spawnAndWake(ctx, path, e.index.match(path))
 }
 
@@ -288,8 +327,8 @@ func (e *Engine) spawnAndWake(ctx context.Context, path string, subs []string) e
 
 // recover makes up for stream events the engine may have missed while it
 // was down: the host may have appended to or created a stream after its
-// last call reached the engine. For the subscriptions that were in the
-// Store when New ran, it spawns the consumers that matching streams lack
+// last call reached the engine, or before Start. For the subscriptions that
+// were in the Store when Start loaded them, it spawns the consumers that matching streams lack
 // and wakes every IDLE consumer with pending work. Subscriptions created
 // since adopt their streams themselves, at the tail; spawning them here
 // would race that and replay whole streams. Deadlines of WAKING and LIVE
@@ -324,7 +363,8 @@ func (e *Engine) recover(ctx context.Context) {
 
 // StreamDeleted tells the engine that the stream at path was deleted. The
 // consumers whose primary stream it was are removed; others drop it from
-// their streams, and are removed if it was their last.
+// their streams, and are removed if it was their last. It works before
+// Start too: no sweep looks for deleted streams.
 func (e *Engine) StreamDeleted(ctx context.Context, path string) error {
 	consumers, err := e.store.ConsumersByStream(ctx, path)
 	if err != nil {

@@ -157,11 +157,11 @@ func TestStreamSource(t *testing.T) {
 
 	info, err := s.Stream(ctx, "/agents/a")
 	require.NoError(t, err)
-	require.Equal(t, webhooks.StreamInfo{Path: "/agents/a", Tail: tail, Empty: false}, info)
+	require.Equal(t, webhooks.StreamInfo{Path: "/agents/a", Tail: tail}, info)
 
 	info, err = s.Stream(ctx, "/agents/b")
 	require.NoError(t, err)
-	require.Equal(t, webhooks.StreamInfo{Path: "/agents/b", Tail: off(0), Empty: true}, info)
+	require.Equal(t, webhooks.StreamInfo{Path: "/agents/b", Tail: off(0)}, info)
 
 	p, err := webhooks.ParsePattern("/agents/*")
 	require.NoError(t, err)
@@ -169,7 +169,7 @@ func TestStreamSource(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []webhooks.StreamInfo{
 		{Path: "/agents/a", Tail: tail},
-		{Path: "/agents/b", Tail: off(0), Empty: true},
+		{Path: "/agents/b", Tail: off(0)},
 	}, got)
 
 	p, err = webhooks.ParsePattern("/none/*")

@@ -225,5 +225,5 @@ func (s *Server) MatchStreams(_ context.Context, pattern *webhooks.Pattern) ([]w
 }
 
 func info(path string, st *stream) webhooks.StreamInfo {
-	return webhooks.StreamInfo{Path: path, Tail: formatOffset(st.tail()), Empty: st.tail() == 0}
+	return webhooks.StreamInfo{Path: path, Tail: formatOffset(st.tail())}
 }

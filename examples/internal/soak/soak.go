@@ -418,9 +418,9 @@ func (s *stack) settledState(ctx context.Context, k kind, p string) string {
 		return fmt.Sprintf("stream %s: %v", p, err)
 	}
 	c, err := s.store.GetConsumer(ctx, id)
-	// A stream never appended to never woke its consumer, which therefore
-	// never failed either.
-	if k.failing() && !info.Empty {
+	// Every stream was created after its subscription, so its consumer woke
+	// at once, even if never appended to: a failing one is collected.
+	if k.failing() {
 		if err == nil {
 			return fmt.Sprintf("failing consumer %s not collected: %s, failing since %s", id, c.State, c.FailingSince.Format(time.StampMilli))
 		}
@@ -433,9 +433,6 @@ func (s *stack) settledState(ctx context.Context, k kind, p string) string {
 		return fmt.Sprintf("consumer %s: %v", id, err)
 	}
 	want := info.Tail
-	if info.Empty {
-		want = webhooks.OffsetNone
-	}
 	if c.State != webhooks.StateIdle || len(c.Streams) != 1 || c.Streams[0].Offset != want {
 		return fmt.Sprintf("consumer %s is %s at %v, want IDLE at %s", id, c.State, c.Streams, want)
 	}
