@@ -84,7 +84,8 @@ func (r *connsReceiver) round(h *harness, ids, paths []string) {
 // under load, a TLS handshake each in production, and strand a TIME_WAIT
 // socket per delivery on the engine's host.
 func TestDeliveriesReuseConnections(t *testing.T) {
-	const n = 16
+	// As many as a host new to the engine may have in flight at once.
+	const n = webhooks.LaneStartLimit
 	h := newHarness(t)
 	r := newConnsReceiver(t)
 	rec := h.do(http.MethodPut, "/reuse/*?subscription=reuse", fmt.Sprintf(`{"webhook":%q}`, r.srv.URL+"/hook"))

@@ -128,17 +128,25 @@ func (e *Engine) runDue(ctx context.Context) time.Time {
 }
 
 // handleDue acts on one consumer whose deadline has passed, as seen in
-// snapshot.
+// snapshot. A due send is marked as sent and handed to its destination's
+// lane (lanes.go), which starts the POST when the destination may have one
+// more in flight: the scheduler never waits for delivery capacity, so
+// endpoints that hang cannot hold up other deadlines.
 func (e *Engine) handleDue(ctx context.Context, snapshot *Consumer) error {
-	// Take a delivery slot before marking an attempt as sent, so that a full
-	// pipeline delays attempts instead of starting their timeouts.
-	slot := snapshot.State == StateWaking && !snapshot.InFlight
-	if slot {
-		select {
-		case e.slots <- struct{}{}:
-		case <-ctx.Done():
-			return ctx.Err()
+	// The lane is the webhook's host, read before the attempt is marked as
+	// sent so that a Store error leaves the attempt due.
+	send := snapshot.State == StateWaking && !snapshot.InFlight
+	var key string
+	if send {
+		sub, err := e.store.GetSubscription(ctx, snapshot.SubscriptionID)
+		switch {
+		case err == nil:
+			key = laneKey(sub.Webhook)
+		case !errors.Is(err, ErrSubscriptionNotFound):
+			return err
 		}
+		// A deleted subscription took its consumers with it: the update
+		// finds none, or deliver does.
 	}
 	var action dueAction
 	c, err := e.update(ctx, snapshot.ID, func(c *Consumer) (UpdateAction, error) {
@@ -150,9 +158,9 @@ func (e *Engine) handleDue(ctx context.Context, snapshot *Consumer) error {
 			}
 		}
 		action = e.m.onDue(c, t, e.clock.Now())
-		if action == dueSend && !slot {
-			// The snapshot was not a send, so no slot was taken: leave the
-			// attempt due for the next pass, which takes one first.
+		if action == dueSend && !send {
+			// The snapshot was not a send, so its lane is unknown: leave
+			// the attempt due for the next pass, which reads it.
 			action = dueNone
 		}
 		switch action {
@@ -165,16 +173,8 @@ func (e *Engine) handleDue(ctx context.Context, snapshot *Consumer) error {
 		}
 	})
 	if action == dueSend && err == nil {
-		e.deliveries.Add(1)
-		go func() {
-			defer e.deliveries.Done()
-			defer func() { <-e.slots }()
-			e.deliver(ctx, c)
-		}()
+		e.lanes.enqueue(ctx, key, c)
 		return nil
-	}
-	if slot {
-		<-e.slots
 	}
 	if errors.Is(err, ErrConsumerNotFound) {
 		return nil
@@ -186,9 +186,20 @@ func (e *Engine) handleDue(ctx context.Context, snapshot *Consumer) error {
 	return err
 }
 
+// startDelivery runs attempt a, started by its lane, in a goroutine that
+// Stop waits for, and reports its outcome to the lane.
+func (e *Engine) startDelivery(a *attempt) {
+	e.deliveries.Add(1)
+	go func() {
+		defer e.deliveries.Done()
+		e.lanes.finish(a, laneOutcomeOf(e.deliver(a.ctx, a.c)))
+	}()
+}
+
 // deliver sends one delivery attempt for c, a consumer just marked as
-// sending, and applies its outcome.
-func (e *Engine) deliver(ctx context.Context, c *Consumer) {
+// sending, and applies its outcome. It returns the outcome, or "" if it
+// made no POST.
+func (e *Engine) deliver(ctx context.Context, c *Consumer) (outcome string) {
 	ctx, span := e.tel.tracer.Start(ctx, "webhooks.deliver", trace.WithAttributes(consumerAttrs(c)...))
 	defer span.End()
 	sub, err := e.store.GetSubscription(ctx, c.SubscriptionID)
@@ -206,7 +217,7 @@ func (e *Engine) deliver(ctx context.Context, c *Consumer) {
 	}
 	result := deliveryResult{epoch: c.Epoch, wakeID: c.WakeID, attempt: c.Attempt}
 	start := e.clock.Now()
-	outcome := e.post(ctx, sub, body, func() {
+	outcome = e.post(ctx, sub, body, func() {
 		// A 2xx proves receipt: the consumer is LIVE at once, even if the
 		// receiver holds the body open while it works (spec: WAKING
 		// Timeout).
@@ -229,6 +240,7 @@ func (e *Engine) deliver(ctx context.Context, c *Consumer) {
 	default:
 		e.record(ctx, c.ID, result)
 	}
+	return outcome
 }
 
 // record applies the outcome of a delivery attempt to consumer id.

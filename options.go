@@ -29,8 +29,12 @@ const (
 	// DefaultFailureGCAfter is how long deliveries to a consumer must fail
 	// without a break before the consumer is removed.
 	DefaultFailureGCAfter = 72 * time.Hour
-	// DefaultMaxConcurrentDeliveries bounds webhook POSTs in flight.
+	// DefaultMaxConcurrentDeliveries bounds webhook POSTs in flight; see
+	// WithMaxConcurrentDeliveries.
 	DefaultMaxConcurrentDeliveries = 512
+	// DefaultMaxDeliveriesPerHost bounds webhook POSTs in flight to one
+	// webhook host.
+	DefaultMaxDeliveriesPerHost = 128
 )
 
 // MinTokenKeyLength is the shortest accepted token signing key, in bytes.
@@ -66,6 +70,7 @@ type config struct {
 	backoff                 func(retry int) time.Duration
 	webhookPolicy           WebhookPolicy
 	maxConcurrentDeliveries int
+	maxDeliveriesPerHost    int
 }
 
 func defaultConfig() config {
@@ -81,6 +86,7 @@ func defaultConfig() config {
 		failureGCAfter:          DefaultFailureGCAfter,
 		backoff:                 DefaultBackoff,
 		maxConcurrentDeliveries: DefaultMaxConcurrentDeliveries,
+		maxDeliveriesPerHost:    DefaultMaxDeliveriesPerHost,
 	}
 }
 
@@ -244,13 +250,33 @@ func WithWebhookPolicy(p WebhookPolicy) Option {
 	}
 }
 
-// WithMaxConcurrentDeliveries bounds the webhook POSTs in flight at once.
+// WithMaxConcurrentDeliveries bounds the webhook POSTs in flight at once,
+// with one exception: a webhook host whose last POST succeeded and that has
+// none in flight may always start one, up to twice n in all, so that hosts
+// that hang cannot hold up healthy ones. Attempts beyond the bound wait in
+// their host's queue, never in the scheduler, and each host's waiting
+// attempts are served in turn.
 func WithMaxConcurrentDeliveries(n int) Option {
 	return func(c *config) error {
 		if n < 1 {
 			return fmt.Errorf("WithMaxConcurrentDeliveries: %d is less than 1", n)
 		}
 		c.maxConcurrentDeliveries = n
+		return nil
+	}
+}
+
+// WithMaxDeliveriesPerHost bounds the webhook POSTs in flight to one host
+// (host and port). A host starts at a few, gains one per 2xx up to n, and
+// is held to one after a timeout or connection failure until a POST to it
+// succeeds; a waiting attempt whose WAKING timeout passes is retried on the
+// backoff schedule instead.
+func WithMaxDeliveriesPerHost(n int) Option {
+	return func(c *config) error {
+		if n < 1 {
+			return fmt.Errorf("WithMaxDeliveriesPerHost: %d is less than 1", n)
+		}
+		c.maxDeliveriesPerHost = n
 		return nil
 	}
 }

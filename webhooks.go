@@ -53,7 +53,7 @@ type Engine struct {
 
 	kick       chan struct{}
 	armed      atomic.Int64 // UnixNano the scheduler's timer waits for; 0 while it works
-	slots      chan struct{}
+	lanes      *lanes
 	deliveries sync.WaitGroup
 
 	mu      sync.Mutex
@@ -129,7 +129,6 @@ func New(store Store, source StreamSource, opts ...Option) (*Engine, error) {
 		policy: policy,
 		tel:    tel,
 		kick:   make(chan struct{}, 1),
-		slots:  make(chan struct{}, cfg.maxConcurrentDeliveries),
 		done:   make(chan struct{}),
 		stored: make(map[string]*Pattern),
 	}
@@ -145,6 +144,7 @@ func New(store Store, source StreamSource, opts ...Option) (*Engine, error) {
 		e.index.add(p, sub.ID)
 		e.stored[sub.ID] = p
 	}
+	e.lanes = newLanes(e.clock, cfg.maxConcurrentDeliveries, cfg.maxDeliveriesPerHost, e.startDelivery)
 	return e, nil
 }
 
