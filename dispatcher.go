@@ -133,21 +133,6 @@ func (e *Engine) runDue(ctx context.Context) time.Time {
 // more in flight: the scheduler never waits for delivery capacity, so
 // endpoints that hang cannot hold up other deadlines.
 func (e *Engine) handleDue(ctx context.Context, snapshot *Consumer) error {
-	// The lane is the webhook's host, read before the attempt is marked as
-	// sent so that a Store error leaves the attempt due.
-	send := snapshot.State == StateWaking && !snapshot.InFlight
-	var key string
-	if send {
-		sub, err := e.store.GetSubscription(ctx, snapshot.SubscriptionID)
-		switch {
-		case err == nil:
-			key = laneKey(sub.Webhook)
-		case !errors.Is(err, ErrSubscriptionNotFound):
-			return err
-		}
-		// A deleted subscription took its consumers with it: the update
-		// finds none, or deliver does.
-	}
 	var action dueAction
 	c, err := e.update(ctx, snapshot.ID, func(c *Consumer) (UpdateAction, error) {
 		var t tails
@@ -158,11 +143,6 @@ func (e *Engine) handleDue(ctx context.Context, snapshot *Consumer) error {
 			}
 		}
 		action = e.m.onDue(c, t, e.clock.Now())
-		if action == dueSend && !send {
-			// The snapshot was not a send, so its lane is unknown: leave
-			// the attempt due for the next pass, which reads it.
-			action = dueNone
-		}
 		switch action {
 		case dueNone:
 			return UpdateNone, nil
@@ -173,7 +153,7 @@ func (e *Engine) handleDue(ctx context.Context, snapshot *Consumer) error {
 		}
 	})
 	if action == dueSend && err == nil {
-		e.lanes.enqueue(ctx, key, c)
+		e.send(ctx, c)
 		return nil
 	}
 	if errors.Is(err, ErrConsumerNotFound) {
@@ -184,6 +164,22 @@ func (e *Engine) handleDue(ctx context.Context, snapshot *Consumer) error {
 			"consumer_id", snapshot.ID, "failing_since", snapshot.FailingSince)
 	}
 	return err
+}
+
+// send hands the attempt of c, just marked as sent, to the lane of its
+// webhook's host.
+func (e *Engine) send(ctx context.Context, c *Consumer) {
+	sub, err := e.store.GetSubscription(ctx, c.SubscriptionID)
+	if err != nil {
+		// A deleted subscription took the consumer with it. After another
+		// error the attempt stays in flight in the Store and times out like
+		// a lost POST.
+		if !errors.Is(err, ErrSubscriptionNotFound) && ctx.Err() == nil {
+			e.log.ErrorContext(ctx, "webhooks: loading subscription", "consumer_id", c.ID, "error", err)
+		}
+		return
+	}
+	e.lanes.enqueue(ctx, laneKey(sub.Webhook), c)
 }
 
 // startDelivery runs attempt a, started by its lane, in a goroutine that
