@@ -167,8 +167,18 @@ func (ls *lanes) finish(a *attempt, outcome laneOutcome) {
 		l.healthy = false
 		l.limit = 1
 	}
-	started := ls.fill(l, now, nil)
+	// Freed global capacity goes to the waiting lanes in turn, this one
+	// among them; past the cap, only this lane's floor can start one.
+	var started []*attempt
+	if ls.inFlight >= ls.maxTotal {
+		started = ls.fill(l, now, started)
+	} else {
+		ls.queue(l)
+	}
 	started = ls.serveReady(now, started)
+	if l.idle() {
+		l.idleSince = now
+	}
 	ls.mu.Unlock()
 	for _, a := range started {
 		ls.start(a)
@@ -184,7 +194,9 @@ func (ls *lanes) canStart(l *lane) bool {
 }
 
 // fill starts what lane l may start, and puts it in the ready ring if the
-// global cap holds back what its own limit would let start.
+// global cap holds back what its own limit would let start. Outside finish
+// the ring is empty whenever the cap is not reached, so l takes no turn
+// from another lane.
 func (ls *lanes) fill(l *lane, now time.Time, started []*attempt) []*attempt {
 	for ls.canStart(l) {
 		a := ls.next(l, now)
@@ -193,14 +205,20 @@ func (ls *lanes) fill(l *lane, now time.Time, started []*attempt) []*attempt {
 		}
 		started = append(started, a)
 	}
-	if len(l.waiting) > 0 && l.inFlight < l.limit && !l.ready {
-		l.ready = true
-		ls.ready = append(ls.ready, l)
-	}
+	ls.queue(l)
 	if l.idle() {
 		l.idleSince = now
 	}
 	return started
+}
+
+// queue puts lane l at the back of the ready ring if it has attempts
+// waiting that its own limit would let start.
+func (ls *lanes) queue(l *lane) {
+	if len(l.waiting) > 0 && l.inFlight < l.limit && !l.ready {
+		l.ready = true
+		ls.ready = append(ls.ready, l)
+	}
 }
 
 // serveReady hands free global capacity to the lanes in the ready ring,
@@ -217,10 +235,7 @@ func (ls *lanes) serveReady(now time.Time, started []*attempt) []*attempt {
 		}
 		// A lane held back by its own limit leaves the ring until one of
 		// its POSTs finishes.
-		if len(l.waiting) > 0 && l.inFlight < l.limit {
-			l.ready = true
-			ls.ready = append(ls.ready, l)
-		}
+		ls.queue(l)
 		if l.idle() {
 			l.idleSince = now
 		}
