@@ -91,7 +91,7 @@ type config struct {
 	callbackFor time.Duration // how long the callbacks and the bare handler each run
 	fairHostile int           // consumers with hostile webhooks in the fairness figure
 	fairSamples int           // wakes measured quiet, and at least as many per hostile spread, in the fairness figure
-	fairFor     time.Duration // how long the fairness figure measures each hostile spread at least
+	fairFor     time.Duration // how long the fairness figure measures each hostile spread at least, and a third as long quiet
 	workers     int           // concurrent requests while setting up
 	cpuProfile  string
 	memProfile  string
@@ -141,7 +141,7 @@ func main() {
 	fs.DurationVar(&cfg.callbackFor, "callback-for", cfg.callbackFor, "duration of the callback run and of the bare-handler run")
 	fs.IntVar(&cfg.fairHostile, "fair-hostile", cfg.fairHostile, "consumers with hostile webhooks in the fairness figure (memory stores only)")
 	fs.IntVar(&cfg.fairSamples, "fair-samples", cfg.fairSamples, "wakes measured quiet, and at least as many per hostile spread, in the fairness figure")
-	fs.DurationVar(&cfg.fairFor, "fair-for", cfg.fairFor, "how long the fairness figure measures each hostile spread at least")
+	fs.DurationVar(&cfg.fairFor, "fair-for", cfg.fairFor, "how long the fairness figure measures each hostile spread at least, and a third as long quiet")
 	fs.IntVar(&cfg.workers, "workers", cfg.workers, "concurrent requests while setting up")
 	fs.StringVar(&cfg.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
 	fs.StringVar(&cfg.memProfile, "memprofile", "", "write an allocation profile of the whole run to this file")
