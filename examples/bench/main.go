@@ -2,7 +2,7 @@
 // server with the engine mounted, on loopback, and in-process webhook
 // receivers that act as consumers through the callback API.
 //
-//	go run ./examples/bench                            # every figure, both stores, < 2 min
+//	go run ./examples/bench                            # every figure, both stores, < 3 min
 //	go run ./examples/bench -figures cycle -cycle-c 64 # one figure, scaled
 //	go run ./examples/bench -store memory -figures idle -idle-k 1000000
 //
