@@ -1,6 +1,8 @@
 package webhooks_test
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -11,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	webhooks "github.com/streamhooks/webhooks"
+	"github.com/streamhooks/webhooks/memstore"
 )
 
 // hangServer is a webhook endpoint on its own loopback listener that holds
@@ -128,4 +131,39 @@ func TestHostLimitLeavesCapacityForOtherHosts(t *testing.T) {
 	require.Zero(t, finished.Load(), "a hanging POST ended before the healthy one arrived")
 	h.waitConsumer(agentAID, func(c *webhooks.Consumer) bool { return c.State == webhooks.StateLive })
 	require.Empty(t, arrived, "the hanging host got more POSTs than its limit")
+}
+
+// subscriptionErrStore fails the next GetSubscription once armed.
+type subscriptionErrStore struct {
+	*memstore.Store
+	fail atomic.Bool
+}
+
+func (s *subscriptionErrStore) GetSubscription(ctx context.Context, id string) (*webhooks.Subscription, error) {
+	if s.fail.CompareAndSwap(true, false) {
+		return nil, errors.New("store unavailable")
+	}
+	return s.Store.GetSubscription(ctx, id)
+}
+
+// TestAttemptWhoseHostCannotBeReadIsRetried checks that an attempt whose
+// subscription the Store fails to read, after it was marked as sent, is
+// not lost: it times out like a lost POST and is retried.
+func TestAttemptWhoseHostCannotBeReadIsRetried(t *testing.T) {
+	store := &subscriptionErrStore{Store: memstore.New()}
+	h := newHarnessStore(t, store, faultConstBackoff(time.Second))
+	h.subscribe("s1", "/agents/*")
+	h.create(agentA, 0)
+	store.fail.Store(true)
+	h.appendTo(agentA, 10)
+	h.waitConsumer(agentAID, func(c *webhooks.Consumer) bool { return c.InFlight && c.Attempt == 1 })
+	require.Eventually(t, func() bool { return !store.fail.Load() }, waitFor, time.Millisecond)
+	h.faultRequireNoDelivery()
+
+	h.clock.Add(webhooks.DefaultWakingTimeout)
+	h.waitConsumer(agentAID, func(c *webhooks.Consumer) bool { return c.Failures == 1 && !c.InFlight })
+	h.clock.Add(time.Second)
+	d := h.nextDelivery()
+	require.EqualValues(t, 1, d.n.Epoch)
+	h.waitConsumer(agentAID, func(c *webhooks.Consumer) bool { return c.State == webhooks.StateLive && c.Attempt == 2 })
 }
