@@ -183,13 +183,16 @@ func (e *Engine) send(ctx context.Context, c *Consumer) {
 }
 
 // startDelivery runs attempt a, started by its lane, in a goroutine that
-// Stop waits for, and reports its outcome to the lane.
+// Stop waits for.
 func (e *Engine) startDelivery(a *attempt) {
 	e.deliveries.Add(1)
-	go func() {
-		defer e.deliveries.Done()
-		e.lanes.finish(a, laneOutcomeOf(e.deliver(a.ctx, a.c)))
-	}()
+	go e.runDelivery(a)
+}
+
+// runDelivery sends attempt a and reports its outcome to its lane.
+func (e *Engine) runDelivery(a *attempt) {
+	defer e.deliveries.Done()
+	e.lanes.finish(a, laneOutcomeOf(e.deliver(a.ctx, a.c)))
 }
 
 // deliver sends one delivery attempt for c, a consumer just marked as

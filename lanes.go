@@ -94,16 +94,20 @@ func (l *lane) idle() bool { return l.inFlight == 0 && len(l.waiting) == 0 }
 
 // lanes dispatches attempts to start, calling start for each outside its
 // lock. A lane's limit starts at laneStartLimit, grows by one per success
-// up to maxPerHost and drops to 1, a probe, on a failure. POSTs in flight
-// stay within maxTotal, except that a healthy lane with none in flight may
-// start one past it, up to twice maxTotal in all: a destination whose
-// last POST succeeded never waits behind bad ones. A destination never yet
-// answered competes for maxTotal, since nothing yet tells it from a bad
-// one. Lanes waiting for the global cap are served round-robin.
+// up to maxPerHost and drops to 1, a probe, on a failure. The limits bind
+// once spare POSTs are in flight: below that every lane may have up to
+// maxPerHost, so that a slow but working destination with many consumers
+// is not throttled while nobody needs the capacity. POSTs in flight stay
+// within maxTotal, except that a healthy lane with none in flight may start
+// one past it, up to twice maxTotal in all: a destination whose last POST
+// succeeded never waits behind bad ones. A destination never yet answered
+// competes for maxTotal, since nothing yet tells it from a bad one. Lanes
+// waiting for the global cap are served round-robin.
 type lanes struct {
 	clock      clock.Clock
 	maxTotal   int
 	maxPerHost int
+	spare      int // half of maxTotal
 	start      func(*attempt)
 
 	mu       sync.Mutex
@@ -118,6 +122,7 @@ func newLanes(clk clock.Clock, maxTotal, maxPerHost int, start func(*attempt)) *
 		clock:      clk,
 		maxTotal:   maxTotal,
 		maxPerHost: maxPerHost,
+		spare:      maxTotal / 2,
 		start:      start,
 		byKey:      make(map[string]*lane),
 		swept:      clk.Now(),
@@ -187,6 +192,12 @@ func (ls *lanes) finish(a *attempt, outcome laneOutcome) {
 
 // canStart reports whether lane l may start one more POST.
 func (ls *lanes) canStart(l *lane) bool {
+	if l.inFlight >= ls.maxPerHost {
+		return false
+	}
+	if ls.inFlight < ls.spare {
+		return true
+	}
 	if l.inFlight >= l.limit {
 		return false
 	}
@@ -215,7 +226,8 @@ func (ls *lanes) fill(l *lane, now time.Time, started []*attempt) []*attempt {
 // queue puts lane l at the back of the ready ring if it has attempts
 // waiting that its own limit would let start.
 func (ls *lanes) queue(l *lane) {
-	if len(l.waiting) > 0 && l.inFlight < l.limit && !l.ready {
+	own := l.inFlight < ls.maxPerHost && (ls.inFlight < ls.spare || l.inFlight < l.limit)
+	if len(l.waiting) > 0 && own && !l.ready {
 		l.ready = true
 		ls.ready = append(ls.ready, l)
 	}

@@ -23,6 +23,9 @@ func newLaneRig(t *testing.T, maxTotal, maxPerHost int) *laneRig {
 	r := &laneRig{t: t, clock: clock.NewMock()}
 	r.clock.Set(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
 	r.ls = newLanes(r.clock, maxTotal, maxPerHost, func(a *attempt) { r.started = append(r.started, a) })
+	// The adaptive limits bind from the first POST; TestLanesSpareCapacity
+	// covers the spare capacity.
+	r.ls.spare = 0
 	return r
 }
 
@@ -239,4 +242,28 @@ func TestLanesServeWaitingLanesRoundRobin(t *testing.T) {
 		order = append(order, inFlight[0].lane.key)
 	}
 	require.Equal(t, []string{"a", "b", "c", "a", "b", "a"}, order)
+}
+
+// Below spare POSTs in flight, a lane is held only to the per-host maximum,
+// even after a failure; from there on, to its adaptive limit.
+func TestLanesSpareCapacity(t *testing.T) {
+	r := newLaneRig(t, 100, 40)
+	r.ls.spare = 50
+	for range 60 {
+		r.enqueue("slow")
+	}
+	first := r.take()
+	require.Len(t, first, 40, "up to the per-host maximum")
+	r.ls.finish(first[0], laneFailure)
+	require.Len(t, r.take(), 1, "a failure does not hold it back while capacity is spare")
+	for range 30 {
+		r.enqueue("other")
+	}
+	require.Len(t, r.take(), 10, "up to spare; from there a lane new to the engine is held to its start limit")
+	for range 5 {
+		r.enqueue("third")
+	}
+	require.Len(t, r.take(), 5)
+	r.ls.finish(first[1], laneAnswered)
+	require.Empty(t, r.take(), "past spare, a failed lane is held to one POST")
 }

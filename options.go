@@ -267,10 +267,12 @@ func WithMaxConcurrentDeliveries(n int) Option {
 }
 
 // WithMaxDeliveriesPerHost bounds the webhook POSTs in flight to one host
-// (host and port). A host starts at a few, gains one per 2xx up to n, and
-// is held to one after a timeout or connection failure until a POST to it
-// succeeds; a waiting attempt whose WAKING timeout passes is retried on the
-// backoff schedule instead.
+// (host and port). While more than half the WithMaxConcurrentDeliveries
+// bound is in flight, each host is also held to an adaptive limit: it
+// starts at a few, gains one per 2xx up to n, and drops to one after a
+// timeout or connection failure until a POST to it succeeds. A waiting
+// attempt whose WAKING timeout passes is retried on the backoff schedule
+// instead.
 func WithMaxDeliveriesPerHost(n int) Option {
 	return func(c *config) error {
 		if n < 1 {
