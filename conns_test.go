@@ -84,8 +84,7 @@ func (r *connsReceiver) round(h *harness, ids, paths []string) {
 // under load, a TLS handshake each in production, and strand a TIME_WAIT
 // socket per delivery on the engine's host.
 func TestDeliveriesReuseConnections(t *testing.T) {
-	// As many as a host new to the engine may have in flight at once.
-	const n = webhooks.LaneStartLimit
+	const n = 16
 	h := newHarness(t)
 	r := newConnsReceiver(t)
 	rec := h.do(http.MethodPut, "/reuse/*?subscription=reuse", fmt.Sprintf(`{"webhook":%q}`, r.srv.URL+"/hook"))

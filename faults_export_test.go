@@ -4,7 +4,3 @@ package webhooks
 // waiting in their host's lane. Fault tests check that every fault gives
 // its slot back.
 func FaultSlotsInUse(e *Engine) int { return e.lanes.pending() }
-
-// LaneStartLimit is how many POSTs a host new to the engine may have in
-// flight at once.
-const LaneStartLimit = laneStartLimit
