@@ -14,9 +14,10 @@ import (
 // Lanes dispatch delivery attempts fairly, per destination. Each webhook
 // host has a lane with its own concurrency limit, so hanging, resetting or
 // slow endpoints hold at most what their own lanes allow, and a destination
-// that answered its last POST can always start one more: bad destinations
-// cannot take what a healthy one needs. There is no goroutine per lane or
-// per consumer; a goroutine exists only per POST in flight.
+// whose last POST succeeded can always start one when it has none in
+// flight: bad destinations cannot take what a healthy one needs. There is
+// no goroutine per lane or per consumer; a goroutine exists only per POST
+// in flight.
 
 const (
 	// laneStartLimit is how many POSTs a lane new to the engine, or back
