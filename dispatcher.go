@@ -127,18 +127,11 @@ func (e *Engine) runDue(ctx context.Context) time.Time {
 }
 
 // handleDue acts on one consumer whose deadline has passed, as seen in
-// snapshot.
+// snapshot. A due send is marked as sent and handed to its destination's
+// lane (lanes.go), which starts the POST when the destination may have one
+// more in flight: the scheduler never waits for delivery capacity, so
+// endpoints that hang cannot hold up other deadlines.
 func (e *Engine) handleDue(ctx context.Context, snapshot *Consumer) error {
-	// Take a delivery slot before marking an attempt as sent, so that a full
-	// pipeline delays attempts instead of starting their timeouts.
-	slot := snapshot.State == StateWaking && !snapshot.InFlight
-	if slot {
-		select {
-		case e.slots <- struct{}{}:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
 	var action dueAction
 	c, err := e.update(ctx, snapshot.ID, func(c *Consumer) (UpdateAction, error) {
 		var t tails
@@ -149,11 +142,6 @@ func (e *Engine) handleDue(ctx context.Context, snapshot *Consumer) error {
 			}
 		}
 		action = e.m.onDue(c, t, e.clock.Now())
-		if action == dueSend && !slot {
-			// The snapshot was not a send, so no slot was taken: leave the
-			// attempt due for the next pass, which takes one first.
-			action = dueNone
-		}
 		switch action {
 		case dueNone:
 			return UpdateNone, nil
@@ -164,16 +152,8 @@ func (e *Engine) handleDue(ctx context.Context, snapshot *Consumer) error {
 		}
 	})
 	if action == dueSend && err == nil {
-		e.deliveries.Add(1)
-		go func() {
-			defer e.deliveries.Done()
-			defer func() { <-e.slots }()
-			e.deliver(ctx, c)
-		}()
+		e.send(ctx, c)
 		return nil
-	}
-	if slot {
-		<-e.slots
 	}
 	if errors.Is(err, ErrConsumerNotFound) {
 		return nil
@@ -185,19 +165,41 @@ func (e *Engine) handleDue(ctx context.Context, snapshot *Consumer) error {
 	return err
 }
 
-// deliver sends one delivery attempt for c, a consumer just marked as
-// sending, and applies its outcome.
-func (e *Engine) deliver(ctx context.Context, c *Consumer) {
-	ctx, span := e.tel.tracer.Start(ctx, "webhooks.deliver", trace.WithAttributes(consumerAttrs(c)...))
-	defer span.End()
+// send hands the attempt of c, just marked as sent, to the lane of its
+// webhook's host.
+func (e *Engine) send(ctx context.Context, c *Consumer) {
 	sub, err := e.store.GetSubscription(ctx, c.SubscriptionID)
 	if err != nil {
-		// A deleted subscription took the consumer with it.
+		// A deleted subscription took the consumer with it. After another
+		// error the attempt stays in flight in the Store and times out like
+		// a lost POST.
 		if !errors.Is(err, ErrSubscriptionNotFound) && ctx.Err() == nil {
 			e.log.ErrorContext(ctx, "webhooks: loading subscription", "consumer_id", c.ID, "error", err)
 		}
 		return
 	}
+	e.lanes.enqueue(ctx, laneKey(sub.Webhook), c, sub)
+}
+
+// startDelivery runs attempt a, started by its lane, in a goroutine that
+// Stop waits for.
+func (e *Engine) startDelivery(a *attempt) {
+	e.deliveries.Add(1)
+	go e.runDelivery(a)
+}
+
+// runDelivery sends attempt a and reports its outcome to its lane.
+func (e *Engine) runDelivery(a *attempt) {
+	defer e.deliveries.Done()
+	e.lanes.finish(a, laneOutcomeOf(e.deliver(a.ctx, a.c, a.sub)))
+}
+
+// deliver sends one delivery attempt for c, a consumer of sub just marked
+// as sending, and applies its outcome. It returns the outcome, or "" if it
+// made no POST.
+func (e *Engine) deliver(ctx context.Context, c *Consumer, sub *Subscription) (outcome string) {
+	ctx, span := e.tel.tracer.Start(ctx, "webhooks.deliver", trace.WithAttributes(consumerAttrs(c)...))
+	defer span.End()
 	body, err := e.notification(c)
 	if err != nil {
 		e.log.ErrorContext(ctx, "webhooks: building notification", "consumer_id", c.ID, "error", err)
@@ -205,7 +207,8 @@ func (e *Engine) deliver(ctx context.Context, c *Consumer) {
 	}
 	result := deliveryResult{epoch: c.Epoch, wakeID: c.WakeID, attempt: c.Attempt}
 	start := e.clock.Now()
-	outcome, failure := e.post(ctx, sub, body, func() {
+	var failure *deliveryFailure
+	outcome, failure = e.post(ctx, sub, body, func() {
 		// A 2xx proves receipt: the consumer is LIVE at once, even if the
 		// receiver holds the body open while it works (spec: WAKING
 		// Timeout).
@@ -229,6 +232,7 @@ func (e *Engine) deliver(ctx context.Context, c *Consumer) {
 		stored, removed := e.record(ctx, c.ID, result)
 		e.failures.failed(ctx, c, failure, stored, removed)
 	}
+	return outcome
 }
 
 // record applies the outcome of a delivery attempt to consumer id. It

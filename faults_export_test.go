@@ -1,6 +1,6 @@
 package webhooks
 
-// FaultSlotsInUse reports how many delivery slots are taken, which is how
-// many webhook POSTs are in flight. Fault tests check that every fault
-// gives its slot back.
-func FaultSlotsInUse(e *Engine) int { return len(e.slots) }
+// FaultSlotsInUse reports how many delivery attempts are in flight or
+// waiting in their host's lane. Fault tests check that every fault gives
+// its slot back.
+func FaultSlotsInUse(e *Engine) int { return e.lanes.pending() }

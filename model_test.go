@@ -1569,11 +1569,14 @@ func (r *modelRig) quiet(open int) (bool, string) {
 		return false, "no scheduler goroutine found"
 	}
 	header, frames, _ := strings.Cut(sched, "\n")
-	id, status, _ := strings.Cut(strings.TrimPrefix(header, "goroutine "), " ")
+	_, status, _ := strings.Cut(strings.TrimPrefix(header, "goroutine "), " ")
 	if !strings.HasPrefix(status, "[select") || !strings.HasPrefix(frames, "github.com/streamhooks/webhooks.(*Engine).schedule(") {
 		return false, "scheduler busy: " + header
 	}
-	if n := strings.Count(dump, "created by github.com/streamhooks/webhooks.(*Engine).handleDue in goroutine "+id+"\n"); n != open {
+	// A POST's goroutine is started by its host's lane, from the scheduler
+	// or from the goroutine of a POST that finished, which may be gone: it
+	// is known by its engine, the receiver its entry frame prints.
+	if n := strings.Count(dump, fmt.Sprintf("github.com/streamhooks/webhooks.(*Engine).runDelivery(%p", r.h.engine)); n != open {
 		return false, fmt.Sprintf("%d delivery goroutines, the model holds %d POSTs open", n, open)
 	}
 	return true, ""

@@ -29,13 +29,17 @@ const (
 	// DefaultFailureGCAfter is how long deliveries to a consumer must fail
 	// without a break before the consumer is removed.
 	DefaultFailureGCAfter = 72 * time.Hour
-	// DefaultMaxConcurrentDeliveries bounds webhook POSTs in flight.
+	// DefaultMaxConcurrentDeliveries bounds webhook POSTs in flight; see
+	// WithMaxConcurrentDeliveries.
 	DefaultMaxConcurrentDeliveries = 512
 	// DefaultPollInterval is the longest the scheduler goes without looking
 	// at the Store's deadlines. A second is a tenth of the WAKING timeout,
 	// so a deadline this engine was not told of is late by little against
 	// the spec's timeouts, for two small Store queries a second when idle.
 	DefaultPollInterval = time.Second
+	// DefaultMaxDeliveriesPerHost bounds webhook POSTs in flight to one
+	// webhook host.
+	DefaultMaxDeliveriesPerHost = 128
 )
 
 // MinTokenKeyLength is the shortest accepted token signing key, in bytes.
@@ -75,6 +79,7 @@ type config struct {
 	maxConcurrentDeliveries int
 	authorizer              Authorizer
 	pollInterval            time.Duration
+	maxDeliveriesPerHost    int
 }
 
 func defaultConfig() config {
@@ -91,6 +96,7 @@ func defaultConfig() config {
 		backoff:                 DefaultBackoff,
 		maxConcurrentDeliveries: DefaultMaxConcurrentDeliveries,
 		pollInterval:            DefaultPollInterval,
+		maxDeliveriesPerHost:    DefaultMaxDeliveriesPerHost,
 	}
 }
 
@@ -254,7 +260,12 @@ func WithWebhookPolicy(p WebhookPolicy) Option {
 	}
 }
 
-// WithMaxConcurrentDeliveries bounds the webhook POSTs in flight at once.
+// WithMaxConcurrentDeliveries bounds the webhook POSTs in flight at once,
+// with one exception: a webhook host whose last POST succeeded and that has
+// none in flight may always start one, up to twice n in all, so that hosts
+// that hang cannot hold up healthy ones. Attempts beyond the bound wait in
+// their host's queue, never in the scheduler, and each host's waiting
+// attempts are served in turn.
 func WithMaxConcurrentDeliveries(n int) Option {
 	return func(c *config) error {
 		if n < 1 {
@@ -276,6 +287,23 @@ func WithPollInterval(d time.Duration) Option {
 			return fmt.Errorf("WithPollInterval: %v is not positive", d)
 		}
 		c.pollInterval = d
+		return nil
+	}
+}
+
+// WithMaxDeliveriesPerHost bounds the webhook POSTs in flight to one host
+// (host and port). While more than half the WithMaxConcurrentDeliveries
+// bound is in flight, each host is also held to an adaptive limit: it
+// starts at a few, gains one per 2xx up to n, and drops to one after a
+// timeout or connection failure until a POST to it succeeds. A waiting
+// attempt whose WAKING timeout passes is retried on the backoff schedule
+// instead.
+func WithMaxDeliveriesPerHost(n int) Option {
+	return func(c *config) error {
+		if n < 1 {
+			return fmt.Errorf("WithMaxDeliveriesPerHost: %d is less than 1", n)
+		}
+		c.maxDeliveriesPerHost = n
 		return nil
 	}
 }

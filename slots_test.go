@@ -35,15 +35,16 @@ func (s *slotStore) DueConsumers(ctx context.Context, now time.Time, limit int) 
 	return due, err
 }
 
-// TestAttemptOfStaleSnapshotTakesADeliverySlot checks that a consumer that
-// becomes due for a delivery after the scheduler read it in another state
-// is sent only with a delivery slot. A LIVE consumer whose liveness timeout
-// passed is read; before the scheduler handles it, a done callback with
-// pending work starts a new wake. Sending that wake's attempt on the
-// strength of the LIVE snapshot, which needs no slot, would release a slot
-// never taken: beyond breaking the bound on deliveries in flight, the
-// release blocks forever on an empty semaphore and Stop never returns.
-func TestAttemptOfStaleSnapshotTakesADeliverySlot(t *testing.T) {
+// TestAttemptOfStaleSnapshotGoesThroughItsLane checks that a consumer
+// that becomes due for a delivery after the scheduler read it in another
+// state is sent through its host's lane and gives its place back. A LIVE
+// consumer whose liveness timeout passed is read; before the scheduler
+// handles it, a done callback with pending work starts a new wake, whose
+// attempt the scheduler then sends. Deciding what the attempt holds from
+// the stale snapshot once made it release a delivery slot it never took;
+// a lane that counts a POST it never started, or misses one, leaks
+// delivery capacity, and a POST nobody waits for outlives Stop.
+func TestAttemptOfStaleSnapshotGoesThroughItsLane(t *testing.T) {
 	store := &slotStore{Store: memstore.New()}
 	h := &harness{t: t, clock: newMockClock(), store: store.Store, source: newFakeSource(), recv: newReceiver(t)}
 	e, err := webhooks.New(store, h.source,
@@ -84,8 +85,10 @@ func TestAttemptOfStaleSnapshotTakesADeliverySlot(t *testing.T) {
 	d2 := h.nextDelivery()
 	require.EqualValues(t, 2, d2.n.Epoch)
 	h.waitConsumer(agentAID, func(c *webhooks.Consumer) bool { return c.State == webhooks.StateLive && c.Epoch == 2 })
+	require.Eventually(t, func() bool { return webhooks.FaultSlotsInUse(h.engine) == 0 }, waitFor, time.Millisecond,
+		"a delivery's place in its lane was never given back")
 
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()
-	require.NoError(t, e.Stop(ctx), "a delivery goroutine is stuck releasing a slot it never took")
+	require.NoError(t, e.Stop(ctx), "a delivery goroutine outlived Stop")
 }

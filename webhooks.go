@@ -67,7 +67,7 @@ type Engine struct {
 
 	kick       chan struct{}
 	armed      atomic.Int64 // UnixNano the scheduler's timer waits for; 0 while it works
-	slots      chan struct{}
+	lanes      *lanes
 	deliveries sync.WaitGroup
 
 	mu      sync.Mutex
@@ -131,10 +131,10 @@ func New(store Store, source StreamSource, opts ...Option) (*Engine, error) {
 		policy: policy,
 		tel:    tel,
 		kick:   make(chan struct{}, 1),
-		slots:  make(chan struct{}, cfg.maxConcurrentDeliveries),
 		done:   make(chan struct{}),
 	}
 	e.failures = newFailureLog(cfg.logger, cfg.clock)
+	e.lanes = newLanes(e.clock, cfg.maxConcurrentDeliveries, cfg.maxDeliveriesPerHost, e.startDelivery)
 	return e, nil
 }
 

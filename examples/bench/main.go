@@ -2,7 +2,7 @@
 // server with the engine mounted, on loopback, and in-process webhook
 // receivers that act as consumers through the callback API.
 //
-//	go run ./examples/bench                            # every figure, both stores, < 2 min
+//	go run ./examples/bench                            # every figure, both stores, < 3 min
 //	go run ./examples/bench -figures cycle -cycle-c 64 # one figure, scaled
 //	go run ./examples/bench -store memory -figures idle -idle-k 1000000
 //
@@ -72,6 +72,7 @@ var figures = []struct {
 	{"fanout", fanOut},
 	{"idle", idleScale},
 	{"callback", callbackRate},
+	{"fairness", fairness},
 }
 
 // config holds the flags. Every figure has its own knobs so that each can be
@@ -88,6 +89,9 @@ type config struct {
 	durableCap  int           // most consumers or subscriptions a figure creates in a durable Store; 0 for no cap
 	callbackC   int           // concurrent clients in the callback figure
 	callbackFor time.Duration // how long the callbacks and the bare handler each run
+	fairHostile int           // consumers with hostile webhooks in the fairness figure
+	fairSamples int           // wakes measured quiet, and at least as many per hostile spread, in the fairness figure
+	fairFor     time.Duration // how long the fairness figure measures each hostile spread at least, and a third as long quiet
 	workers     int           // concurrent requests while setting up
 	cpuProfile  string
 	memProfile  string
@@ -106,6 +110,9 @@ func defaultConfig() config {
 		durableCap:  10_000,
 		callbackC:   32,
 		callbackFor: 5 * time.Second,
+		fairHostile: 10_000,
+		fairSamples: 1000,
+		fairFor:     12 * time.Second,
 		workers:     8,
 	}
 }
@@ -132,6 +139,9 @@ func main() {
 	fs.IntVar(&cfg.durableCap, "durable-cap", cfg.durableCap, "on a durable store, cap -idle, -idle-k and each -fanout size at this (0: no cap)")
 	fs.IntVar(&cfg.callbackC, "callback-c", cfg.callbackC, "concurrent clients in the callback figure")
 	fs.DurationVar(&cfg.callbackFor, "callback-for", cfg.callbackFor, "duration of the callback run and of the bare-handler run")
+	fs.IntVar(&cfg.fairHostile, "fair-hostile", cfg.fairHostile, "consumers with hostile webhooks in the fairness figure (memory stores only)")
+	fs.IntVar(&cfg.fairSamples, "fair-samples", cfg.fairSamples, "wakes measured quiet, and at least as many per hostile spread, in the fairness figure")
+	fs.DurationVar(&cfg.fairFor, "fair-for", cfg.fairFor, "how long the fairness figure measures each hostile spread at least, and a third as long quiet")
 	fs.IntVar(&cfg.workers, "workers", cfg.workers, "concurrent requests while setting up")
 	fs.StringVar(&cfg.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
 	fs.StringVar(&cfg.memProfile, "memprofile", "", "write an allocation profile of the whole run to this file")

@@ -30,6 +30,9 @@ func TestSmoke(t *testing.T) {
 	cfg.durableCap = 30
 	cfg.callbackC = 2
 	cfg.callbackFor = 100 * time.Millisecond
+	cfg.fairHostile = 30
+	cfg.fairSamples = 20
+	cfg.fairFor = 0
 	var out bytes.Buffer
 	require.NoError(t, run(context.Background(), cfg, &out))
 	t.Log(out.String())
@@ -38,7 +41,11 @@ func TestSmoke(t *testing.T) {
 			require.Contains(t, out.String(), "BENCH name="+name+" store="+store+" ", out.String())
 		}
 	}
-	require.Equal(t, 6*len(cfg.stores), strings.Count(out.String(), "BENCH "), out.String())
+	// The fairness figure runs on memory stores only, once per spread.
+	for _, spread := range []string{"one_subscription", "subs_one_host", "many_hosts"} {
+		require.Contains(t, out.String(), "BENCH name=fairness store=memory spread="+spread+" hostile=30 ", out.String())
+	}
+	require.Equal(t, 6*len(cfg.stores)+3, strings.Count(out.String(), "BENCH "), out.String())
 	require.Contains(t, out.String(), "BENCH name=idle_scale store=memory k=50 ")
 	require.Contains(t, out.String(), "BENCH name=idle_scale store=sqlite k=30 ", "a durable store's K is capped")
 
@@ -47,8 +54,8 @@ func TestSmoke(t *testing.T) {
 	_, table, ok := strings.Cut(out.String(), "\n\n")
 	require.True(t, ok, out.String())
 	rows := strings.Split(strings.TrimSpace(table), "\n")
-	require.Len(t, rows, 1+6*len(cfg.stores), table)
-	for i, row := range rows[1:] {
+	require.Len(t, rows, 1+6*len(cfg.stores)+3, table)
+	for i, row := range rows[1 : 1+6*len(cfg.stores)] {
 		store := cfg.stores[i%len(cfg.stores)]
 		require.Contains(t, row, " "+store+" ", table)
 		require.Equal(t, i%len(cfg.stores) != 0, strings.HasPrefix(row, " "), "label only on a figure's first row:\n%s", table)

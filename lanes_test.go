@@ -1,0 +1,269 @@
+package webhooks
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/benbjohnson/clock"
+	"github.com/stretchr/testify/require"
+)
+
+// laneRig drives lanes by hand: started attempts are collected, not sent.
+type laneRig struct {
+	t       *testing.T
+	clock   *clock.Mock
+	ls      *lanes
+	started []*attempt
+	n       int
+}
+
+func newLaneRig(t *testing.T, maxTotal, maxPerHost int) *laneRig {
+	r := &laneRig{t: t, clock: clock.NewMock()}
+	r.clock.Set(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
+	r.ls = newLanes(r.clock, maxTotal, maxPerHost, func(a *attempt) { r.started = append(r.started, a) })
+	// The adaptive limits bind from the first POST; TestLanesSpareCapacity
+	// covers the spare capacity.
+	r.ls.spare = 0
+	return r
+}
+
+// enqueue queues an attempt of a new consumer on host, due to time out
+// after the default WAKING timeout, and returns the consumer's ID.
+func (r *laneRig) enqueue(host string) string {
+	r.n++
+	id := fmt.Sprintf("c%d", r.n)
+	r.enqueueAttempt(host, id, 1)
+	return id
+}
+
+func (r *laneRig) enqueueAttempt(host, id string, attemptNo int) {
+	c := &Consumer{ID: id, Attempt: attemptNo, Deadline: r.clock.Now().Add(DefaultWakingTimeout)}
+	r.ls.enqueue(context.Background(), host, c, nil)
+}
+
+// take returns the attempts started since the last take.
+func (r *laneRig) take() []*attempt {
+	out := r.started
+	r.started = nil
+	return out
+}
+
+// inFlight counts the attempts started on host and not finished.
+func (r *laneRig) inFlight(host string) int {
+	r.ls.mu.Lock()
+	defer r.ls.mu.Unlock()
+	if l := r.ls.byKey[host]; l != nil {
+		return l.inFlight
+	}
+	return 0
+}
+
+func (r *laneRig) finishAll(as []*attempt, outcome laneOutcome) {
+	for _, a := range as {
+		r.ls.finish(a, outcome)
+	}
+}
+
+func hosts(as []*attempt) []string {
+	var out []string
+	for _, a := range as {
+		out = append(out, a.lane.key)
+	}
+	return out
+}
+
+func TestLaneKey(t *testing.T) {
+	require.Equal(t, "hooks.example.com:443", laneKey("https://Hooks.Example.COM/a"))
+	require.Equal(t, "hooks.example.com:443", laneKey("https://hooks.example.com:443/b?x=1"))
+	require.Equal(t, "hooks.example.com:80", laneKey("http://hooks.example.com/a"))
+	require.Equal(t, "hooks.example.com:8080", laneKey("http://hooks.example.com:8080/a"))
+	require.Equal(t, "[::1]:9000", laneKey("http://[::1]:9000/a"))
+}
+
+// A new lane starts at laneStartLimit and gains one POST per success, up
+// to the per-host maximum.
+func TestLaneGrowsOnSuccessUpToPerHostMax(t *testing.T) {
+	const perHost = laneStartLimit + 3
+	r := newLaneRig(t, 1000, perHost)
+	for range 50 {
+		r.enqueue("a")
+	}
+	first := r.take()
+	require.Len(t, first, laneStartLimit)
+	r.ls.finish(first[0], laneSuccess)
+	require.Len(t, r.take(), 2, "a success frees one POST and allows one more")
+	require.Equal(t, laneStartLimit+1, r.inFlight("a"))
+	r.finishAll(first[1:3], laneSuccess)
+	require.Len(t, r.take(), 4)
+	require.Equal(t, perHost, r.inFlight("a"))
+	r.ls.finish(first[3], laneSuccess)
+	require.Len(t, r.take(), 1, "the limit stops at the per-host maximum")
+	r.finishAll(first[4:], laneSuccess)
+	require.Equal(t, perHost, r.inFlight("a"))
+}
+
+// A timeout or connection failure drops the lane to one POST, a probe,
+// until a success; a non-2xx answer changes nothing.
+func TestLaneDropsToOneProbeOnFailure(t *testing.T) {
+	r := newLaneRig(t, 1000, 100)
+	for range 50 {
+		r.enqueue("a")
+	}
+	first := r.take()
+	require.Len(t, first, laneStartLimit)
+	r.ls.finish(first[0], laneAnswered)
+	next := r.take()
+	require.Len(t, next, 1, "a non-2xx answer frees its POST and allows no more")
+	r.ls.finish(first[1], laneFailure)
+	r.finishAll(first[2:], laneAnswered)
+	require.Empty(t, r.take(), "after a failure nothing starts while a POST is in flight")
+	require.Equal(t, 1, r.inFlight("a"))
+	r.ls.finish(next[0], laneAnswered)
+	probe := r.take()
+	require.Len(t, probe, 1, "one probe at a time")
+	r.ls.finish(probe[0], laneFailure)
+	probe = r.take()
+	require.Len(t, probe, 1, "a failed probe is followed by one more")
+	r.ls.finish(probe[0], laneSuccess)
+	require.Len(t, r.take(), 2, "a success lifts the limit to two")
+}
+
+// A lane whose last POST succeeded may start one with the global cap taken
+// by others, up to twice the cap in all; a lane never answered or failing
+// may not.
+func TestLaneHealthyFloorPastGlobalCap(t *testing.T) {
+	r := newLaneRig(t, 2, 100)
+	r.enqueue("good")
+	r.finishAll(r.take(), laneSuccess)
+	r.enqueue("bad")
+	r.ls.finish(r.take()[0], laneFailure)
+
+	for range 5 {
+		r.enqueue("hang")
+	}
+	require.Len(t, r.take(), 2, "the global cap holds")
+	r.enqueue("new")
+	r.enqueue("bad")
+	require.Empty(t, r.take(), "a new lane, or one failing, waits for the global cap")
+	r.enqueue("good")
+	r.enqueue("good")
+	good := r.take()
+	require.Equal(t, []string{"good"}, hosts(good), "a healthy lane with nothing in flight starts one past the cap")
+
+	r2 := newLaneRig(t, 1, 100)
+	for _, h := range []string{"g1", "g2", "g3"} {
+		r2.enqueue(h)
+		r2.finishAll(r2.take(), laneSuccess)
+	}
+	r2.enqueue("hang")
+	r2.enqueue("g1")
+	r2.enqueue("g2")
+	r2.enqueue("g3")
+	require.Equal(t, []string{"hang", "g1"}, hosts(r2.take()), "no more than twice the cap in flight")
+}
+
+// A lane holds one waiting attempt per consumer, the newest, in the place
+// of the first.
+func TestLaneOneWaitingAttemptPerConsumer(t *testing.T) {
+	r := newLaneRig(t, 1000, 1)
+	r.enqueue("a")
+	r.enqueueAttempt("a", "x", 1)
+	r.enqueueAttempt("a", "y", 1)
+	r.enqueueAttempt("a", "x", 2)
+	first := r.take()
+	require.Len(t, first, 1)
+	require.Equal(t, 3, r.ls.pending())
+	r.ls.finish(first[0], laneAnswered)
+	next := r.take()
+	require.Len(t, next, 1)
+	require.Equal(t, "x", next[0].c.ID)
+	require.Equal(t, 2, next[0].c.Attempt, "the newer attempt replaced the older")
+	r.ls.finish(next[0], laneAnswered)
+	require.Equal(t, "y", r.take()[0].c.ID)
+}
+
+// A waiting attempt whose WAKING timeout has passed is dropped when its
+// turn comes: the scheduler retries it on the backoff schedule.
+func TestLaneDropsTimedOutAttempts(t *testing.T) {
+	r := newLaneRig(t, 1000, 1)
+	r.enqueue("a")
+	first := r.take()
+	stale := r.enqueue("a")
+	r.clock.Add(DefaultWakingTimeout)
+	fresh := r.enqueue("a")
+	r.ls.finish(first[0], laneAnswered)
+	next := r.take()
+	require.Len(t, next, 1)
+	require.Equal(t, fresh, next[0].c.ID, "%s timed out while it waited", stale)
+	r.ls.finish(next[0], laneAnswered)
+	require.Equal(t, 0, r.ls.pending())
+}
+
+// Lanes with nothing waiting or in flight are forgotten once idle for
+// laneIdleTTL, and only then.
+func TestLanesForgetIdleLanes(t *testing.T) {
+	r := newLaneRig(t, 1000, 100)
+	for i := range 100 {
+		r.enqueue(fmt.Sprintf("h%d", i))
+	}
+	started := r.take()
+	r.finishAll(started[:50], laneSuccess)
+	r.clock.Add(laneIdleTTL / 2)
+	r.finishAll(started[50:99], laneSuccess)
+	r.clock.Add(laneIdleTTL / 2)
+	r.enqueue("new")
+	require.Len(t, r.ls.byKey, 51, "the lanes idle for the TTL are gone, those idle for less stay")
+	require.NotContains(t, r.ls.byKey, "h0")
+	require.Contains(t, r.ls.byKey, "h50")
+	r.clock.Add(laneIdleTTL)
+	r.enqueue("new")
+	require.Len(t, r.ls.byKey, 2, "the busy lanes stay")
+	require.Contains(t, r.ls.byKey, "h99")
+	require.Contains(t, r.ls.byKey, "new")
+}
+
+// Lanes held back by the global cap get its freed capacity in turn, one
+// attempt each.
+func TestLanesServeWaitingLanesRoundRobin(t *testing.T) {
+	r := newLaneRig(t, 1, 100)
+	r.enqueue("x")
+	inFlight := r.take()
+	for _, h := range []string{"a", "a", "a", "b", "b", "c"} {
+		r.enqueue(h)
+	}
+	require.Empty(t, r.take())
+	var order []string
+	for range 6 {
+		r.finishAll(inFlight, laneAnswered)
+		inFlight = r.take()
+		require.Len(t, inFlight, 1)
+		order = append(order, inFlight[0].lane.key)
+	}
+	require.Equal(t, []string{"a", "b", "c", "a", "b", "a"}, order)
+}
+
+// Below spare POSTs in flight, a lane is held only to the per-host maximum,
+// even after a failure; from there on, to its adaptive limit.
+func TestLanesSpareCapacity(t *testing.T) {
+	r := newLaneRig(t, 100, 40)
+	r.ls.spare = 50
+	for range 60 {
+		r.enqueue("slow")
+	}
+	first := r.take()
+	require.Len(t, first, 40, "up to the per-host maximum")
+	r.ls.finish(first[0], laneFailure)
+	require.Len(t, r.take(), 1, "a failure does not hold it back while capacity is spare")
+	for range 30 {
+		r.enqueue("other")
+	}
+	require.Len(t, r.take(), 10, "up to spare; from there a lane new to the engine is held to its start limit")
+	for range 5 {
+		r.enqueue("third")
+	}
+	require.Len(t, r.take(), 5)
+	r.ls.finish(first[1], laneAnswered)
+	require.Empty(t, r.take(), "past spare, a failed lane is held to one POST")
+}
