@@ -76,7 +76,7 @@ func classifyTransport(err error) failureClass {
 		echErr  *tls.ECHRejectionError
 	)
 	switch {
-	case errors.Is(err, errRequestTimeout):
+	case errors.Is(err, errRequestTimeout), errors.Is(err, errWakingTimeout):
 		return failTimeout
 	case errors.Is(err, netguard.ErrBlocked):
 		return failSSRF

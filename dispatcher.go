@@ -30,6 +30,10 @@ const (
 // errRequestTimeout cancels a webhook POST that outlived the request timeout.
 var errRequestTimeout = errors.New("webhook request timed out")
 
+// errWakingTimeout fails an attempt that got no 2xx within the WAKING
+// timeout, while its POST may still be open.
+var errWakingTimeout = errors.New("no 2xx within the WAKING timeout")
+
 // kickScheduler makes the scheduler look at the Store again if deadline is
 // earlier than the one its timer waits for. The channel holds one element,
 // so kicks that arrive while it works merge into one.
@@ -132,8 +136,13 @@ func (e *Engine) runDue(ctx context.Context) time.Time {
 // more in flight: the scheduler never waits for delivery capacity, so
 // endpoints that hang cannot hold up other deadlines.
 func (e *Engine) handleDue(ctx context.Context, snapshot *Consumer) error {
-	var action dueAction
+	var (
+		action   dueAction
+		timedOut *Consumer // the attempt the WAKING timeout failed
+	)
 	c, err := e.update(ctx, snapshot.ID, func(c *Consumer) (UpdateAction, error) {
+		timedOut = nil
+		before := *c
 		var t tails
 		if c.State == StateLive {
 			var err error
@@ -142,6 +151,9 @@ func (e *Engine) handleDue(ctx context.Context, snapshot *Consumer) error {
 			}
 		}
 		action = e.m.onDue(c, t, e.clock.Now())
+		if c.Failures > before.Failures {
+			timedOut = &before
+		}
 		switch action {
 		case dueNone:
 			return UpdateNone, nil
@@ -154,6 +166,9 @@ func (e *Engine) handleDue(ctx context.Context, snapshot *Consumer) error {
 	if action == dueSend && err == nil {
 		e.send(ctx, c)
 		return nil
+	}
+	if timedOut != nil && err == nil {
+		e.attemptFailed(ctx, timedOut, transportFailure(errWakingTimeout), c)
 	}
 	if errors.Is(err, ErrConsumerNotFound) {
 		return nil
@@ -229,16 +244,19 @@ func (e *Engine) deliver(ctx context.Context, c *Consumer, sub *Subscription) (o
 		result.ok, result.done = true, true
 		e.record(ctx, c.ID, result)
 	default:
-		stored, removed := e.record(ctx, c.ID, result)
-		e.failures.failed(ctx, c, failure, stored, removed)
+		// An attempt the WAKING timeout failed first was logged then.
+		if stored, applied := e.record(ctx, c.ID, result); applied {
+			e.attemptFailed(ctx, c, failure, stored)
+		}
 	}
 	return outcome
 }
 
 // record applies the outcome of a delivery attempt to consumer id. It
 // returns the consumer as stored afterwards, nil if there is none, and
-// whether the outcome removed it (failure GC).
-func (e *Engine) record(ctx context.Context, id string, result deliveryResult) (stored *Consumer, removed bool) {
+// whether the outcome changed or removed it (failure GC): an outcome of an
+// attempt that has already ended changes nothing.
+func (e *Engine) record(ctx context.Context, id string, result deliveryResult) (stored *Consumer, applied bool) {
 	var failingSince time.Time
 	c, err := e.update(ctx, id, func(cur *Consumer) (UpdateAction, error) {
 		var t tails
@@ -249,6 +267,7 @@ func (e *Engine) record(ctx context.Context, id string, result deliveryResult) (
 			}
 		}
 		changed, remove := e.m.applyDelivery(cur, result, t, e.clock.Now())
+		applied = changed || remove
 		switch {
 		case remove:
 			failingSince = cur.FailingSince
@@ -270,7 +289,7 @@ func (e *Engine) record(ctx context.Context, id string, result deliveryResult) (
 			"consumer_id", id, "failing_since", failingSince)
 		return nil, true
 	default:
-		return c, false
+		return c, applied
 	}
 }
 

@@ -90,12 +90,16 @@ func (t *telemetry) delivered(ctx context.Context, span trace.Span, outcome stri
 	t.deliveryLatency.Record(ctx, took.Seconds(), attrs)
 	span.SetAttributes(attribute.String("webhooks.outcome", outcome))
 	if failure != nil {
-		t.failures.Add(ctx, 1, metric.WithAttributes(attribute.String("error_class", string(failure.class))))
 		span.SetAttributes(attribute.String("webhooks.error_class", string(failure.class)))
 	}
 	if outcome != outcomeOK && outcome != outcomeDone {
 		span.SetStatus(codes.Error, outcome)
 	}
+}
+
+// attemptFailed counts one failed delivery attempt by its error class.
+func (t *telemetry) attemptFailed(ctx context.Context, class failureClass) {
+	t.failures.Add(ctx, 1, metric.WithAttributes(attribute.String("error_class", string(class))))
 }
 
 func (t *telemetry) callbackDone(ctx context.Context, span trace.Span, code string) {
