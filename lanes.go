@@ -75,6 +75,7 @@ type attempt struct {
 	c    *Consumer
 	sub  *Subscription
 	lane *lane
+	seq  uint64 // its lane's count of POSTs started, this one included
 }
 
 // lane is one destination's FIFO of waiting attempts, at most one per
@@ -83,6 +84,10 @@ type lane struct {
 	key      string
 	limit    int
 	inFlight int
+	// started counts the POSTs the lane started; cutAt is started when
+	// the limit was last cut. Failures of POSTs started before the cut
+	// were already answered by it.
+	started, cutAt uint64
 	// healthy is set while the last success has had no failure after it;
 	// such a lane may start one POST past the global cap.
 	healthy    bool
@@ -96,7 +101,11 @@ func (l *lane) idle() bool { return l.inFlight == 0 && len(l.waiting) == 0 }
 
 // lanes dispatches attempts to start, calling start for each outside its
 // lock. A lane's limit starts at laneStartLimit, grows by one per success
-// up to maxPerHost and drops to 1, a probe, on a failure. The limits bind
+// up to maxPerHost, and halves, down to 1, on a failure of a POST started
+// since it was last cut: a burst of POSTs failing together cuts it once,
+// so a slow destination that times out some attempts and answers the rest
+// keeps working capacity, while one that only fails soon probes with one
+// POST at a time. The limits bind
 // once spare POSTs are in flight: below that every lane may have up to
 // maxPerHost, so that a slow but working destination with many consumers
 // is not throttled while nobody needs the capacity. POSTs in flight stay
@@ -172,7 +181,10 @@ func (ls *lanes) finish(a *attempt, outcome laneOutcome) {
 		l.limit = min(l.limit+1, ls.maxPerHost)
 	case laneFailure:
 		l.healthy = false
-		l.limit = 1
+		if a.seq > l.cutAt {
+			l.limit = max(1, l.limit/2)
+			l.cutAt = l.started
+		}
 	}
 	// Freed global capacity goes to the waiting lanes in turn, this one
 	// among them; past the cap, only this lane's floor can start one.
@@ -275,6 +287,8 @@ func (ls *lanes) next(l *lane, now time.Time) *attempt {
 		}
 		l.inFlight++
 		ls.inFlight++
+		l.started++
+		a.seq = l.started
 		return a
 	}
 	l.waiting = nil

@@ -105,8 +105,10 @@ func TestLaneGrowsOnSuccessUpToPerHostMax(t *testing.T) {
 }
 
 // A timeout or connection failure drops the lane to one POST, a probe,
-// until a success; a non-2xx answer changes nothing.
-func TestLaneDropsToOneProbeOnFailure(t *testing.T) {
+// A failure halves the lane's limit once per window: failures of POSTs
+// started before the last cut do not cut it again. Down at one, a failed
+// probe is followed by one more, and a success lifts the limit.
+func TestLaneHalvesOncePerWindowOnFailure(t *testing.T) {
 	r := newLaneRig(t, 1000, 100)
 	for range 50 {
 		r.enqueue("a")
@@ -117,12 +119,27 @@ func TestLaneDropsToOneProbeOnFailure(t *testing.T) {
 	next := r.take()
 	require.Len(t, next, 1, "a non-2xx answer frees its POST and allows no more")
 	r.ls.finish(first[1], laneFailure)
-	r.finishAll(first[2:], laneAnswered)
-	require.Empty(t, r.take(), "after a failure nothing starts while a POST is in flight")
-	require.Equal(t, 1, r.inFlight("a"))
-	r.ls.finish(next[0], laneAnswered)
+	require.Empty(t, r.take(), "the limit is cut to 4 with 7 in flight")
+	r.ls.finish(first[2], laneFailure)
+	r.finishAll(first[3:], laneAnswered)
+	require.Equal(t, 4, r.inFlight("a"))
+	window := r.take()
+	require.Len(t, window, 3, "the failures of one window cut the limit once, to 4")
+	r.ls.finish(next[0], laneFailure)
+	more := r.take()
+	require.Len(t, more, 1, "a POST started before the cut does not cut again: the limit stays 4")
+	r.ls.finish(window[0], laneFailure)
+	require.Empty(t, r.take(), "a failure of the new window cuts the limit to 2, with 3 in flight")
+	r.ls.finish(window[1], laneFailure)
+	r.ls.finish(window[2], laneFailure)
+	r.ls.finish(more[0], laneAnswered)
+	second := r.take()
+	require.Len(t, second, 2, "still 2: those failures were of the cut window")
+	r.ls.finish(second[0], laneFailure)
+	require.Empty(t, r.take(), "cut to one, with one in flight")
+	r.ls.finish(second[1], laneAnswered)
 	probe := r.take()
-	require.Len(t, probe, 1, "one probe at a time")
+	require.Len(t, probe, 1, "cut to one, a probe")
 	r.ls.finish(probe[0], laneFailure)
 	probe = r.take()
 	require.Len(t, probe, 1, "a failed probe is followed by one more")

@@ -294,8 +294,9 @@ func WithPollInterval(d time.Duration) Option {
 // WithMaxDeliveriesPerHost bounds the webhook POSTs in flight to one host
 // (host and port). While more than half the WithMaxConcurrentDeliveries
 // bound is in flight, each host is also held to an adaptive limit: it
-// starts at a few, gains one per 2xx up to n, and drops to one after a
-// timeout or connection failure until a POST to it succeeds. A waiting
+// starts at a few, gains one per 2xx up to n, and halves, down to one, on
+// a timeout or connection failure of a POST started since it was last
+// cut, so a burst of failures cuts it once. A waiting
 // attempt whose WAKING timeout passes is retried on the backoff schedule
 // instead.
 func WithMaxDeliveriesPerHost(n int) Option {
