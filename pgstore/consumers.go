@@ -267,43 +267,28 @@ func (s *Store) NextDeadline(ctx context.Context) (time.Time, bool, error) {
 // engine calls it when metrics are collected, and a counter row kept by
 // every transition would serialize the transitions of all engines.
 func (s *Store) CountConsumers(ctx context.Context) (map[webhooks.ConsumerState]int, error) {
-	rows, err := s.pool.Query(ctx, "SELECT state, count(*) FROM streamhooks_consumers GROUP BY state")
-	if err != nil {
-		return nil, fmt.Errorf("pgstore: count consumers: %w", err)
-	}
-	defer rows.Close()
+	// A failed Query's error comes back from ForEachRow too.
+	rows, _ := s.pool.Query(ctx, "SELECT state, count(*) FROM streamhooks_consumers GROUP BY state")
 	out := make(map[webhooks.ConsumerState]int)
-	for rows.Next() {
-		var (
-			state string
-			n     int
-		)
-		if err := rows.Scan(&state, &n); err != nil {
-			return nil, fmt.Errorf("pgstore: count consumers: %w", err)
-		}
+	var (
+		state string
+		n     int
+	)
+	_, err := pgx.ForEachRow(rows, []any{&state, &n}, func() error {
 		out[webhooks.ConsumerState(state)] = n
-	}
-	if err := rows.Err(); err != nil {
+		return nil
+	})
+	if err != nil {
 		return nil, fmt.Errorf("pgstore: count consumers: %w", err)
 	}
 	return out, nil
 }
 
 func (s *Store) queryConsumers(ctx context.Context, query string, args ...any) ([]*webhooks.Consumer, error) {
-	rows, err := s.pool.Query(ctx, query, args...)
+	// A failed Query's error comes back from CollectRows too.
+	rows, _ := s.pool.Query(ctx, query, args...)
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*webhooks.Consumer, error) { return scanConsumer(row) })
 	if err != nil {
-		return nil, fmt.Errorf("pgstore: query consumers: %w", err)
-	}
-	defer rows.Close()
-	var out []*webhooks.Consumer
-	for rows.Next() {
-		c, err := scanConsumer(rows)
-		if err != nil {
-			return nil, fmt.Errorf("pgstore: query consumers: %w", err)
-		}
-		out = append(out, c)
-	}
-	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("pgstore: query consumers: %w", err)
 	}
 	return out, nil

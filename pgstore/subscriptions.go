@@ -43,20 +43,10 @@ func (s *Store) GetSubscription(ctx context.Context, id string) (*webhooks.Subsc
 
 // ListSubscriptions implements webhooks.Store.
 func (s *Store) ListSubscriptions(ctx context.Context) ([]*webhooks.Subscription, error) {
-	rows, err := s.pool.Query(ctx, "SELECT "+subscriptionCols+" FROM streamhooks_subscriptions ORDER BY id")
+	// A failed Query's error comes back from CollectRows too.
+	rows, _ := s.pool.Query(ctx, "SELECT "+subscriptionCols+" FROM streamhooks_subscriptions ORDER BY id")
+	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*webhooks.Subscription, error) { return s.scanSubscription(row) })
 	if err != nil {
-		return nil, fmt.Errorf("pgstore: list subscriptions: %w", err)
-	}
-	defer rows.Close()
-	out := []*webhooks.Subscription{}
-	for rows.Next() {
-		sub, err := s.scanSubscription(rows)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, sub)
-	}
-	if err := rows.Err(); err != nil {
 		return nil, fmt.Errorf("pgstore: list subscriptions: %w", err)
 	}
 	return out, nil
