@@ -294,11 +294,21 @@ func requireOneWins(t *testing.T, errs []error, lost error) int {
 // caller must get the same key, or engines sharing the store would reject
 // each other's tokens.
 func testConcurrentSigningKey(t *testing.T, s webhooks.Store) {
-	const workers = 16
+	first := raceSigningKey(t, 16, s)
+	k, err := s.LoadOrStoreSigningKey(t.Context(), []byte("later"))
+	require.NoError(t, err)
+	require.Equal(t, first, k)
+}
+
+// raceSigningKey makes workers first calls of LoadOrStoreSigningKey at once,
+// spread over stores in turn, checks that all got one of the offered keys,
+// the same one, and returns it.
+func raceSigningKey(t *testing.T, workers int, stores ...webhooks.Store) []byte {
 	keys := make([][]byte, workers)
 	start := make(chan struct{})
 	var wg sync.WaitGroup
 	for i := range workers {
+		s := stores[i%len(stores)]
 		wg.Go(func() {
 			<-start
 			k, err := s.LoadOrStoreSigningKey(t.Context(), fmt.Appendf(nil, "key-%d", i))
@@ -312,9 +322,7 @@ func testConcurrentSigningKey(t *testing.T, s webhooks.Store) {
 	wg.Wait()
 	require.Regexp(t, `^key-\d+$`, string(keys[0]))
 	for _, k := range keys {
-		require.Equal(t, keys[0], k, "concurrent callers got different keys")
+		require.Equal(t, keys[0], k, "callers got different keys")
 	}
-	k, err := s.LoadOrStoreSigningKey(t.Context(), []byte("later"))
-	require.NoError(t, err)
-	require.Equal(t, keys[0], k)
+	return keys[0]
 }

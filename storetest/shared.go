@@ -191,25 +191,5 @@ func testSharedCreateSameID(t *testing.T, a, b webhooks.Store) {
 // handles: both must get one key, or engines sharing the database would
 // reject each other's tokens.
 func testSharedSigningKey(t *testing.T, a, b webhooks.Store) {
-	const workers = 8
-	keys := make([][]byte, workers)
-	start := make(chan struct{})
-	var wg sync.WaitGroup
-	for i := range workers {
-		s := []webhooks.Store{a, b}[i%2]
-		wg.Go(func() {
-			<-start
-			k, err := s.LoadOrStoreSigningKey(t.Context(), fmt.Appendf(nil, "key-%d", i))
-			if err != nil {
-				t.Error(err)
-			}
-			keys[i] = k
-		})
-	}
-	close(start)
-	wg.Wait()
-	require.Regexp(t, `^key-\d+$`, string(keys[0]))
-	for _, k := range keys {
-		require.Equal(t, keys[0], k, "the handles got different keys")
-	}
+	raceSigningKey(t, 8, a, b)
 }
