@@ -336,7 +336,11 @@ func (s *racyKey) LoadOrStoreSigningKey(_ context.Context, key []byte) ([]byte, 
 	if stored != nil {
 		return slices.Clone(stored), nil
 	}
-	runtime.Gosched()
+	// Yield a few times: one yield leaves the window so narrow that a
+	// loaded machine may run the racing callers one by one.
+	for range 8 {
+		runtime.Gosched()
+	}
 	s.mu.Lock()
 	s.key = slices.Clone(key)
 	s.mu.Unlock()
