@@ -131,16 +131,19 @@ type Config struct {
 // seconds under the race detector on two cores.
 func DefaultConfig() Config {
 	return Config{
-		Consumers:               2000,
-		Mix:                     Mix{Healthy: 60, Slow: 20, Failing: 20},
-		Load:                    15 * time.Second,
-		AppendRate:              300,
-		Appenders:               16,
-		Drain:                   30 * time.Second,
-		WakingTimeout:           3 * time.Second,
-		LivenessTimeout:         4 * time.Second,
-		RequestTimeout:          2 * time.Second,
-		FailureGCAfter:          6 * time.Second,
+		Consumers:       2000,
+		Mix:             Mix{Healthy: 60, Slow: 20, Failing: 20},
+		Load:            15 * time.Second,
+		AppendRate:      300,
+		Appenders:       16,
+		Drain:           30 * time.Second,
+		WakingTimeout:   3 * time.Second,
+		LivenessTimeout: 4 * time.Second,
+		RequestTimeout:  2 * time.Second,
+		// Long enough for a slow endpoint, whose first attempts always time
+		// out, to get its retries through while the engine holds its host to
+		// a small limit for those timeouts.
+		FailureGCAfter:          12 * time.Second,
 		BackoffBase:             100 * time.Millisecond,
 		BackoffMax:              time.Second,
 		MaxConcurrentDeliveries: webhooks.DefaultMaxConcurrentDeliveries,
