@@ -41,7 +41,7 @@ var (
 	maxPathBytes = fileEncoding.DecodedLen(255 - len(fileSuffix) - len(tmpSuffix))
 )
 
-// disk keeps streams in a directory. Its methods run with Server.writeMu
+// disk keeps streams in a directory. Its methods run with memStorage.writeMu
 // held, so writes to one file never interleave.
 type disk struct {
 	dir string
@@ -74,7 +74,8 @@ func (d *disk) create(path string, st *stream) error {
 	}
 	b := appendRecord(nil, meta)
 	if st.tail() > 0 {
-		b = appendRecord(b, st.body(0))
+		v := st.snapshot()
+		b = appendRecord(b, v.body(0))
 	}
 	name := d.file(path)
 	if err := d.replace(name, b); err != nil {

@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"mime"
 	"net/http"
 	"net/url"
 	"strings"
+	"time"
 )
 
 // Protocol header names.
@@ -54,6 +56,8 @@ type httpError struct {
 
 func (e *httpError) write(w http.ResponseWriter) { http.Error(w, e.msg, e.code) }
 
+func (e *httpError) Error() string { return e.msg }
+
 func rejectUnsupported(r *http.Request) *httpError {
 	for _, h := range unsupportedHeaders {
 		if r.Header.Get(h) != "" {
@@ -82,8 +86,8 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	path := r.URL.Path
-	if s.disk != nil && len(path) > maxPathBytes {
-		http.Error(w, "stream path too long for on-disk storage", http.StatusRequestURITooLong)
+	if e := s.store.checkPath(path); e != nil {
+		e.write(w)
 		return
 	}
 	ct := r.Header.Get("Content-Type")
@@ -113,39 +117,21 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 	}
 	tail := st.tail()
 
-	s.writeMu.Lock()
-	s.mu.RLock()
-	old, ok := s.streams[path]
-	var oldTail int
-	if ok {
-		oldTail = old.tail()
-	}
-	s.mu.RUnlock()
-	if ok {
-		s.writeMu.Unlock()
-		if old.mediaType != st.mediaType {
-			http.Error(w, "stream exists with Content-Type "+old.contentType, http.StatusConflict)
-			return
-		}
+	old, created, err := s.store.create(r.Context(), path, st)
+	switch {
+	case err != nil:
+		s.storageError(r.Context(), "create", path, err).write(w)
+		return
+	case !created && old.mediaType != st.mediaType:
+		http.Error(w, "stream exists with Content-Type "+old.contentType, http.StatusConflict)
+		return
+	case !created:
 		// Idempotent re-create: the body is not appended again.
 		w.Header().Set("Content-Type", old.contentType)
-		w.Header().Set(hdrNextOffset, formatOffset(oldTail))
+		w.Header().Set(hdrNextOffset, formatOffset(old.tail))
 		w.WriteHeader(http.StatusOK)
 		return
 	}
-	if s.disk != nil {
-		if err := s.disk.create(path, st); err != nil {
-			s.writeMu.Unlock()
-			s.storageError(r.Context(), "create", path, err).write(w)
-			return
-		}
-	}
-	s.mu.Lock()
-	s.gen++
-	st.gen = s.gen
-	s.streams[path] = st
-	s.mu.Unlock()
-	s.writeMu.Unlock()
 
 	s.notify(r, "created", path, Observer.StreamCreated)
 	w.Header().Set("Location", location(r))
@@ -191,60 +177,24 @@ func (s *Server) append(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	path := r.URL.Path
-	tail, e := s.appendLocked(r.Context(), path, mt, body)
-	if e != nil {
-		e.write(w)
+	tail, err := s.store.append(r.Context(), path, mt, body)
+	if err != nil {
+		s.failed(r.Context(), "append", path, err).write(w)
 		return
 	}
+	s.waiters.wake(path)
 	s.notify(r, "appended", path, Observer.StreamAppended)
 	w.Header().Set(hdrNextOffset, formatOffset(tail))
 	w.WriteHeader(http.StatusNoContent)
 }
 
-// appendLocked appends body to the stream at path and returns the new tail.
-func (s *Server) appendLocked(ctx context.Context, path, mediaType string, body []byte) (int, *httpError) {
-	s.writeMu.Lock()
-	defer s.writeMu.Unlock()
-	s.mu.RLock()
-	st, ok := s.streams[path]
-	s.mu.RUnlock()
-	switch {
-	case !ok:
-		return 0, &httpError{http.StatusNotFound, "stream not found"}
-	case mediaType != "" && mediaType != st.mediaType:
-		return 0, &httpError{http.StatusConflict, "stream has Content-Type " + st.contentType}
-	case len(body) == 0:
-		return 0, &httpError{http.StatusBadRequest, "empty body"}
+// failed is the answer to a change the storage refused or failed to make.
+func (s *Server) failed(ctx context.Context, op, path string, err error) *httpError {
+	var e *httpError
+	if errors.As(err, &e) {
+		return e
 	}
-	var msgs [][]byte
-	if st.json {
-		var err error
-		if msgs, err = jsonMessages(body); err != nil {
-			return 0, &httpError{http.StatusBadRequest, err.Error()}
-		}
-		if len(msgs) == 0 {
-			return 0, &httpError{http.StatusBadRequest, "empty JSON array"}
-		}
-	}
-	if s.disk != nil {
-		record := body
-		if st.json {
-			record = jsonArray(msgs)
-		}
-		if err := s.disk.append(path, st, record); err != nil {
-			return 0, s.storageError(ctx, "append", path, err)
-		}
-	}
-
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	if st.json {
-		st.appendMessages(msgs)
-	} else {
-		st.appendBytes(body)
-	}
-	st.signal()
-	return st.tail(), nil
+	return s.storageError(ctx, op, path, err)
 }
 
 func (s *Server) read(w http.ResponseWriter, r *http.Request) {
@@ -259,44 +209,69 @@ func (s *Server) read(w http.ResponseWriter, r *http.Request) {
 		rawOffset = q.Get("offset")
 	}
 	path := r.URL.Path
+	pos, now, offsetErr := parseOffset(rawOffset)
+	from := pos
+	if now {
+		from = math.MaxInt64 // only the last chunk, for the tail
+	}
 
-	s.mu.RLock()
-	st, ok := s.streams[path]
-	if !ok {
-		s.mu.RUnlock()
+	var changed <-chan struct{}
+	stopWatching := func() {}
+	defer func() { stopWatching() }()
+	if live != "" {
+		// Before the read, so that no change after it goes unnoticed.
+		changed, stopWatching = s.waiters.watch(path)
+	}
+	v, ok, err := s.store.read(r.Context(), path, from)
+	switch {
+	case err != nil:
+		s.storageError(r.Context(), "read", path, err).write(w)
+		return
+	case !ok:
 		http.Error(w, "stream not found", http.StatusNotFound)
 		return
+	case offsetErr != nil:
+		http.Error(w, offsetErr.Error(), http.StatusBadRequest)
+		return
 	}
-	off, err := st.resolveOffset(rawOffset)
+	off, err := v.position(rawOffset, pos, now)
 	if err != nil {
-		s.mu.RUnlock()
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	if live != "" && off == st.tail() {
-		changed := st.changed
-		s.mu.RUnlock()
-		switch s.wait(r.Context(), changed) {
-		case clientGone:
-			return
-		case timedOut:
-			w.Header().Set(hdrNextOffset, formatOffset(off))
-			w.Header().Set(hdrUpToDate, "true")
-			w.Header().Set(hdrCursor, s.nextCursor(q.Get("cursor")))
-			w.WriteHeader(http.StatusNoContent)
-			return
-		}
-		s.mu.RLock()
-		if s.streams[path] != st {
-			s.mu.RUnlock()
-			http.Error(w, "stream deleted", http.StatusNotFound)
-			return
+	if live != "" && off == v.tail {
+		deadline := s.clock.Timer(s.timeout)
+		defer deadline.Stop()
+		gen := v.gen
+		// A wake-up only says the stream may have changed, so read again
+		// until there is data, and answer 404 if this stream is gone.
+		for off == v.tail {
+			switch s.wait(r.Context(), changed, deadline.C) {
+			case clientGone:
+				return
+			case timedOut:
+				w.Header().Set(hdrNextOffset, formatOffset(off))
+				w.Header().Set(hdrUpToDate, "true")
+				w.Header().Set(hdrCursor, s.nextCursor(q.Get("cursor")))
+				w.WriteHeader(http.StatusNoContent)
+				return
+			}
+			stopWatching()
+			changed, stopWatching = s.waiters.watch(path)
+			v, ok, err = s.store.read(r.Context(), path, off)
+			switch {
+			case err != nil:
+				s.storageError(r.Context(), "read", path, err).write(w)
+				return
+			case !ok || v.gen != gen:
+				http.Error(w, "stream deleted", http.StatusNotFound)
+				return
+			}
 		}
 	}
 	// A read always runs to the tail, so every 200 is up to date.
-	ct, body, tail := st.contentType, st.body(off), st.tail()
-	etag := fmt.Sprintf(`"%d:%d:%d"`, st.gen, off, tail)
-	s.mu.RUnlock()
+	ct, body, tail := v.contentType, v.body(off), v.tail
+	etag := fmt.Sprintf(`"%d:%d:%d"`, v.gen, off, tail)
 
 	h := w.Header()
 	h.Set(hdrNextOffset, formatOffset(tail))
@@ -332,18 +307,25 @@ const (
 	clientGone
 )
 
-// wait blocks a long-poll until changed is closed, the timeout passes, the
-// server closes (treated as a timeout) or the client goes away.
-func (s *Server) wait(ctx context.Context, changed <-chan struct{}) waitResult {
-	t := s.clock.Timer(s.timeout)
-	defer t.Stop()
+// wait blocks a long-poll until changed is closed or, with a recheck
+// interval, that interval passes (both reported as woken), the deadline
+// passes, the server closes (treated as a timeout) or the client goes away.
+func (s *Server) wait(ctx context.Context, changed <-chan struct{}, deadline <-chan time.Time) waitResult {
+	var recheck <-chan time.Time
+	if s.recheck > 0 {
+		t := s.clock.Timer(s.recheck)
+		defer t.Stop()
+		recheck = t.C
+	}
 	if s.testHookWaiting != nil {
 		s.testHookWaiting()
 	}
 	select {
 	case <-changed:
 		return woken
-	case <-t.C:
+	case <-recheck:
+		return woken
+	case <-deadline:
 		return timedOut
 	case <-s.closed:
 		return timedOut
@@ -353,47 +335,33 @@ func (s *Server) wait(ctx context.Context, changed <-chan struct{}) waitResult {
 }
 
 func (s *Server) head(w http.ResponseWriter, r *http.Request) {
-	s.mu.RLock()
-	st, ok := s.streams[r.URL.Path]
-	var ct string
-	var tail int
-	if ok {
-		ct, tail = st.contentType, st.tail()
-	}
-	s.mu.RUnlock()
+	m, ok, err := s.store.stat(r.Context(), r.URL.Path)
 	w.Header().Set("Cache-Control", "no-store")
-	if !ok {
+	switch {
+	case err != nil:
+		s.storageError(r.Context(), "head", r.URL.Path, err).write(w)
+		return
+	case !ok:
 		http.Error(w, "stream not found", http.StatusNotFound)
 		return
 	}
-	w.Header().Set("Content-Type", ct)
-	w.Header().Set(hdrNextOffset, formatOffset(tail))
+	w.Header().Set("Content-Type", m.contentType)
+	w.Header().Set(hdrNextOffset, formatOffset(m.tail))
 	w.WriteHeader(http.StatusOK)
 }
 
 func (s *Server) remove(w http.ResponseWriter, r *http.Request) {
 	path := r.URL.Path
-	s.writeMu.Lock()
-	s.mu.RLock()
-	st, ok := s.streams[path]
-	s.mu.RUnlock()
-	if !ok {
-		s.writeMu.Unlock()
+	ok, err := s.store.remove(r.Context(), path)
+	switch {
+	case err != nil:
+		s.storageError(r.Context(), "delete", path, err).write(w)
+		return
+	case !ok:
 		http.Error(w, "stream not found", http.StatusNotFound)
 		return
 	}
-	if s.disk != nil {
-		if err := s.disk.remove(path); err != nil {
-			s.writeMu.Unlock()
-			s.storageError(r.Context(), "delete", path, err).write(w)
-			return
-		}
-	}
-	s.mu.Lock()
-	delete(s.streams, path)
-	close(st.changed) // wakes long-polls, which then answer 404
-	s.mu.Unlock()
-	s.writeMu.Unlock()
+	s.waiters.wake(path) // long-polls then answer 404
 
 	s.notify(r, "deleted", path, Observer.StreamDeleted)
 	w.WriteHeader(http.StatusNoContent)

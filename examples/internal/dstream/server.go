@@ -1,6 +1,8 @@
 // Package dstream is a compact in-memory Durable Streams server for examples
 // and end-to-end tests of the webhook engine. Opened on a directory, it also
-// keeps its streams on disk, so they survive a crash and restart.
+// keeps its streams on disk, so they survive a crash and restart. Opened on
+// a PostgreSQL database, it keeps them there instead, and several Servers,
+// in one process or many, serve the same streams.
 //
 // It serves the core HTTP protocol (create, append, catch-up and long-poll
 // reads, HEAD, DELETE) for JSON and byte streams, implements
@@ -69,7 +71,8 @@ type Options struct {
 }
 
 // Server is a Durable Streams server holding its streams in memory and,
-// when made by Open, on disk. It is an http.Handler and a
+// when made by Open, on disk, or, when made by OpenPostgres, in a database
+// it shares with other Servers. It is an http.Handler and a
 // webhooks.StreamSource. Use New or Open to create one.
 type Server struct {
 	clock    clock.Clock
@@ -81,15 +84,11 @@ type Server struct {
 	closed    chan struct{}
 	closeOnce sync.Once
 
-	// writeMu serializes changes, so each reaches the disk and memory in
-	// the same order, while reads, which take only mu, never wait for an
-	// fsync. Lock order: writeMu, then mu.
-	writeMu sync.Mutex
-	disk    *disk // nil in memory mode
-
-	mu      sync.RWMutex
-	streams map[string]*stream
-	gen     uint64 // counts creations so a re-created stream never reuses ETags
+	store   storage
+	waiters waiters
+	// recheck, if positive, is how often a long-poll reads its stream again
+	// in case a wake-up from another Server was lost.
+	recheck time.Duration
 
 	// testHookWaiting, when set by tests, runs when a long-poll starts
 	// waiting, so a test can append strictly after the wait began.
@@ -107,7 +106,7 @@ func New(opts Options) *Server {
 		maxBody: opts.MaxBodyBytes,
 		log:     opts.Logger,
 		closed:  make(chan struct{}),
-		streams: make(map[string]*stream),
+		store:   &memStorage{streams: make(map[string]*stream)},
 	}
 	if s.clock == nil {
 		s.clock = clock.New()
@@ -152,13 +151,13 @@ func Open(dir string, opts Options) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	s.disk = d
-	s.gen = epoch << 32
+	m := &memStorage{disk: d, streams: make(map[string]*stream), gen: epoch << 32}
 	for _, l := range streams {
-		s.gen++
-		l.st.gen = s.gen
-		s.streams[l.path] = l.st
+		m.gen++
+		l.st.gen = m.gen
+		m.streams[l.path] = l.st
 	}
+	s.store = m
 	return s, nil
 }
 
@@ -177,9 +176,13 @@ func (s *Server) SetObserver(o Observer) {
 // answer at once, so an http.Server or httptest.Server can shut down without
 // waiting for long-poll timeouts. Call it just before that shutdown: clients
 // that keep polling get immediate 204s from then on. Other requests keep
-// working.
+// working. A Server made by OpenPostgres also stops listening for changes
+// made through other Servers; Close returns once it has.
 func (s *Server) Close() {
-	s.closeOnce.Do(func() { close(s.closed) })
+	s.closeOnce.Do(func() {
+		close(s.closed)
+		s.store.close()
+	})
 }
 
 // notify calls one Observer method with locks released. The request context

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"mime"
+	"net/http"
 	"sort"
 	"strconv"
 	"strings"
@@ -15,24 +16,22 @@ import (
 	"github.com/streamhooks/webhooks"
 )
 
-// stream is one append-only log. Fields set on creation never change; the
-// rest are guarded by Server.mu, except size.
+// stream is one append-only log held in memory. Fields set on creation
+// never change; the rest are guarded by memStorage.mu, except size.
 type stream struct {
 	gen         uint64
 	contentType string // as given on creation
 	mediaType   string // lower-cased, parameters stripped; compared on append
 	json        bool
 	// size is the length of the stream's file in on-disk mode; guarded by
-	// Server.writeMu.
+	// memStorage.writeMu.
 	size int64
 	// data holds every byte appended; in JSON mode it is the compacted
 	// messages back to back, and starts[i] is where message i begins. An
-	// offset's byte part is a position in data.
+	// offset's byte part is a position in data. Appends only ever write past
+	// the end, so a snapshot may keep reading a prefix without the lock.
 	data   []byte
 	starts []int
-	// changed is closed on every append and on delete, waking long-polls
-	// without polling; an append replaces it with a fresh channel.
-	changed chan struct{}
 }
 
 // newStream returns an empty stream of the given content type.
@@ -41,7 +40,7 @@ func newStream(contentType string) (*stream, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &stream{contentType: contentType, mediaType: mt, json: mt == "application/json", changed: make(chan struct{})}, nil
+	return &stream{contentType: contentType, mediaType: mt, json: mt == "application/json"}, nil
 }
 
 func (st *stream) tail() int { return len(st.data) }
@@ -59,60 +58,148 @@ func (st *stream) appendMessages(msgs [][]byte) {
 	}
 }
 
-// signal wakes every long-poll waiting on the stream.
-func (st *stream) signal() {
-	close(st.changed)
-	st.changed = make(chan struct{})
+// add appends what prepareAppend returned for a body.
+func (st *stream) add(chunks [][]byte) {
+	if st.json {
+		st.appendMessages(chunks)
+		return
+	}
+	for _, c := range chunks {
+		st.appendBytes(c)
+	}
+}
+
+// chunks returns the stream's contents as prepareAppend would have split
+// them: the messages of a JSON stream, or a byte stream's bytes as one chunk.
+func (st *stream) chunks() [][]byte {
+	if !st.json {
+		if len(st.data) == 0 {
+			return nil
+		}
+		return [][]byte{st.data}
+	}
+	out := make([][]byte, len(st.starts))
+	for i, start := range st.starts {
+		end := len(st.data)
+		if i+1 < len(st.starts) {
+			end = st.starts[i+1]
+		}
+		out[i] = st.data[start:end]
+	}
+	return out
+}
+
+func (st *stream) meta() streamMeta {
+	return streamMeta{gen: st.gen, contentType: st.contentType, mediaType: st.mediaType, json: st.json, tail: st.tail()}
+}
+
+// snapshot returns the stream as it is now; call it with the lock held.
+func (st *stream) snapshot() snapshot {
+	return snapshot{streamMeta: st.meta(), data: st.data[:len(st.data):len(st.data)], starts: st.starts[:len(st.starts):len(st.starts)]}
+}
+
+// streamMeta is what a stream is, apart from its contents.
+type streamMeta struct {
+	gen         uint64 // differs between streams ever created at one path
+	contentType string
+	mediaType   string
+	json        bool
+	tail        int
+}
+
+// prepareAppend checks an append of body with the given media type (empty
+// for the stream's own) to a stream and splits it as the stream stores it:
+// one chunk of bytes, or the compacted JSON messages.
+func prepareAppend(m streamMeta, mediaType string, body []byte) ([][]byte, *httpError) {
+	switch {
+	case mediaType != "" && mediaType != m.mediaType:
+		return nil, &httpError{http.StatusConflict, "stream has Content-Type " + m.contentType}
+	case len(body) == 0:
+		return nil, &httpError{http.StatusBadRequest, "empty body"}
+	case !m.json:
+		return [][]byte{body}, nil
+	}
+	msgs, err := jsonMessages(body)
+	if err != nil {
+		return nil, &httpError{http.StatusBadRequest, err.Error()}
+	}
+	if len(msgs) == 0 {
+		return nil, &httpError{http.StatusBadRequest, "empty JSON array"}
+	}
+	return msgs, nil
+}
+
+// snapshot is a stream as one read saw it: data holds its bytes from
+// position base up to the tail and, in JSON mode, starts holds the
+// positions at which its messages begin. A read needs only the part from
+// the chunk holding its offset on, so base may be past 0.
+type snapshot struct {
+	streamMeta
+	base   int
+	data   []byte
+	starts []int
 }
 
 // body returns what a read from byte position off returns: the raw bytes, or
 // in JSON mode a JSON array of the messages.
-func (st *stream) body(off int) []byte {
-	if !st.json {
-		return st.data[off:]
+func (v *snapshot) body(off int) []byte {
+	if !v.json {
+		return v.data[off-v.base:]
 	}
-	first := sort.SearchInts(st.starts, off)
+	first := sort.SearchInts(v.starts, off)
 	var b bytes.Buffer
 	b.WriteByte('[')
-	for i := first; i < len(st.starts); i++ {
+	for i := first; i < len(v.starts); i++ {
 		if i > first {
 			b.WriteByte(',')
 		}
-		end := st.tail()
-		if i+1 < len(st.starts) {
-			end = st.starts[i+1]
+		end := v.tail
+		if i+1 < len(v.starts) {
+			end = v.starts[i+1]
 		}
-		b.Write(st.data[st.starts[i]:end])
+		b.Write(v.data[v.starts[i]-v.base : end-v.base])
 	}
 	b.WriteByte(']')
 	return b.Bytes()
 }
 
-// resolveOffset turns a client offset into a byte position in st. Beyond the
-// reserved -1 and now, only offsets this server could have issued for st are
-// accepted: the fixed-width format, a read sequence of 0, a position not past
-// the tail and, in JSON mode, on a message boundary.
-func (st *stream) resolveOffset(s string) (int, error) {
+// parseOffset checks a client offset's form: beyond the reserved -1 and now,
+// only offsets of formatOffset's form with a read sequence of 0. It returns
+// the byte position, or now.
+func parseOffset(s string) (pos int, now bool, err error) {
 	switch s {
 	case "-1":
-		return 0, nil
+		return 0, false, nil
 	case "now":
-		return st.tail(), nil
+		return 0, true, nil
 	}
 	if !wellFormed(s) {
-		return 0, fmt.Errorf("invalid offset %q", s)
+		return 0, false, fmt.Errorf("invalid offset %q", s)
 	}
-	seq, pos, _ := strings.Cut(s, "_")
-	n, _ := strconv.Atoi(pos) // 16 digits always fit
-	if strings.Trim(seq, "0") != "" || n > st.tail() {
-		return 0, fmt.Errorf("offset %q was not issued by this stream", s)
+	seq, p, _ := strings.Cut(s, "_")
+	n, _ := strconv.Atoi(p) // 16 digits always fit
+	if strings.Trim(seq, "0") != "" {
+		return 0, false, fmt.Errorf("offset %q was not issued by this stream", s)
 	}
-	if st.json && n < st.tail() {
-		if i := sort.SearchInts(st.starts, n); i == len(st.starts) || st.starts[i] != n {
-			return 0, fmt.Errorf("offset %q is not a message boundary", s)
+	return n, false, nil
+}
+
+// position turns a parsed offset into a byte position in v, accepting only
+// positions this server could have issued for it: not past the tail and, in
+// JSON mode, on a message boundary.
+func (v *snapshot) position(raw string, pos int, now bool) (int, error) {
+	if now {
+		return v.tail, nil
+	}
+	if pos > v.tail || pos < v.base {
+		return 0, fmt.Errorf("offset %q was not issued by this stream", raw)
+	}
+	if v.json && pos < v.tail {
+		if i := sort.SearchInts(v.starts, pos); i == len(v.starts) || v.starts[i] != pos {
+			return 0, fmt.Errorf("offset %q is not a message boundary", raw)
 		}
 	}
-	return n, nil
+	return pos, nil
 }
 
 // wellFormed reports whether s has the form of formatOffset's offsets.
@@ -192,14 +279,15 @@ func (s *Server) nextCursor(echoed string) string {
 }
 
 // Stream implements webhooks.StreamSource.
-func (s *Server) Stream(_ context.Context, path string) (webhooks.StreamInfo, error) {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	st, ok := s.streams[path]
-	if !ok {
+func (s *Server) Stream(ctx context.Context, path string) (webhooks.StreamInfo, error) {
+	m, ok, err := s.store.stat(ctx, path)
+	switch {
+	case err != nil:
+		return webhooks.StreamInfo{}, err
+	case !ok:
 		return webhooks.StreamInfo{}, webhooks.ErrStreamNotFound
 	}
-	return info(path, st), nil
+	return webhooks.StreamInfo{Path: path, Tail: formatOffset(m.tail)}, nil
 }
 
 // ValidOffset implements webhooks.OffsetValidator: the engine accepts only
@@ -211,19 +299,11 @@ func (s *Server) ValidOffset(offset string) bool {
 }
 
 // MatchStreams implements webhooks.StreamSource. Results are sorted by path.
-func (s *Server) MatchStreams(_ context.Context, pattern *webhooks.Pattern) ([]webhooks.StreamInfo, error) {
-	s.mu.RLock()
-	var out []webhooks.StreamInfo
-	for path, st := range s.streams {
-		if pattern.Match(path) {
-			out = append(out, info(path, st))
-		}
+func (s *Server) MatchStreams(ctx context.Context, pattern *webhooks.Pattern) ([]webhooks.StreamInfo, error) {
+	out, err := s.store.match(ctx, pattern)
+	if err != nil {
+		return nil, err
 	}
-	s.mu.RUnlock()
 	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
 	return out, nil
-}
-
-func info(path string, st *stream) webhooks.StreamInfo {
-	return webhooks.StreamInfo{Path: path, Tail: formatOffset(st.tail())}
 }
