@@ -142,3 +142,12 @@ func (f *fixture) goSend(ctx context.Context, method, pathAndQuery string) <-cha
 	}()
 	return ch
 }
+
+// eachMode runs test once per storage, with open making a Server with
+// empty storage of its own: in memory, and in a PostgreSQL schema.
+func eachMode(t *testing.T, test func(t *testing.T, open func(Options) *Server)) {
+	t.Run("memory", func(t *testing.T) { test(t, New) })
+	t.Run("postgres", func(t *testing.T) {
+		test(t, func(opts Options) *Server { return newDatabase(t).open(t)(opts) })
+	})
+}

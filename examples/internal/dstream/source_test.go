@@ -61,36 +61,38 @@ func (o *fakeObserver) take() []string {
 }
 
 func TestObserver(t *testing.T) {
-	s := New(Options{})
-	obs := &fakeObserver{s: s}
-	s.SetObserver(obs) // after New, as a host wiring up its engine does
-	f := serve(t, s)
+	eachMode(t, func(t *testing.T, open func(Options) *Server) {
+		s := open(Options{})
+		obs := &fakeObserver{s: s}
+		s.SetObserver(obs) // after New, as a host wiring up its engine does
+		f := serve(t, s)
 
-	f.mustCreate(t, "/a", "text/plain", "abc")
-	f.send(t, http.MethodPut, "/a", "text/plain", "")       // exists: no call
-	f.send(t, http.MethodPut, "/a", "application/json", "") // conflict: no call
-	f.send(t, http.MethodPost, "/a", "text/plain", "")      // rejected: no call
-	f.send(t, http.MethodPost, "/nope", "text/plain", "x")  // missing: no call
-	f.send(t, http.MethodGet, "/a?offset=-1", "", "")       // reads: no call
-	f.mustAppend(t, "/a", "text/plain", "de")
-	f.mustCreate(t, "/b", "application/json", "")
-	f.mustAppend(t, "/b", "application/json", `[1,2]`)
-	require.Equal(t, http.StatusNoContent, f.send(t, http.MethodDelete, "/a", "", "").code)
-	f.send(t, http.MethodDelete, "/a", "", "") // missing: no call
+		f.mustCreate(t, "/a", "text/plain", "abc")
+		f.send(t, http.MethodPut, "/a", "text/plain", "")       // exists: no call
+		f.send(t, http.MethodPut, "/a", "application/json", "") // conflict: no call
+		f.send(t, http.MethodPost, "/a", "text/plain", "")      // rejected: no call
+		f.send(t, http.MethodPost, "/nope", "text/plain", "x")  // missing: no call
+		f.send(t, http.MethodGet, "/a?offset=-1", "", "")       // reads: no call
+		f.mustAppend(t, "/a", "text/plain", "de")
+		f.mustCreate(t, "/b", "application/json", "")
+		f.mustAppend(t, "/b", "application/json", `[1,2]`)
+		require.Equal(t, http.StatusNoContent, f.send(t, http.MethodDelete, "/a", "", "").code)
+		f.send(t, http.MethodDelete, "/a", "", "") // missing: no call
 
-	// Each call ran after the change was visible and the locks were released
-	// (Stream would deadlock otherwise), and before the response.
-	require.Equal(t, []string{
-		"created /a " + off(3), // a create with a body is only "created"
-		"appended /a " + off(5),
-		"created /b " + off(0),
-		"appended /b " + off(2), // two messages of one byte each
-		"deleted /a missing",
-	}, obs.take())
+		// Each call ran after the change was visible and the locks were released
+		// (Stream would deadlock otherwise), and before the response.
+		require.Equal(t, []string{
+			"created /a " + off(3), // a create with a body is only "created"
+			"appended /a " + off(5),
+			"created /b " + off(0),
+			"appended /b " + off(2), // two messages of one byte each
+			"deleted /a missing",
+		}, obs.take())
 
-	s.SetObserver(nil)
-	f.mustAppend(t, "/b", "application/json", `3`)
-	require.Empty(t, obs.take())
+		s.SetObserver(nil)
+		f.mustAppend(t, "/b", "application/json", `3`)
+		require.Empty(t, obs.take())
+	})
 }
 
 // syncBuffer is a bytes.Buffer safe for a logger on the handler goroutines.
@@ -112,75 +114,81 @@ func (b *syncBuffer) String() string {
 }
 
 func TestObserverErrorsAreLoggedNotReturned(t *testing.T) {
-	var logs syncBuffer
-	s := New(Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
-	obs := &fakeObserver{s: s, err: errors.New("engine unavailable")}
-	s.SetObserver(obs)
-	f := serve(t, s)
+	eachMode(t, func(t *testing.T, open func(Options) *Server) {
+		var logs syncBuffer
+		s := open(Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+		obs := &fakeObserver{s: s, err: errors.New("engine unavailable")}
+		s.SetObserver(obs)
+		f := serve(t, s)
 
-	f.mustCreate(t, "/a", "text/plain", "")
-	f.mustAppend(t, "/a", "text/plain", "x")
-	require.Equal(t, http.StatusNoContent, f.send(t, http.MethodDelete, "/a", "", "").code)
+		f.mustCreate(t, "/a", "text/plain", "")
+		f.mustAppend(t, "/a", "text/plain", "x")
+		require.Equal(t, http.StatusNoContent, f.send(t, http.MethodDelete, "/a", "", "").code)
 
-	require.Len(t, obs.take(), 3)
-	out := logs.String()
-	for _, event := range []string{"event=created", "event=appended", "event=deleted"} {
-		require.Contains(t, out, event)
-	}
-	require.Contains(t, out, "engine unavailable")
-	require.Contains(t, out, "path=/a")
+		require.Len(t, obs.take(), 3)
+		out := logs.String()
+		for _, event := range []string{"event=created", "event=appended", "event=deleted"} {
+			require.Contains(t, out, event)
+		}
+		require.Contains(t, out, "engine unavailable")
+		require.Contains(t, out, "path=/a")
+	})
 }
 
 func TestObserverOption(t *testing.T) {
-	obs := &fakeObserver{}
-	s := New(Options{Observer: obs})
-	obs.s = s
-	f := serve(t, s)
+	eachMode(t, func(t *testing.T, open func(Options) *Server) {
+		obs := &fakeObserver{}
+		s := open(Options{Observer: obs})
+		obs.s = s
+		f := serve(t, s)
 
-	f.mustCreate(t, "/a", "text/plain", "")
-	require.Equal(t, []string{"created /a " + off(0)}, obs.take())
+		f.mustCreate(t, "/a", "text/plain", "")
+		require.Equal(t, []string{"created /a " + off(0)}, obs.take())
+	})
 }
 
 func TestStreamSource(t *testing.T) {
-	s := New(Options{})
-	f := serve(t, s)
-	ctx := context.Background()
+	eachMode(t, func(t *testing.T, open func(Options) *Server) {
+		s := open(Options{})
+		f := serve(t, s)
+		ctx := context.Background()
 
-	_, err := s.Stream(ctx, "/agents/a")
-	require.ErrorIs(t, err, webhooks.ErrStreamNotFound)
+		_, err := s.Stream(ctx, "/agents/a")
+		require.ErrorIs(t, err, webhooks.ErrStreamNotFound)
 
-	f.mustCreate(t, "/agents/b", "application/json", "")
-	f.mustCreate(t, "/agents/a", "text/plain", "")
-	tail := f.mustAppend(t, "/agents/a", "text/plain", "hello")
-	f.mustCreate(t, "/agents/a/sub", "text/plain", "x")
-	f.mustCreate(t, "/other/c", "text/plain", "x")
+		f.mustCreate(t, "/agents/b", "application/json", "")
+		f.mustCreate(t, "/agents/a", "text/plain", "")
+		tail := f.mustAppend(t, "/agents/a", "text/plain", "hello")
+		f.mustCreate(t, "/agents/a/sub", "text/plain", "x")
+		f.mustCreate(t, "/other/c", "text/plain", "x")
 
-	info, err := s.Stream(ctx, "/agents/a")
-	require.NoError(t, err)
-	require.Equal(t, webhooks.StreamInfo{Path: "/agents/a", Tail: tail}, info)
+		info, err := s.Stream(ctx, "/agents/a")
+		require.NoError(t, err)
+		require.Equal(t, webhooks.StreamInfo{Path: "/agents/a", Tail: tail}, info)
 
-	info, err = s.Stream(ctx, "/agents/b")
-	require.NoError(t, err)
-	require.Equal(t, webhooks.StreamInfo{Path: "/agents/b", Tail: off(0)}, info)
+		info, err = s.Stream(ctx, "/agents/b")
+		require.NoError(t, err)
+		require.Equal(t, webhooks.StreamInfo{Path: "/agents/b", Tail: off(0)}, info)
 
-	p, err := webhooks.ParsePattern("/agents/*")
-	require.NoError(t, err)
-	got, err := s.MatchStreams(ctx, p)
-	require.NoError(t, err)
-	require.Equal(t, []webhooks.StreamInfo{
-		{Path: "/agents/a", Tail: tail},
-		{Path: "/agents/b", Tail: off(0)},
-	}, got)
+		p, err := webhooks.ParsePattern("/agents/*")
+		require.NoError(t, err)
+		got, err := s.MatchStreams(ctx, p)
+		require.NoError(t, err)
+		require.Equal(t, []webhooks.StreamInfo{
+			{Path: "/agents/a", Tail: tail},
+			{Path: "/agents/b", Tail: off(0)},
+		}, got)
 
-	p, err = webhooks.ParsePattern("/none/*")
-	require.NoError(t, err)
-	got, err = s.MatchStreams(ctx, p)
-	require.NoError(t, err)
-	require.Empty(t, got)
+		p, err = webhooks.ParsePattern("/none/*")
+		require.NoError(t, err)
+		got, err = s.MatchStreams(ctx, p)
+		require.NoError(t, err)
+		require.Empty(t, got)
 
-	f.send(t, http.MethodDelete, "/agents/b", "", "")
-	_, err = s.Stream(ctx, "/agents/b")
-	require.ErrorIs(t, err, webhooks.ErrStreamNotFound)
+		f.send(t, http.MethodDelete, "/agents/b", "", "")
+		_, err = s.Stream(ctx, "/agents/b")
+		require.ErrorIs(t, err, webhooks.ErrStreamNotFound)
+	})
 }
 
 // TestValidOffset checks that the engine is told to accept exactly the
