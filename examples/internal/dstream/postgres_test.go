@@ -4,12 +4,21 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"net/http"
 	"os"
+	"strings"
+	"sync"
 	"testing"
 
+	"github.com/benbjohnson/clock"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/streamhooks/webhooks"
 )
 
 // dsnEnv names the variable that holds the DSN of a PostgreSQL database the
@@ -75,5 +84,183 @@ func (db *database) open(t *testing.T) func(Options) *Server {
 		require.NoError(t, err)
 		t.Cleanup(s.Close)
 		return s
+	}
+}
+
+// TestPostgresServersShareStreams changes streams through one Server and
+// reads them through another on the same database.
+func TestPostgresServersShareStreams(t *testing.T) {
+	db := newDatabase(t)
+	a, b := serve(t, db.open(t)(Options{})), serve(t, db.open(t)(Options{}))
+	ctx := context.Background()
+
+	a.mustCreate(t, "/agents/x", "application/json", `{"n":1}`)
+	tail := a.mustAppend(t, "/agents/x", "application/json", `[{"n":2},{"n":3}]`)
+	a.mustCreate(t, "/agents/y", "text/plain", "abc")
+
+	r := b.send(t, http.MethodGet, "/agents/x?offset="+off(7), "", "")
+	require.Equal(t, http.StatusOK, r.code)
+	require.Equal(t, `[{"n":2},{"n":3}]`, r.body)
+	require.Equal(t, tail, r.header.Get("Stream-Next-Offset"))
+	r = b.send(t, http.MethodHead, "/agents/y", "", "")
+	require.Equal(t, off(3), r.header.Get("Stream-Next-Offset"))
+	r = b.send(t, http.MethodPut, "/agents/y", "text/plain", "abc")
+	require.Equal(t, http.StatusOK, r.code, "the stream exists for every Server")
+
+	info, err := b.s.Stream(ctx, "/agents/x")
+	require.NoError(t, err)
+	require.Equal(t, tail, info.Tail)
+	p, err := webhooks.ParsePattern("/agents/*")
+	require.NoError(t, err)
+	got, err := b.s.MatchStreams(ctx, p)
+	require.NoError(t, err)
+	require.Equal(t, []webhooks.StreamInfo{{Path: "/agents/x", Tail: tail}, {Path: "/agents/y", Tail: off(3)}}, got)
+	a.mustCreate(t, "/agents", "text/plain", "")
+	a.mustCreate(t, "/agentsmith", "text/plain", "")
+	p, err = webhooks.ParsePattern("/agents/**") // matches /agents itself too
+	require.NoError(t, err)
+	got, err = b.s.MatchStreams(ctx, p)
+	require.NoError(t, err)
+	require.Equal(t, []webhooks.StreamInfo{
+		{Path: "/agents", Tail: off(0)}, {Path: "/agents/x", Tail: tail}, {Path: "/agents/y", Tail: off(3)},
+	}, got)
+
+	// An ETag names the same content through either Server.
+	etag := a.send(t, http.MethodGet, "/agents/y", "", "").header.Get("ETag")
+	require.Equal(t, http.StatusNotModified, b.send(t, http.MethodGet, "/agents/y", "", "", "If-None-Match", etag).code)
+
+	b.mustAppend(t, "/agents/y", "text/plain", "d")
+	require.Equal(t, "abcd", a.send(t, http.MethodGet, "/agents/y", "", "").body)
+	require.Equal(t, http.StatusNoContent, b.send(t, http.MethodDelete, "/agents/x", "", "").code)
+	require.Equal(t, http.StatusNotFound, a.send(t, http.MethodGet, "/agents/x", "", "").code)
+	_, err = a.s.Stream(ctx, "/agents/x")
+	require.ErrorIs(t, err, webhooks.ErrStreamNotFound)
+}
+
+// TestPostgresLongPollWakesOnOtherServersAppend waits on one Server for an
+// append through another. The waiting Server's clock is a mock that never
+// moves, so only the notification can wake it.
+func TestPostgresLongPollWakesOnOtherServersAppend(t *testing.T) {
+	db := newDatabase(t)
+	sa := db.open(t)(Options{Clock: clock.NewMock()})
+	hook, waiting := waitingHook()
+	sa.testHookWaiting = hook
+	a, b := serve(t, sa), serve(t, db.open(t)(Options{}))
+	tail := a.mustCreate(t, "/j", "application/json", `{"n":0}`)
+
+	got := a.goSend(boundedCtx(t), http.MethodGet, "/j?offset="+tail+"&live=long-poll")
+	receive(t, waiting, "the long-poll to wait")
+	next := b.mustAppend(t, "/j", "application/json", `{"n":1}`)
+
+	r := receive(t, got, "the long-poll reply")
+	require.NoError(t, r.err)
+	require.Equal(t, http.StatusOK, r.code)
+	require.Equal(t, `[{"n":1}]`, r.body)
+	require.Equal(t, next, r.header.Get("Stream-Next-Offset"))
+
+	// A delete through another Server ends the long-poll too.
+	got = a.goSend(boundedCtx(t), http.MethodGet, "/j?offset="+next+"&live=long-poll")
+	receive(t, waiting, "the long-poll to wait")
+	require.Equal(t, http.StatusNoContent, b.send(t, http.MethodDelete, "/j", "", "").code)
+	r = receive(t, got, "the long-poll reply")
+	require.NoError(t, r.err)
+	require.Equal(t, http.StatusNotFound, r.code)
+}
+
+// TestPostgresLongPollRechecks appends behind the Server's back, without a
+// notification, as when one is lost: the long-poll finds the data when it
+// reads again a recheck interval later.
+func TestPostgresLongPollRechecks(t *testing.T) {
+	db := newDatabase(t)
+	mock := clock.NewMock()
+	s := db.open(t)(Options{Clock: mock})
+	hook, waiting := waitingHook()
+	s.testHookWaiting = hook
+	f := serve(t, s)
+	tail := f.mustCreate(t, "/s", "text/plain", "abc")
+
+	got := f.goSend(boundedCtx(t), http.MethodGet, "/s?offset="+tail+"&live=long-poll")
+	receive(t, waiting, "the long-poll to wait")
+	db.exec(t, `WITH c AS (INSERT INTO `+db.schema+`.dstream_chunks (stream_id, pos, data)
+		SELECT id, 3, 'de'::bytea FROM `+db.schema+`.dstream_streams WHERE path = '/s')
+		UPDATE `+db.schema+`.dstream_streams SET tail = 5 WHERE path = '/s'`)
+	select {
+	case r := <-got:
+		t.Fatalf("the long-poll answered %d before the recheck", r.code)
+	default:
+	}
+	mock.Add(pgRecheck)
+
+	r := receive(t, got, "the long-poll reply")
+	require.NoError(t, r.err)
+	require.Equal(t, http.StatusOK, r.code)
+	require.Equal(t, "de", r.body)
+	require.Equal(t, off(5), r.header.Get("Stream-Next-Offset"))
+}
+
+// TestPostgresConcurrentAppendsAcrossServers appends to one stream through
+// two Servers at once: every append gets its own offset, each writer's
+// offsets increase, and a read returns every message once, in an order
+// that agrees with the offsets.
+func TestPostgresConcurrentAppendsAcrossServers(t *testing.T) {
+	db := newDatabase(t)
+	servers := []*fixture{serve(t, db.open(t)(Options{})), serve(t, db.open(t)(Options{}))}
+	servers[0].mustCreate(t, "/j", "application/json", "")
+
+	const writers, perWriter = 4, 25
+	offsets := make([][]string, writers)
+	var wg sync.WaitGroup
+	for w := range writers {
+		f := servers[w%2]
+		wg.Go(func() {
+			for i := range perWriter {
+				body := fmt.Sprintf(`{"w":%d,"i":%d}`, w, i)
+				r, err := f.roundTrip(context.Background(), http.MethodPost, f.url("/j"), "application/json", body)
+				if assert.NoError(t, err) && assert.Equal(t, http.StatusNoContent, r.code) {
+					offsets[w] = append(offsets[w], r.header.Get("Stream-Next-Offset"))
+				}
+			}
+		})
+	}
+	wg.Wait()
+
+	seen := map[string]bool{}
+	for w := range writers {
+		require.Len(t, offsets[w], perWriter)
+		require.IsIncreasing(t, offsets[w], "writer %d", w)
+		for _, o := range offsets[w] {
+			require.False(t, seen[o], "offset %s issued twice", o)
+			seen[o] = true
+		}
+	}
+
+	// The stream holds every message once, each writer's in order, and
+	// each ends at the offset its append answered.
+	var items []struct{ W, I int }
+	body := servers[1].send(t, http.MethodGet, "/j", "", "").body
+	require.NoError(t, json.Unmarshal([]byte(body), &items))
+	require.Len(t, items, writers*perWriter)
+	next, pos := make([]int, writers), 0
+	for _, it := range items {
+		require.Equal(t, next[it.W], it.I, "writer %d's messages out of order", it.W)
+		pos += len(fmt.Sprintf(`{"w":%d,"i":%d}`, it.W, it.I))
+		require.Equal(t, off(pos), offsets[it.W][it.I], "offset of writer %d's message %d", it.W, it.I)
+		next[it.W]++
+	}
+}
+
+// TestPostgresPaths checks the paths the database cannot hold: they are
+// refused on creation and found nowhere, never a 500.
+func TestPostgresPaths(t *testing.T) {
+	f := serve(t, newDatabase(t).open(t)(Options{}))
+
+	long := "/" + strings.Repeat("a", pgMaxPathBytes)
+	require.Equal(t, http.StatusRequestURITooLong, f.send(t, http.MethodPut, long, "text/plain", "").code)
+	f.mustCreate(t, long[:pgMaxPathBytes], "text/plain", "x")
+	for _, path := range []string{"/a%00b", "/%ff"} {
+		require.Equal(t, http.StatusBadRequest, f.send(t, http.MethodPut, path, "text/plain", "").code, path)
+		for _, method := range []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodDelete} {
+			require.Equal(t, http.StatusNotFound, f.send(t, method, path, "text/plain", "x").code, "%s %s", method, path)
+		}
 	}
 }
