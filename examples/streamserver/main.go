@@ -1,19 +1,26 @@
 // Command streamserver is a Durable Streams server with the webhook engine
 // mounted: streams, the subscription API and the callback API on one
 // address. It keeps everything in memory, or with -data in a directory, so
-// that streams, subscriptions and acked offsets survive a restart.
+// that streams, subscriptions and acked offsets survive a restart, or with
+// -postgres in a PostgreSQL database, where they also survive a restart and
+// several servers on different addresses serve the same streams: a
+// long-poll on one sees an append made through another.
 //
 //	STREAMHOOKS_API_TOKEN=... go run ./examples/streamserver -addr 127.0.0.1:8787 -data ./data
 //	go run ./examples/streamserver -addr 127.0.0.1:8787 -dev
+//	STREAMHOOKS_POSTGRES=postgres://... go run ./examples/streamserver -addr 127.0.0.1:8788 -dev
 //
 // The subscription API lists webhook URLs and deletes subscriptions, so it
 // requires a bearer token, from -api-token or $STREAMHOOKS_API_TOKEN. Only
 // with -dev may it run without one, open to anyone who can reach it.
 // Streams and callbacks do not need the token.
 //
-// With -data, -encryption-key-file or $STREAMHOOKS_ENCRYPTION_KEY gives a
-// key that seals webhook secrets and the token key in the engine's SQLite
-// file: 32 bytes, base64-encoded, as `openssl rand -base64 32` prints.
+// The DSN comes from -postgres or $STREAMHOOKS_POSTGRES; -postgres and
+// -data exclude each other.
+//
+// With -data or -postgres, -encryption-key-file or $STREAMHOOKS_ENCRYPTION_KEY gives a
+// key that seals webhook secrets and the token key in the engine's store:
+// 32 bytes, base64-encoded, as `openssl rand -base64 32` prints.
 package main
 
 import (
@@ -38,6 +45,7 @@ import (
 const (
 	apiTokenEnv      = "STREAMHOOKS_API_TOKEN"
 	encryptionKeyEnv = "STREAMHOOKS_ENCRYPTION_KEY"
+	postgresEnv      = "STREAMHOOKS_POSTGRES"
 )
 
 // encryptionKeyBytes is the length sqlitestore.WithEncryptionKey wants.
@@ -62,7 +70,7 @@ func main() {
 
 // parseConfig reads the command line args and, through getenv, the
 // environment. It refuses to run the subscription API open without -dev,
-// and an encryption key without -data.
+// both -data and a database, and an encryption key with neither.
 func parseConfig(args []string, getenv func(string) string) (exampleserver.Config, error) {
 	fs := flag.NewFlagSet("streamserver", flag.ContinueOnError)
 	addr := fs.String("addr", "127.0.0.1:8787", "listen address")
@@ -72,7 +80,8 @@ func parseConfig(args []string, getenv func(string) string) (exampleserver.Confi
 	data := fs.String("data", "", "keep streams and engine state in this directory (default: in memory)")
 	liveness := fs.Duration("liveness-timeout", webhooks.DefaultLivenessTimeout, "how long a LIVE consumer may stay silent")
 	token := fs.String("api-token", "", "bearer token the subscription API requires (default $"+apiTokenEnv+")")
-	keyFile := fs.String("encryption-key-file", "", "file holding the key that seals secrets in -data: 32 bytes, base64 (default $"+encryptionKeyEnv+")")
+	postgres := fs.String("postgres", "", "keep streams and engine state in this PostgreSQL database, shared with other servers on it: a DSN (default $"+postgresEnv+")")
+	keyFile := fs.String("encryption-key-file", "", "file holding the key that seals secrets in -data or -postgres: 32 bytes, base64 (default $"+encryptionKeyEnv+")")
 	if err := fs.Parse(args); err != nil {
 		return exampleserver.Config{}, err
 	}
@@ -82,18 +91,25 @@ func parseConfig(args []string, getenv func(string) string) (exampleserver.Confi
 	if *token == "" && !*dev {
 		return exampleserver.Config{}, fmt.Errorf("no API token: set -api-token or $%s, or pass -dev to leave the subscription API open", apiTokenEnv)
 	}
+	if *postgres == "" {
+		*postgres = getenv(postgresEnv)
+	}
+	if *postgres != "" && *data != "" {
+		return exampleserver.Config{}, fmt.Errorf("-data and -postgres (or $%s) exclude each other", postgresEnv)
+	}
 	key, err := encryptionKey(*keyFile, getenv)
 	if err != nil {
 		return exampleserver.Config{}, err
 	}
-	if key != nil && *data == "" {
-		return exampleserver.Config{}, errors.New("an encryption key needs -data: the in-memory store keeps nothing on disk")
+	if key != nil && *data == "" && *postgres == "" {
+		return exampleserver.Config{}, errors.New("an encryption key needs -data or -postgres: the in-memory store keeps nothing")
 	}
 	return exampleserver.Config{
 		Addr:          *addr,
 		CallbackBase:  *callbackBase,
 		Dev:           *dev,
 		DataDir:       *data,
+		Postgres:      *postgres,
 		APIToken:      *token,
 		EncryptionKey: key,
 		EngineOptions: []webhooks.Option{webhooks.WithTimeouts(*waking, *liveness, 0)},
@@ -132,7 +148,7 @@ func run(cfg exampleserver.Config, log *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("starting: %w", err)
 	}
-	log.Info("serving streams, subscriptions and callbacks", "url", srv.URL, "dev", cfg.Dev, "data", cfg.DataDir,
+	log.Info("serving streams, subscriptions and callbacks", "url", srv.URL, "dev", cfg.Dev, "data", cfg.DataDir, "postgres", cfg.Postgres != "",
 		"api_token", cfg.APIToken != "", "encrypted", cfg.EncryptionKey != nil)
 	<-ctx.Done()
 	stop() // a second signal kills the process at once

@@ -83,5 +83,30 @@ func TestParseConfigEncryptionKey(t *testing.T) {
 	require.ErrorContains(t, err, "reading the encryption key")
 
 	_, err = parseConfig([]string{"-api-token", "t", "-encryption-key-file", good}, env(nil))
-	require.ErrorContains(t, err, "needs -data")
+	require.ErrorContains(t, err, "needs -data or -postgres")
+}
+
+func TestParseConfigPostgres(t *testing.T) {
+	const dsn = "postgres://db.example/streams"
+	cfg, err := parseConfig([]string{"-dev", "-postgres", dsn}, env(nil))
+	require.NoError(t, err)
+	require.Equal(t, dsn, cfg.Postgres)
+
+	cfg, err = parseConfig([]string{"-dev"}, env(map[string]string{postgresEnv: dsn}))
+	require.NoError(t, err)
+	require.Equal(t, dsn, cfg.Postgres)
+
+	cfg, err = parseConfig([]string{"-dev", "-postgres", "postgres://other"}, env(map[string]string{postgresEnv: dsn}))
+	require.NoError(t, err)
+	require.Equal(t, "postgres://other", cfg.Postgres, "the flag wins")
+
+	_, err = parseConfig([]string{"-dev", "-postgres", dsn, "-data", t.TempDir()}, env(nil))
+	require.ErrorContains(t, err, "exclude each other")
+	_, err = parseConfig([]string{"-dev", "-data", t.TempDir()}, env(map[string]string{postgresEnv: dsn}))
+	require.ErrorContains(t, err, "exclude each other")
+
+	key := base64.StdEncoding.EncodeToString(bytes.Repeat([]byte{1}, encryptionKeyBytes))
+	cfg, err = parseConfig([]string{"-dev", "-postgres", dsn}, env(map[string]string{encryptionKeyEnv: key}))
+	require.NoError(t, err, "a key seals secrets in the database too")
+	require.Len(t, cfg.EncryptionKey, encryptionKeyBytes)
 }

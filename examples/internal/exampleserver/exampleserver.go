@@ -1,5 +1,6 @@
 // Package exampleserver runs a Durable Streams server with the webhook
-// engine mounted, in memory or on a data directory. It is the wiring that
+// engine mounted, in memory, on a data directory, or in a PostgreSQL
+// database that several servers share. It is the wiring that
 // examples/streamserver, the demo and the end-to-end tests share, so that
 // what the tests exercise is what the example runs.
 package exampleserver
@@ -19,9 +20,12 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	webhooks "github.com/streamhooks/webhooks"
 	"github.com/streamhooks/webhooks/examples/internal/dstream"
 	"github.com/streamhooks/webhooks/memstore"
+	"github.com/streamhooks/webhooks/pgstore"
 	"github.com/streamhooks/webhooks/sqlitestore"
 )
 
@@ -47,14 +51,20 @@ type Config struct {
 	// DataDir, if set, keeps the streams and, unless Store is set, the
 	// engine's state in this directory, so that both survive a restart.
 	DataDir string
+	// Postgres, if set, is the DSN of a PostgreSQL database that keeps the
+	// streams and, unless Store is set, the engine's state (pgstore), so
+	// that they survive a restart and several servers on the database
+	// serve the same streams and subscriptions. It excludes DataDir.
+	Postgres string
 	// APIToken, if set, is the bearer token every subscription API request
 	// must carry; others get 401. Empty leaves the subscription API open to
 	// anyone who can reach the address, and Start logs a warning. Streams
 	// and callbacks are not affected.
 	APIToken string
 	// EncryptionKey, if set, seals webhook secrets and the token key in the
-	// SQLite store Start opens in DataDir (sqlitestore.WithEncryptionKey).
-	// It needs DataDir and no Store.
+	// store Start opens in DataDir (sqlitestore.WithEncryptionKey) or
+	// Postgres (pgstore.WithEncryptionKey). It needs one of them and no
+	// Store.
 	EncryptionKey []byte
 }
 
@@ -80,7 +90,7 @@ type Running struct {
 	Store webhooks.Store
 
 	streams *dstream.Server
-	owned   io.Closer // the store Start opened, if any
+	owned   io.Closer // the store or database pool Start opened, if any
 	engine  *webhooks.Engine
 	http    *http.Server
 	served  chan error
@@ -95,8 +105,11 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	if len(cfg.EncryptionKey) > 0 && (cfg.DataDir == "" || cfg.Store != nil) {
-		return nil, errors.New("an encryption key needs a data directory for the SQLite store, and no other Store")
+	if cfg.DataDir != "" && cfg.Postgres != "" {
+		return nil, errors.New("a data directory and a PostgreSQL database exclude each other")
+	}
+	if len(cfg.EncryptionKey) > 0 && (cfg.DataDir == "" && cfg.Postgres == "" || cfg.Store != nil) {
+		return nil, errors.New("an encryption key needs a data directory or a PostgreSQL database for the engine's store, and no other Store")
 	}
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
@@ -117,7 +130,7 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 		log.Warn("the subscription API is open: anyone who can reach " + url + " can list webhook URLs and delete subscriptions; set an API token")
 	}
 	opts = append(opts, cfg.EngineOptions...)
-	streams, store, owned, err := open(cfg, log)
+	streams, store, owned, err := open(ctx, cfg, log)
 	if err != nil {
 		_ = ln.Close()
 		return nil, err
@@ -128,6 +141,7 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 	}
 	if err != nil {
 		_ = ln.Close()
+		streams.Close()
 		if owned != nil {
 			_ = owned.Close()
 		}
@@ -193,8 +207,11 @@ func (r *Running) Close(ctx context.Context) error {
 }
 
 // open returns the stream server and the engine's store that cfg asks for,
-// and the store to close with the server if open created it.
-func open(cfg Config, log *slog.Logger) (*dstream.Server, webhooks.Store, io.Closer, error) {
+// and the store or pool to close with the server if open created it.
+func open(ctx context.Context, cfg Config, log *slog.Logger) (*dstream.Server, webhooks.Store, io.Closer, error) {
+	if cfg.Postgres != "" {
+		return openPostgres(ctx, cfg, log)
+	}
 	if cfg.DataDir == "" {
 		store := cfg.Store
 		if store == nil {
@@ -221,6 +238,42 @@ func open(cfg Config, log *slog.Logger) (*dstream.Server, webhooks.Store, io.Clo
 		return nil, nil, nil, fmt.Errorf("opening the engine's store: %w", err)
 	}
 	return streams, store, store, nil
+}
+
+// openPostgres opens one pool on cfg.Postgres for the streams and, unless
+// cfg.Store is set, a pgstore.
+func openPostgres(ctx context.Context, cfg Config, log *slog.Logger) (*dstream.Server, webhooks.Store, io.Closer, error) {
+	pool, err := pgxpool.New(ctx, cfg.Postgres)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("connecting to PostgreSQL: %w", err)
+	}
+	streams, err := dstream.OpenPostgres(ctx, pool, dstream.Options{Logger: log})
+	if err != nil {
+		pool.Close()
+		return nil, nil, nil, fmt.Errorf("opening streams: %w", err)
+	}
+	if cfg.Store != nil {
+		return streams, cfg.Store, poolCloser{pool}, nil
+	}
+	var opts []pgstore.Option
+	if len(cfg.EncryptionKey) > 0 {
+		opts = append(opts, pgstore.WithEncryptionKey(cfg.EncryptionKey))
+	}
+	store, err := pgstore.New(ctx, pool, opts...)
+	if err != nil {
+		streams.Close()
+		pool.Close()
+		return nil, nil, nil, fmt.Errorf("opening the engine's store: %w", err)
+	}
+	return streams, store, poolCloser{pool}, nil
+}
+
+// poolCloser closes a pool as an io.Closer.
+type poolCloser struct{ pool *pgxpool.Pool }
+
+func (c poolCloser) Close() error {
+	c.pool.Close()
+	return nil
 }
 
 // advertised is the host:port clients dial for a listener at addr. A

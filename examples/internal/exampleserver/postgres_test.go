@@ -1,0 +1,112 @@
+package exampleserver_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"net/http"
+	"net/url"
+	"os"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/streamhooks/webhooks/examples/internal/exampleserver"
+)
+
+// dsnEnv names the variable that holds the DSN of a PostgreSQL database the
+// tests may create schemas in.
+const dsnEnv = "STREAMHOOKS_TEST_POSTGRES"
+
+// postgresDSN returns a DSN whose connections use a schema of the test's
+// own, dropped when the test ends. Without a test database the test skips,
+// except under CI.
+func postgresDSN(t *testing.T) string {
+	t.Helper()
+	dsn := os.Getenv(dsnEnv)
+	if dsn == "" {
+		msg := dsnEnv + " is not set; set it to a PostgreSQL DSN to test the example server on PostgreSQL"
+		if os.Getenv("CI") != "" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+	b := make([]byte, 8)
+	_, _ = rand.Read(b)
+	schema := "exampleserver_test_" + hex.EncodeToString(b)
+	exec := func(sql string) {
+		ctx := context.Background()
+		conn, err := pgx.Connect(ctx, dsn)
+		require.NoError(t, err)
+		defer conn.Close(ctx)
+		_, err = conn.Exec(ctx, sql)
+		require.NoError(t, err)
+	}
+	exec("CREATE SCHEMA " + schema)
+	t.Cleanup(func() { exec("DROP SCHEMA " + schema + " CASCADE") })
+	u, err := url.Parse(dsn)
+	require.NoError(t, err, "the test DSN must be a URL")
+	q := u.Query()
+	q.Set("search_path", schema)
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+// TestPostgresInstancesShareStreamsAndSubscriptions starts two servers on
+// one database: what is created through one is served by the other.
+func TestPostgresInstancesShareStreamsAndSubscriptions(t *testing.T) {
+	dsn := postgresDSN(t)
+	a, _ := startServer(t, exampleserver.Config{Dev: true, Postgres: dsn})
+	b, _ := startServer(t, exampleserver.Config{Dev: true, Postgres: dsn})
+	require.NotEqual(t, a.base, b.base)
+
+	resp, body := a.do(t, http.MethodPut, "/agents/task-1", "application/json", "", []byte(`{"n":1}`))
+	require.Equal(t, http.StatusCreated, resp.StatusCode, "%s", body)
+	resp, body = a.do(t, http.MethodPost, "/agents/task-1", "application/json", "", []byte(`{"n":2}`))
+	require.Equal(t, http.StatusNoContent, resp.StatusCode, "%s", body)
+	tail := resp.Header.Get("Stream-Next-Offset")
+
+	resp, body = b.do(t, http.MethodGet, "/agents/task-1?offset=-1", "", "", nil)
+	require.Equal(t, http.StatusOK, resp.StatusCode, "%s", body)
+	require.JSONEq(t, `[{"n":1},{"n":2}]`, string(body))
+	require.Equal(t, tail, resp.Header.Get("Stream-Next-Offset"))
+
+	resp, body = a.do(t, http.MethodPut, "/agents/*?subscription=s1", "application/json", "",
+		[]byte(`{"webhook":"http://127.0.0.1:1/hook","description":"through a"}`))
+	require.Equal(t, http.StatusCreated, resp.StatusCode, "%s", body)
+
+	resp, body = b.do(t, http.MethodGet, "/**?subscriptions", "", "", nil)
+	require.Equal(t, http.StatusOK, resp.StatusCode, "%s", body)
+	var list struct {
+		Subscriptions []struct {
+			ID          string `json:"subscription_id"`
+			Pattern     string `json:"pattern"`
+			Description string `json:"description"`
+		} `json:"subscriptions"`
+	}
+	require.NoError(t, json.Unmarshal(body, &list), "%s", body)
+	require.Len(t, list.Subscriptions, 1, "%s", body)
+	require.Equal(t, "s1", list.Subscriptions[0].ID)
+	require.Equal(t, "/agents/*", list.Subscriptions[0].Pattern)
+	require.Equal(t, "through a", list.Subscriptions[0].Description)
+}
+
+func TestPostgresExcludesDataDir(t *testing.T) {
+	_, err := exampleserver.Start(context.Background(), exampleserver.Config{
+		Addr: "127.0.0.1:0", Dev: true, Postgres: "postgres://127.0.0.1:1/none", DataDir: t.TempDir(),
+	})
+	require.ErrorContains(t, err, "exclude each other")
+}
+
+// TestPostgresEncryptionKey checks that the key reaches pgstore: a database
+// made with one cannot be opened without it.
+func TestPostgresEncryptionKey(t *testing.T) {
+	dsn := postgresDSN(t)
+	key := bytes.Repeat([]byte{0xa5}, 32)
+	startServer(t, exampleserver.Config{Dev: true, Postgres: dsn, EncryptionKey: key})
+	_, err := exampleserver.Start(context.Background(), exampleserver.Config{Addr: "127.0.0.1:0", Dev: true, Postgres: dsn})
+	require.ErrorContains(t, err, "opening the engine's store")
+}
