@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"os"
 	"strings"
@@ -76,6 +77,7 @@ func (db *database) open(t *testing.T) func(Options) *Server {
 		cfg, err := pgxpool.ParseConfig(db.dsn)
 		require.NoError(t, err)
 		cfg.ConnConfig.RuntimeParams["search_path"] = db.schema
+		cfg.ConnConfig.RuntimeParams["application_name"] = db.schema // to find the listeners
 		cfg.MaxConns = 4
 		pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 		require.NoError(t, err)
@@ -263,4 +265,39 @@ func TestPostgresPaths(t *testing.T) {
 			require.Equal(t, http.StatusNotFound, f.send(t, method, path, "text/plain", "x").code, "%s %s", method, path)
 		}
 	}
+}
+
+// TestPostgresListenerReconnects kills a Server's listening connection: it
+// connects again, wakes its long-polls, as notifications may have been
+// lost, and hears later ones. The recheck is off, so only these wake them.
+func TestPostgresListenerReconnects(t *testing.T) {
+	db := newDatabase(t)
+	quiet := Options{Logger: slog.New(slog.DiscardHandler)}
+	sa := db.open(t)(quiet)
+	sa.recheck = 0
+	hook, waiting := waitingHook()
+	sa.testHookWaiting = hook
+	a, b := serve(t, sa), serve(t, db.open(t)(quiet))
+	tail := a.mustCreate(t, "/s", "text/plain", "abc")
+
+	got := a.goSend(boundedCtx(t), http.MethodGet, "/s?offset="+tail+"&live=long-poll")
+	receive(t, waiting, "the long-poll to wait")
+	db.exec(t, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+		WHERE application_name = '`+db.schema+`' AND query = 'LISTEN `+pgChannel+`'`)
+	// An append no notification announces, as one made while nobody listens.
+	db.exec(t, `WITH c AS (INSERT INTO `+db.schema+`.dstream_chunks (stream_id, pos, data)
+		SELECT id, 3, 'de'::bytea FROM `+db.schema+`.dstream_streams WHERE path = '/s')
+		UPDATE `+db.schema+`.dstream_streams SET tail = 5 WHERE path = '/s'`)
+	r := receive(t, got, "the long-poll reply")
+	require.NoError(t, r.err)
+	require.Equal(t, http.StatusOK, r.code)
+	require.Equal(t, "de", r.body)
+
+	got = a.goSend(boundedCtx(t), http.MethodGet, "/s?offset="+off(5)+"&live=long-poll")
+	receive(t, waiting, "the long-poll to wait")
+	b.mustAppend(t, "/s", "text/plain", "f")
+	r = receive(t, got, "the long-poll reply")
+	require.NoError(t, r.err)
+	require.Equal(t, http.StatusOK, r.code)
+	require.Equal(t, "f", r.body)
 }

@@ -53,8 +53,9 @@ type Observer interface {
 
 // Options configures a Server. The zero value is usable.
 type Options struct {
-	// Clock drives long-poll timeouts and Stream-Cursor values; defaults to
-	// the wall clock. Tests inject a mock.
+	// Clock drives long-poll timeouts, Stream-Cursor values and, with
+	// OpenPostgres, the long-polls' re-reads and the listener's reconnects;
+	// defaults to the wall clock. Tests inject a mock.
 	Clock clock.Clock
 	// LongPollTimeout is how long a long-poll waits for data before answering
 	// 204; defaults to DefaultLongPollTimeout.
