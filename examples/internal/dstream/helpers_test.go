@@ -148,6 +148,7 @@ func (f *fixture) goSend(ctx context.Context, method, pathAndQuery string) <-cha
 func eachMode(t *testing.T, test func(t *testing.T, open func(Options) *Server)) {
 	t.Run("memory", func(t *testing.T) { test(t, New) })
 	t.Run("postgres", func(t *testing.T) {
+		testDSN(t) // skips here, not in a subtest that opens a Server
 		test(t, func(opts Options) *Server { return newDatabase(t).open(t)(opts) })
 	})
 }
