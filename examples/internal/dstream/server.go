@@ -74,7 +74,7 @@ type Options struct {
 // Server is a Durable Streams server holding its streams in memory and,
 // when made by Open, on disk, or, when made by OpenPostgres, in a database
 // it shares with other Servers. It is an http.Handler and a
-// webhooks.StreamSource. Use New or Open to create one.
+// webhooks.StreamSource. Use New, Open or OpenPostgres to create one.
 type Server struct {
 	clock    clock.Clock
 	timeout  time.Duration
