@@ -127,18 +127,24 @@ func TestCrashRecovery(t *testing.T) {
 	w.checkNoTokenRefused()
 }
 
-// crashWorld is the server process, its data directory, the webhook
-// receiver acting as every consumer, and what the test has observed.
+// crashWorld is the server processes, their data directory or database,
+// the webhook receiver acting as every consumer, and what the test has
+// observed.
 type crashWorld struct {
 	t *testing.T
 	// dir is the server's data directory, for the SQLite store; with dsn
 	// set instead, every server keeps its state in that PostgreSQL
 	// database.
-	dir    string
-	dsn    string
-	procs  []*serverProc
-	recv   *httptest.Server
-	client *http.Client
+	dir   string
+	dsn   string
+	procs []*serverProc
+	// waking and liveness are the servers' timeouts.
+	waking, liveness time.Duration
+	// callbacksTo, if not negative, is the one server consumers call back
+	// on; otherwise each callback goes to a random running server.
+	callbacksTo atomic.Int32
+	recv        *httptest.Server
+	client      *http.Client
 	// callbacks carries the consumers' callbacks.
 	callbacks *http.Transport
 	logs      *syncBuffer
@@ -159,7 +165,18 @@ type crashWorld struct {
 	stored   map[string]*webhooks.Consumer    // consumer → state read after the last kill
 	refused  []string                         // callbacks refused with TOKEN_INVALID
 	posts    map[string]map[int64]int         // consumer → epoch → webhook POSTs received
+	modes    map[string]receiverMode          // subscription → how its webhooks are answered
 }
+
+// receiverMode is how the receiver answers a subscription's webhooks.
+type receiverMode int
+
+const (
+	consumeAll  receiverMode = iota // 200, then claim, ack every stream's tail and say done
+	hang                            // never answer: the consumer stays WAKING
+	claimAndAck                     // 200, then claim and ack the tails, and fall silent: LIVE
+	fail                            // 500: retries are due
+)
 
 // serverProc is one example-server process; cmd is nil while it is down.
 type serverProc struct {
@@ -201,6 +218,7 @@ func newWorld(t *testing.T, n int, dsn string) *crashWorld {
 		require.NoError(t, ln.Close())
 		w.procs = append(w.procs, &serverProc{addr: addr, base: "http://" + addr})
 	}
+	w.callbacksTo.Store(-1)
 	w.recv = httptest.NewServer(http.HandlerFunc(w.webhook))
 	t.Cleanup(func() {
 		w.kill()
@@ -231,7 +249,7 @@ func (w *crashWorld) startProc(i int) {
 	w.t.Helper()
 	p := w.procs[i]
 	args := []string{"-addr", p.addr, "-dev",
-		"-waking-timeout", crashWaking.String(), "-liveness-timeout", crashLiveness.String()}
+		"-waking-timeout", w.waking.String(), "-liveness-timeout", w.liveness.String()}
 	if w.dsn != "" {
 		args = append(args, "-postgres", w.dsn)
 	} else {
@@ -320,7 +338,11 @@ type anyServer struct {
 }
 
 func (a anyServer) RoundTrip(r *http.Request) (*http.Response, error) {
-	u, err := url.Parse(a.w.base())
+	base := a.w.base()
+	if i := a.w.callbacksTo.Load(); i >= 0 {
+		base = a.w.procs[i].base
+	}
+	u, err := url.Parse(base)
 	if err != nil {
 		return nil, err
 	}
@@ -354,8 +376,14 @@ func fire(hook *atomic.Pointer[chan struct{}]) bool {
 
 func (w *crashWorld) subscribe(id, pattern string) {
 	w.t.Helper()
+	w.subscribeOn(w.base(), id, pattern)
+}
+
+// subscribeOn creates a subscription through the server at base.
+func (w *crashWorld) subscribeOn(base, id, pattern string) {
+	w.t.Helper()
 	body := fmt.Sprintf(`{"webhook":%q}`, w.recv.URL+"/hook")
-	req, err := http.NewRequest(http.MethodPut, w.base()+pattern+"?subscription="+id, strings.NewReader(body))
+	req, err := http.NewRequest(http.MethodPut, base+pattern+"?subscription="+id, strings.NewReader(body))
 	require.NoError(w.t, err)
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := w.client.Do(req)
@@ -373,7 +401,13 @@ func (w *crashWorld) subscribe(id, pattern string) {
 
 func (w *crashWorld) createStream(path string) {
 	w.t.Helper()
-	req, err := http.NewRequest(http.MethodPut, w.base()+path, nil)
+	w.createStreamOn(w.base(), path)
+}
+
+// createStreamOn creates an empty JSON stream through the server at base.
+func (w *crashWorld) createStreamOn(base, path string) {
+	w.t.Helper()
+	req, err := http.NewRequest(http.MethodPut, base+path, nil)
 	require.NoError(w.t, err)
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := w.client.Do(req)
@@ -385,7 +419,12 @@ func (w *crashWorld) createStream(path string) {
 // appendEvent appends one event to path and records the new tail. Appends
 // made while the server is down fail and are not recorded.
 func (w *crashWorld) appendEvent(path string, n int) error {
-	resp, err := w.client.Post(w.base()+path, "application/json", strings.NewReader(fmt.Sprintf(`[{"n":%d}]`, n)))
+	return w.appendEventOn(w.base(), path, n)
+}
+
+// appendEventOn appends through the server at base.
+func (w *crashWorld) appendEventOn(base, path string, n int) error {
+	resp, err := w.client.Post(base+path, "application/json", strings.NewReader(fmt.Sprintf(`[{"n":%d}]`, n)))
 	if err != nil {
 		return err
 	}
@@ -450,9 +489,16 @@ func (w *crashWorld) webhook(rw http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.recordWake(n)
-	if fire(&w.onWebhook) {
+	w.mu.Lock()
+	mode := w.modes[strings.SplitN(n.ConsumerID, ":", 2)[0]]
+	w.mu.Unlock()
+	if fire(&w.onWebhook) || mode == hang {
 		// Killed before the response is written: a delivery in flight.
 		<-r.Context().Done()
+		return
+	}
+	if mode == fail {
+		rw.WriteHeader(http.StatusInternalServerError)
 		return
 	}
 	rw.WriteHeader(http.StatusOK)
@@ -462,7 +508,7 @@ func (w *crashWorld) webhook(rw http.ResponseWriter, r *http.Request) {
 	w.workers.Add(1)
 	go func() {
 		defer w.workers.Done()
-		w.consume(n)
+		w.consume(n, mode == consumeAll)
 	}()
 }
 
@@ -488,10 +534,11 @@ func (w *crashWorld) recordWake(n *webhooks.Notification) {
 	w.notified[n.ConsumerID] = *n
 }
 
-// consume claims the wake, acks every stream up to its tail and says done.
-// Calls that fail because the server is down are retried for a while;
-// refusals end the cycle, which the engine then expires and wakes again.
-func (w *crashWorld) consume(n *webhooks.Notification) {
+// consume claims the wake, acks every stream up to its tail and, if done,
+// says done. Calls that fail because the server is down are retried for a
+// while; refusals end the cycle, which the engine then expires and wakes
+// again.
+func (w *crashWorld) consume(n *webhooks.Notification, done bool) {
 	hc := &http.Client{Timeout: 5 * time.Second, Transport: anyServer{w, w.callbacks}}
 	cc := webhooks.NewCallbackClient(n, hc)
 	var acks []webhooks.StreamOffset
@@ -502,7 +549,11 @@ func (w *crashWorld) consume(n *webhooks.Notification) {
 		}
 		acks = append(acks, webhooks.StreamOffset{Path: s.Path, Offset: tail})
 	}
-	for _, req := range []webhooks.CallbackRequest{{Acks: acks}, {Done: true}} {
+	reqs := []webhooks.CallbackRequest{{Acks: acks}}
+	if done {
+		reqs = append(reqs, webhooks.CallbackRequest{Done: true})
+	}
+	for _, req := range reqs {
 		if !w.call(n, cc, req) {
 			return
 		}
