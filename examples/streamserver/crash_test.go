@@ -433,7 +433,10 @@ func (w *crashWorld) appendEventOn(base, path string, n int) error {
 		return fmt.Errorf("append to %s: %s", path, resp.Status)
 	}
 	w.mu.Lock()
-	w.appended[path] = resp.Header.Get("Stream-Next-Offset")
+	// Appends through several servers may answer out of order.
+	if tail := resp.Header.Get("Stream-Next-Offset"); tail > w.appended[path] {
+		w.appended[path] = tail
+	}
 	w.mu.Unlock()
 	return nil
 }
@@ -605,7 +608,12 @@ func (w *crashWorld) recordAcks(id string, acks []webhooks.StreamOffset) {
 
 // tail reads a stream's tail offset with HEAD.
 func (w *crashWorld) tail(path string) (string, error) {
-	resp, err := w.client.Head(w.base() + path)
+	return w.tailOn(w.base(), path)
+}
+
+// tailOn reads a stream's tail offset through the server at base.
+func (w *crashWorld) tailOn(base, path string) (string, error) {
+	resp, err := w.client.Head(base + path)
 	if err != nil {
 		return "", err
 	}
