@@ -197,6 +197,9 @@ func newWorld(t *testing.T, n int, dsn string) *crashWorld {
 	w := &crashWorld{
 		t:         t,
 		dsn:       dsn,
+		waking:    crashWaking,
+		liveness:  crashLiveness,
+		modes:     map[string]receiverMode{},
 		client:    &http.Client{Timeout: 5 * time.Second},
 		callbacks: &http.Transport{},
 		logs:      &syncBuffer{},
@@ -757,7 +760,7 @@ func (w *crashWorld) appendEventsAndWait(before map[string]int64) error {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	return errors.New("not every consumer was woken while stalled")
+	return fmt.Errorf("not every consumer was woken while stalled: before %v, now %v", before, w.epochs())
 }
 
 // waitRewoken checks that every consumer, LIVE with an expired deadline
