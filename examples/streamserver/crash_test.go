@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/http/httptrace"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -24,10 +25,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
 	webhooks "github.com/streamhooks/webhooks"
+	"github.com/streamhooks/webhooks/pgstore"
 	"github.com/streamhooks/webhooks/sqlitestore"
 )
 
@@ -124,20 +127,29 @@ func TestCrashRecovery(t *testing.T) {
 	w.checkNoTokenRefused()
 }
 
-// crashWorld is the server process, its data directory, the webhook
-// receiver acting as every consumer, and what the test has observed.
+// crashWorld is the server processes, their data directory or database,
+// the webhook receiver acting as every consumer, and what the test has
+// observed.
 type crashWorld struct {
-	t       *testing.T
-	dir     string
-	addr    string
-	base    string
-	recv    *httptest.Server
-	client  *http.Client
-	cmd     *exec.Cmd
-	exited  chan struct{}
-	logs    *syncBuffer
-	stall   atomic.Bool
-	workers sync.WaitGroup
+	t *testing.T
+	// dir is the server's data directory, for the SQLite store; with dsn
+	// set instead, every server keeps its state in that PostgreSQL
+	// database.
+	dir   string
+	dsn   string
+	procs []*serverProc
+	// waking and liveness are the servers' timeouts.
+	waking, liveness time.Duration
+	// callbacksTo, if not negative, is the one server consumers call back
+	// on; otherwise each callback goes to a random running server.
+	callbacksTo atomic.Int32
+	recv        *httptest.Server
+	client      *http.Client
+	// callbacks carries the consumers' callbacks.
+	callbacks *http.Transport
+	logs      *syncBuffer
+	stall     atomic.Bool
+	workers   sync.WaitGroup
 
 	// onWebhook and onAckSent, when set, are closed by the next webhook to
 	// arrive or the next ack to be sent, which then waits for the kill.
@@ -152,48 +164,101 @@ type crashWorld struct {
 	wakes    map[string]map[int64]string      // consumer → epoch → wake id
 	stored   map[string]*webhooks.Consumer    // consumer → state read after the last kill
 	refused  []string                         // callbacks refused with TOKEN_INVALID
+	posts    map[string]map[int64]int         // consumer → epoch → webhook POSTs received
+	modes    map[string]receiverMode          // subscription → how its webhooks are answered
 }
 
+// receiverMode is how the receiver answers a subscription's webhooks.
+type receiverMode int
+
+const (
+	consumeAll  receiverMode = iota // 200, then claim, ack every stream's tail and say done
+	hang                            // never answer: the consumer stays WAKING
+	claimAndAck                     // 200, then claim and ack the tails, and fall silent: LIVE
+	fail                            // 500: retries are due
+)
+
+// serverProc is one example-server process; cmd is nil while it is down.
+type serverProc struct {
+	addr   string
+	base   string
+	cmd    *exec.Cmd
+	exited chan struct{}
+}
+
+// newCrashWorld is one server on a data directory, with SQLite.
 func newCrashWorld(t *testing.T) *crashWorld {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	require.NoError(t, err)
-	addr := ln.Addr().String()
-	require.NoError(t, ln.Close())
+	return newWorld(t, 1, "")
+}
+
+// newWorld is n servers on one PostgreSQL database named by dsn, or, with
+// no dsn, one server on a data directory.
+func newWorld(t *testing.T, n int, dsn string) *crashWorld {
 	w := &crashWorld{
-		t:        t,
-		dir:      t.TempDir(),
-		addr:     addr,
-		base:     "http://" + addr,
-		client:   &http.Client{Timeout: 5 * time.Second},
-		logs:     &syncBuffer{},
-		secrets:  map[string]string{},
-		appended: map[string]string{},
-		acked:    map[string]map[string]string{},
-		notified: map[string]webhooks.Notification{},
-		stored:   map[string]*webhooks.Consumer{},
-		wakes:    map[string]map[int64]string{},
+		t:         t,
+		dsn:       dsn,
+		waking:    crashWaking,
+		liveness:  crashLiveness,
+		modes:     map[string]receiverMode{},
+		client:    &http.Client{Timeout: 5 * time.Second},
+		callbacks: &http.Transport{},
+		logs:      &syncBuffer{},
+		secrets:   map[string]string{},
+		appended:  map[string]string{},
+		acked:     map[string]map[string]string{},
+		notified:  map[string]webhooks.Notification{},
+		stored:    map[string]*webhooks.Consumer{},
+		wakes:     map[string]map[int64]string{},
+		posts:     map[string]map[int64]int{},
 	}
+	if dsn == "" {
+		w.dir = t.TempDir()
+	}
+	for range n {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		require.NoError(t, err)
+		addr := ln.Addr().String()
+		require.NoError(t, ln.Close())
+		w.procs = append(w.procs, &serverProc{addr: addr, base: "http://" + addr})
+	}
+	w.callbacksTo.Store(-1)
 	w.recv = httptest.NewServer(http.HandlerFunc(w.webhook))
 	t.Cleanup(func() {
-		if w.cmd != nil {
-			w.kill()
-		}
+		w.kill()
 		w.workers.Wait()
 		w.recv.Close()
 		w.client.CloseIdleConnections()
+		w.callbacks.CloseIdleConnections()
 		if t.Failed() {
-			t.Logf("server logs (tail):\n%s", w.logs.tail(4000))
+			t.Logf("server logs (tail):\n%s", w.logs.tail(6000))
 		}
 	})
 	return w
 }
 
-// start runs the server on the data directory and waits until it answers.
+// start runs every server that is down and waits until each answers.
 func (w *crashWorld) start() {
 	w.t.Helper()
-	cmd := exec.Command(os.Args[0],
-		"-addr", w.addr, "-dev", "-data", w.dir,
-		"-waking-timeout", crashWaking.String(), "-liveness-timeout", crashLiveness.String())
+	for i, p := range w.procs {
+		if p.cmd == nil {
+			w.startProc(i)
+		}
+	}
+}
+
+// startProc runs server i on the world's data directory or database and
+// waits until it answers.
+func (w *crashWorld) startProc(i int) {
+	w.t.Helper()
+	p := w.procs[i]
+	args := []string{"-addr", p.addr, "-dev",
+		"-waking-timeout", w.waking.String(), "-liveness-timeout", w.liveness.String()}
+	if w.dsn != "" {
+		args = append(args, "-postgres", w.dsn)
+	} else {
+		args = append(args, "-data", w.dir)
+	}
+	cmd := exec.Command(os.Args[0], args...)
 	// The child runs with the subscription API open (-dev): a token in the
 	// test's own environment would close it.
 	env := slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "STREAMHOOKS_API_TOKEN=") })
@@ -201,29 +266,92 @@ func (w *crashWorld) start() {
 	cmd.Stdout, cmd.Stderr = w.logs, w.logs
 	require.NoError(w.t, cmd.Start())
 	exited := make(chan struct{})
-	w.cmd, w.exited = cmd, exited
+	w.mu.Lock()
+	p.cmd, p.exited = cmd, exited
+	w.mu.Unlock()
 	go func() {
 		_ = cmd.Wait()
 		close(exited)
 	}()
 	require.Eventually(w.t, func() bool {
-		resp, err := w.client.Get(w.base + "/crash/*?subscriptions")
+		resp, err := w.client.Get(p.base + "/crash/*?subscriptions")
 		if err != nil {
 			return false
 		}
 		resp.Body.Close()
 		return resp.StatusCode == http.StatusOK
-	}, 20*time.Second, 10*time.Millisecond, "the server did not come up")
+	}, 20*time.Second, 10*time.Millisecond, "server %d did not come up", i)
 }
 
-// kill ends the server with SIGKILL and waits until it is gone.
+// kill ends every running server with SIGKILL.
 func (w *crashWorld) kill() {
 	w.t.Helper()
-	require.NoError(w.t, w.cmd.Process.Signal(syscall.SIGKILL))
-	<-w.exited
-	w.cmd = nil
+	for i, p := range w.procs {
+		if p.cmd != nil {
+			w.killProc(i)
+		}
+	}
+}
+
+// killProc ends server i with SIGKILL and waits until it is gone.
+func (w *crashWorld) killProc(i int) {
+	w.t.Helper()
+	w.stopProc(i, syscall.SIGKILL)
+}
+
+// stopProc sends server i sig and waits until it has exited.
+func (w *crashWorld) stopProc(i int, sig os.Signal) {
+	w.t.Helper()
+	p := w.procs[i]
+	require.NoError(w.t, p.cmd.Process.Signal(sig))
+	select {
+	case <-p.exited:
+	case <-time.After(30 * time.Second):
+		w.t.Fatalf("server %d did not exit on %v", i, sig)
+	}
+	w.mu.Lock()
+	p.cmd = nil
+	w.mu.Unlock()
 	// Connections to the dead process would fail on first use.
 	w.client.CloseIdleConnections()
+}
+
+// base returns the URL of a random running server, as a load balancer
+// would pick one, or of server 0 if none runs.
+func (w *crashWorld) base() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var up []*serverProc
+	for _, p := range w.procs {
+		if p.cmd != nil {
+			up = append(up, p)
+		}
+	}
+	if len(up) == 0 {
+		return w.procs[0].base
+	}
+	return up[rand.IntN(len(up))].base
+}
+
+// anyServer is an http.RoundTripper that sends each request to a random
+// running server, so that a consumer's callbacks spread over all of them.
+type anyServer struct {
+	w         *crashWorld
+	transport *http.Transport
+}
+
+func (a anyServer) RoundTrip(r *http.Request) (*http.Response, error) {
+	base := a.w.base()
+	if i := a.w.callbacksTo.Load(); i >= 0 {
+		base = a.w.procs[i].base
+	}
+	u, err := url.Parse(base)
+	if err != nil {
+		return nil, err
+	}
+	r = r.Clone(r.Context())
+	r.URL.Host, r.Host = u.Host, u.Host
+	return a.transport.RoundTrip(r)
 }
 
 // killOn arms hook, then waits for it to fire before the caller kills.
@@ -251,8 +379,14 @@ func fire(hook *atomic.Pointer[chan struct{}]) bool {
 
 func (w *crashWorld) subscribe(id, pattern string) {
 	w.t.Helper()
+	w.subscribeOn(w.base(), id, pattern)
+}
+
+// subscribeOn creates a subscription through the server at base.
+func (w *crashWorld) subscribeOn(base, id, pattern string) {
+	w.t.Helper()
 	body := fmt.Sprintf(`{"webhook":%q}`, w.recv.URL+"/hook")
-	req, err := http.NewRequest(http.MethodPut, w.base+pattern+"?subscription="+id, strings.NewReader(body))
+	req, err := http.NewRequest(http.MethodPut, base+pattern+"?subscription="+id, strings.NewReader(body))
 	require.NoError(w.t, err)
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := w.client.Do(req)
@@ -270,7 +404,13 @@ func (w *crashWorld) subscribe(id, pattern string) {
 
 func (w *crashWorld) createStream(path string) {
 	w.t.Helper()
-	req, err := http.NewRequest(http.MethodPut, w.base+path, nil)
+	w.createStreamOn(w.base(), path)
+}
+
+// createStreamOn creates an empty JSON stream through the server at base.
+func (w *crashWorld) createStreamOn(base, path string) {
+	w.t.Helper()
+	req, err := http.NewRequest(http.MethodPut, base+path, nil)
 	require.NoError(w.t, err)
 	req.Header.Set("Content-Type", "application/json")
 	resp, err := w.client.Do(req)
@@ -282,7 +422,12 @@ func (w *crashWorld) createStream(path string) {
 // appendEvent appends one event to path and records the new tail. Appends
 // made while the server is down fail and are not recorded.
 func (w *crashWorld) appendEvent(path string, n int) error {
-	resp, err := w.client.Post(w.base+path, "application/json", strings.NewReader(fmt.Sprintf(`[{"n":%d}]`, n)))
+	return w.appendEventOn(w.base(), path, n)
+}
+
+// appendEventOn appends through the server at base.
+func (w *crashWorld) appendEventOn(base, path string, n int) error {
+	resp, err := w.client.Post(base+path, "application/json", strings.NewReader(fmt.Sprintf(`[{"n":%d}]`, n)))
 	if err != nil {
 		return err
 	}
@@ -291,7 +436,10 @@ func (w *crashWorld) appendEvent(path string, n int) error {
 		return fmt.Errorf("append to %s: %s", path, resp.Status)
 	}
 	w.mu.Lock()
-	w.appended[path] = resp.Header.Get("Stream-Next-Offset")
+	// Appends through several servers may answer out of order.
+	if tail := resp.Header.Get("Stream-Next-Offset"); tail > w.appended[path] {
+		w.appended[path] = tail
+	}
 	w.mu.Unlock()
 	return nil
 }
@@ -347,9 +495,16 @@ func (w *crashWorld) webhook(rw http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.recordWake(n)
-	if fire(&w.onWebhook) {
+	w.mu.Lock()
+	mode := w.modes[strings.SplitN(n.ConsumerID, ":", 2)[0]]
+	w.mu.Unlock()
+	if fire(&w.onWebhook) || mode == hang {
 		// Killed before the response is written: a delivery in flight.
 		<-r.Context().Done()
+		return
+	}
+	if mode == fail {
+		rw.WriteHeader(http.StatusInternalServerError)
 		return
 	}
 	rw.WriteHeader(http.StatusOK)
@@ -359,7 +514,7 @@ func (w *crashWorld) webhook(rw http.ResponseWriter, r *http.Request) {
 	w.workers.Add(1)
 	go func() {
 		defer w.workers.Done()
-		w.consume(n)
+		w.consume(n, mode == consumeAll)
 	}()
 }
 
@@ -375,18 +530,22 @@ func (w *crashWorld) recordWake(n *webhooks.Notification) {
 		w.t.Errorf("S1: %s epoch %d came with wake ids %s and %s", n.ConsumerID, n.Epoch, id, n.WakeID)
 	}
 	w.wakes[n.ConsumerID][n.Epoch] = n.WakeID
+	if w.posts[n.ConsumerID] == nil {
+		w.posts[n.ConsumerID] = map[int64]int{}
+	}
+	w.posts[n.ConsumerID][n.Epoch]++
 	if last, ok := w.notified[n.ConsumerID]; ok && n.Epoch < last.Epoch {
 		w.t.Errorf("S1: %s woken at epoch %d after epoch %d", n.ConsumerID, n.Epoch, last.Epoch)
 	}
 	w.notified[n.ConsumerID] = *n
 }
 
-// consume claims the wake, acks every stream up to its tail and says done.
-// Calls that fail because the server is down are retried for a while;
-// refusals end the cycle, which the engine then expires and wakes again.
-func (w *crashWorld) consume(n *webhooks.Notification) {
-	hc := &http.Client{Timeout: 5 * time.Second}
-	defer hc.CloseIdleConnections()
+// consume claims the wake, acks every stream up to its tail and, if done,
+// says done. Calls that fail because the server is down are retried for a
+// while; refusals end the cycle, which the engine then expires and wakes
+// again.
+func (w *crashWorld) consume(n *webhooks.Notification, done bool) {
+	hc := &http.Client{Timeout: 5 * time.Second, Transport: anyServer{w, w.callbacks}}
 	cc := webhooks.NewCallbackClient(n, hc)
 	var acks []webhooks.StreamOffset
 	for _, s := range n.Streams {
@@ -396,7 +555,11 @@ func (w *crashWorld) consume(n *webhooks.Notification) {
 		}
 		acks = append(acks, webhooks.StreamOffset{Path: s.Path, Offset: tail})
 	}
-	for _, req := range []webhooks.CallbackRequest{{Acks: acks}, {Done: true}} {
+	reqs := []webhooks.CallbackRequest{{Acks: acks}}
+	if done {
+		reqs = append(reqs, webhooks.CallbackRequest{Done: true})
+	}
+	for _, req := range reqs {
 		if !w.call(n, cc, req) {
 			return
 		}
@@ -448,7 +611,12 @@ func (w *crashWorld) recordAcks(id string, acks []webhooks.StreamOffset) {
 
 // tail reads a stream's tail offset with HEAD.
 func (w *crashWorld) tail(path string) (string, error) {
-	resp, err := w.client.Head(w.base + path)
+	return w.tailOn(w.base(), path)
+}
+
+// tailOn reads a stream's tail offset through the server at base.
+func (w *crashWorld) tailOn(base, path string) (string, error) {
+	resp, err := w.client.Head(base + path)
 	if err != nil {
 		return "", err
 	}
@@ -465,9 +633,8 @@ func (w *crashWorld) tail(path string) (string, error) {
 // (S1).
 func (w *crashWorld) checkDurableState() {
 	w.t.Helper()
-	store, err := sqlitestore.Open(filepath.Join(w.dir, "engine.db"))
-	require.NoError(w.t, err)
-	defer store.Close()
+	store, closeStore := w.openStore()
+	defer closeStore()
 	ctx := context.Background()
 
 	subs, err := store.ListSubscriptions(ctx)
@@ -509,6 +676,26 @@ func (w *crashWorld) checkDurableState() {
 			w.stored[id] = c
 		}
 	}
+}
+
+// openStore opens the servers' engine store, and a function that closes
+// it.
+func (w *crashWorld) openStore() (webhooks.Store, func()) {
+	w.t.Helper()
+	ctx := context.Background()
+	if w.dsn == "" {
+		store, err := sqlitestore.Open(filepath.Join(w.dir, "engine.db"))
+		require.NoError(w.t, err)
+		return store, func() { _ = store.Close() }
+	}
+	pool, err := pgxpool.New(ctx, w.dsn)
+	require.NoError(w.t, err)
+	store, err := pgstore.New(ctx, pool)
+	if err != nil {
+		pool.Close()
+		require.NoError(w.t, err)
+	}
+	return store, pool.Close
 }
 
 // liveAtKill returns the consumers that were LIVE when the server was last
@@ -573,7 +760,7 @@ func (w *crashWorld) appendEventsAndWait(before map[string]int64) error {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	return errors.New("not every consumer was woken while stalled")
+	return fmt.Errorf("not every consumer was woken while stalled: before %v, now %v", before, w.epochs())
 }
 
 // waitRewoken checks that every consumer, LIVE with an expired deadline
