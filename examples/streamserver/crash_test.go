@@ -261,7 +261,10 @@ func (w *crashWorld) startProc(i int) {
 	cmd := exec.Command(os.Args[0], args...)
 	// The child runs with the subscription API open (-dev): a token in the
 	// test's own environment would close it.
-	env := slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, "STREAMHOOKS_API_TOKEN=") })
+	// Nor may a database from the environment replace the one chosen here.
+	env := slices.DeleteFunc(os.Environ(), func(kv string) bool {
+		return strings.HasPrefix(kv, apiTokenEnv+"=") || strings.HasPrefix(kv, postgresEnv+"=")
+	})
 	cmd.Env = append(env, crashChildEnv+"=1")
 	cmd.Stdout, cmd.Stderr = w.logs, w.logs
 	require.NoError(w.t, cmd.Start())
