@@ -55,9 +55,9 @@ type lease struct {
 	log     *slog.Logger
 	// until is the UnixNano the lease is held until, or 0.
 	until atomic.Int64
-	// held is whether the lease was held at the last renewal, so that
-	// gaining and losing it are logged once; only the renewing goroutine
-	// uses it.
+	// held is whether the lease was held at the last try, so that gaining
+	// and losing it are logged once. Start's first try sets it, then only
+	// the renewing goroutine.
 	held bool
 }
 
