@@ -154,7 +154,9 @@ func WithTracerProvider(tp trace.TracerProvider) Option {
 }
 
 // WithMeterProvider sets the OpenTelemetry meter provider. The default is
-// the global one.
+// the global one. Of engines sharing a Store, each counts what it did, and
+// the one that holds the Store's lease (see Leaser) reports the gauge
+// webhooks.consumers, which counts the whole Store.
 func WithMeterProvider(mp metric.MeterProvider) Option {
 	return func(c *config) error {
 		if mp == nil {

@@ -34,7 +34,9 @@ type telemetry struct {
 	registration    metric.Registration
 }
 
-func newTelemetry(tp trace.TracerProvider, mp metric.MeterProvider, store Store) (*telemetry, error) {
+// newTelemetry sets up the instruments. The gauge of consumers counts the
+// whole Store, so only the instance that holds metrics reports it.
+func newTelemetry(tp trace.TracerProvider, mp metric.MeterProvider, store Store, metrics *lease) (*telemetry, error) {
 	meter := mp.Meter(instrumentationName)
 	t := &telemetry{tracer: tp.Tracer(instrumentationName)}
 	var err error
@@ -63,6 +65,9 @@ func newTelemetry(tp trace.TracerProvider, mp metric.MeterProvider, store Store)
 		return nil, err
 	}
 	t.registration, err = meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
+		if !metrics.holds() {
+			return nil
+		}
 		counts, err := store.CountConsumers(ctx)
 		if err != nil {
 			return err

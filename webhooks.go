@@ -55,6 +55,8 @@ type Engine struct {
 	tel    *telemetry
 	// failures logs failed delivery attempts, sampled.
 	failures *failureLog
+	// metrics is this instance's claim to report the Store-wide gauge.
+	metrics *lease
 
 	// loaded is set once Start has set tokens, index and stored, which are
 	// read only after it.
@@ -95,7 +97,8 @@ func New(store Store, source StreamSource, opts ...Option) (*Engine, error) {
 	if cfg.callbackBase == nil {
 		return nil, errors.New("webhooks: WithCallbackBaseURL is required")
 	}
-	tel, err := newTelemetry(cfg.tracerProvider, cfg.meterProvider, store)
+	metrics := newLease(store, metricsLease, &cfg)
+	tel, err := newTelemetry(cfg.tracerProvider, cfg.meterProvider, store, metrics)
 	if err != nil {
 		return nil, fmt.Errorf("webhooks: setting up telemetry: %w", err)
 	}
@@ -134,6 +137,7 @@ func New(store Store, source StreamSource, opts ...Option) (*Engine, error) {
 		done:   make(chan struct{}),
 	}
 	e.failures = newFailureLog(cfg.logger, cfg.clock)
+	e.metrics = metrics
 	e.lanes = newLanes(e.clock, cfg.maxConcurrentDeliveries, cfg.maxDeliveriesPerHost, e.startDelivery)
 	return e, nil
 }
@@ -159,6 +163,7 @@ func (e *Engine) Start(ctx context.Context) error {
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	e.cancel = cancel
 	e.running = true
+	e.metrics.start(ctx, runCtx, &e.deliveries)
 	// Stop waits for the start-up sweep as it does for deliveries.
 	e.deliveries.Add(1)
 	go func() {

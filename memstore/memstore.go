@@ -36,6 +36,7 @@ type Store struct {
 	deadlines deadlineHeap
 	counts    map[webhooks.ConsumerState]int
 	key       []byte
+	leases    map[string]heldLease
 }
 
 // subEntry is a stored subscription. Its mu is read-locked by CreateConsumer

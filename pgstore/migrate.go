@@ -57,6 +57,14 @@ CREATE TABLE streamhooks_consumer_streams (
 );
 CREATE INDEX streamhooks_consumer_streams_by_consumer ON streamhooks_consumer_streams (consumer_id);
 `,
+	// Leases, for webhooks.Leaser. until is UTC Unix nanoseconds.
+	`
+CREATE TABLE streamhooks_leases (
+	name   text COLLATE "C" PRIMARY KEY,
+	holder text NOT NULL,
+	until  bigint NOT NULL
+);
+`,
 }
 
 // migrationLock is the first key of the advisory lock that serializes

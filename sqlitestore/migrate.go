@@ -73,6 +73,14 @@ WHEN old.state IS NOT new.state BEGIN
 		ON CONFLICT (state) DO UPDATE SET n = n + 1;
 END;
 `,
+	// Leases, for webhooks.Leaser. until is UTC Unix nanoseconds.
+	`
+CREATE TABLE leases (
+	name   TEXT PRIMARY KEY,
+	holder TEXT NOT NULL,
+	until  INTEGER NOT NULL
+) WITHOUT ROWID;
+`,
 }
 
 // migrate brings the schema to the latest version and checks the

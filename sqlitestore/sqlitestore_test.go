@@ -346,6 +346,9 @@ func TestOpenDatabaseOfFirstRelease(t *testing.T) {
 	key, err := s.LoadOrStoreSigningKey(ctx, []byte("new key"))
 	require.NoError(t, err)
 	require.Equal(t, []byte("v1 signing key"), key)
+	leased, err := s.TryLease(ctx, "metrics", "a", t0, t0.Add(time.Minute))
+	require.NoError(t, err)
+	require.True(t, leased, "the upgrade adds the leases table")
 
 	// An update rewrites the value in the current format, which reads back.
 	got, err := s.UpdateConsumer(ctx, full.ID, sqlSave(func(c *webhooks.Consumer) { c.Epoch++ }))

@@ -17,10 +17,11 @@ import (
 // RunShared checks that two handles on one database act as one Store, as
 // the Stores of two engine processes sharing the database must: an update
 // through one is never lost to an update through the other, a write through
-// one is seen through the other, and both share one signing key. openTwo
-// returns two handles on a fresh, empty database; if they implement
-// io.Closer, RunShared closes them when the subtest ends. A Store that
-// lives in one process's memory cannot pass and need not run it.
+// one is seen through the other, both share one signing key, and a lease
+// granted through one is held for the other. openTwo returns two handles on
+// a fresh, empty database; if they implement io.Closer, RunShared closes
+// them when the subtest ends. A Store that lives in one process's memory
+// cannot pass and need not run it.
 func RunShared(t *testing.T, openTwo func(t *testing.T) (webhooks.Store, webhooks.Store)) {
 	for _, tc := range sharedTests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -44,6 +45,7 @@ var sharedTests = []struct {
 	{"DeleteCascade", testSharedDeleteCascade},
 	{"CreateSameID", testSharedCreateSameID},
 	{"SigningKey", testSharedSigningKey},
+	{"Lease", testSharedLease},
 }
 
 // testSharedSeesWrites writes through each handle and reads through the

@@ -22,7 +22,8 @@
 //	}
 //
 // A Store that several engine processes may share also runs RunShared, with
-// two handles on one database.
+// two handles on one database. The lease cases of both suites run only for
+// a Store that implements webhooks.Leaser, and skip otherwise.
 //
 // Where the Store interface leaves a choice open, the suite accepts any
 // answer, and where its wording allows two readings the suite takes the one
@@ -117,5 +118,11 @@ var contractTests = []contractTest{
 	{"Concurrent/DeleteCascade", testConcurrentDeleteCascade},
 	{"Concurrent/CreateSameID", testConcurrentCreate},
 	{"Concurrent/SigningKey", testConcurrentSigningKey},
+	{"Lease/Grant", testLeaseGrant},
+	{"Lease/HeldByAnother", testLeaseHeldByAnother},
+	{"Lease/Renew", testLeaseRenew},
+	{"Lease/Expiry", testLeaseExpiry},
+	{"Lease/Release", testLeaseRelease},
+	{"Lease/Concurrent", testLeaseConcurrent},
 	{"Model", testModel},
 }

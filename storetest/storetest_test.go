@@ -91,6 +91,34 @@ var mutants = map[string]struct {
 		open:   func(*testing.T, string) webhooks.Store { return &racyKey{Store: memstore.New()} },
 		caught: []string{"Concurrent/SigningKey"},
 	},
+	"lease-always-granted": {
+		open:   func(*testing.T, string) webhooks.Store { return newFlawedLease("always-granted") },
+		caught: []string{"Lease/HeldByAnother", "Lease/Renew", "Lease/Expiry", "Lease/Release", "Lease/Concurrent"},
+	},
+	"lease-never-expires": {
+		open:   func(*testing.T, string) webhooks.Store { return newFlawedLease("never-expires") },
+		caught: []string{"Lease/Expiry"},
+	},
+	"lease-expires-late": {
+		open:   func(*testing.T, string) webhooks.Store { return newFlawedLease("expires-late") },
+		caught: []string{"Lease/Expiry"},
+	},
+	"lease-not-renewed": {
+		open:   func(*testing.T, string) webhooks.Store { return newFlawedLease("not-renewed") },
+		caught: []string{"Lease/HeldByAnother", "Lease/Renew"},
+	},
+	"lease-not-released": {
+		open:   func(*testing.T, string) webhooks.Store { return newFlawedLease("not-released") },
+		caught: []string{"Lease/Release"},
+	},
+	"lease-released-by-anyone": {
+		open:   func(*testing.T, string) webhooks.Store { return newFlawedLease("released-by-anyone") },
+		caught: []string{"Lease/Release"},
+	},
+	"lease-racy": {
+		open:   func(*testing.T, string) webhooks.Store { return newFlawedLease("racy") },
+		caught: []string{"Lease/Concurrent"},
+	},
 	"forgets-secrets": {
 		durable: true,
 		open: func(t *testing.T, dir string) webhooks.Store {
@@ -345,6 +373,63 @@ func (s *racyKey) LoadOrStoreSigningKey(_ context.Context, key []byte) ([]byte, 
 	s.key = slices.Clone(key)
 	s.mu.Unlock()
 	return slices.Clone(key), nil
+}
+
+// flawedLease keeps leases itself, with the flaw it names.
+type flawedLease struct {
+	*memstore.Store
+	flaw   string
+	mu     sync.Mutex
+	leases map[string]flawedLeaseEntry
+}
+
+type flawedLeaseEntry struct {
+	holder string
+	until  time.Time
+}
+
+func newFlawedLease(flaw string) *flawedLease {
+	return &flawedLease{Store: memstore.New(), flaw: flaw, leases: make(map[string]flawedLeaseEntry)}
+}
+
+func (s *flawedLease) TryLease(_ context.Context, name, holder string, now, until time.Time) (bool, error) {
+	s.mu.Lock()
+	cur, held := s.leases[name]
+	if s.flaw == "racy" {
+		// Checks, then grants under a second hold of the lock.
+		s.mu.Unlock()
+		for range 8 {
+			runtime.Gosched()
+		}
+		s.mu.Lock()
+	}
+	defer s.mu.Unlock()
+	free := !held || !cur.until.After(now)
+	switch s.flaw {
+	case "always-granted":
+		free = true
+	case "never-expires":
+		free = !held
+	case "expires-late":
+		free = !held || cur.until.Before(now)
+	}
+	mine := held && cur.holder == holder && s.flaw != "not-renewed"
+	if !free && !mine {
+		return false, nil
+	}
+	s.leases[name] = flawedLeaseEntry{holder: holder, until: until}
+	return true, nil
+}
+
+func (s *flawedLease) ReleaseLease(_ context.Context, name, holder string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.flaw == "not-released":
+	case s.flaw == "released-by-anyone", s.leases[name].holder == holder:
+		delete(s.leases, name)
+	}
+	return nil
 }
 
 // snapshot is what snapshotStore writes to its file.
