@@ -56,11 +56,12 @@ type Engine struct {
 	// failures logs failed delivery attempts, sampled.
 	failures *failureLog
 
-	// loaded is set once Start has set tokens, index and stored, which are
-	// read only after it.
+	// loaded is set once Start has set tokens, subs, index and stored,
+	// which are read only after it.
 	loaded atomic.Bool
 	tokens *tokens
-	index  *patternIndex
+	subs   *subscriptionSet
+	index  *patternIndex // subs.index
 	// stored are the subscriptions Start found in the Store, with their
 	// patterns; the start-up sweep covers only these.
 	stored map[string]*Pattern
@@ -165,6 +166,7 @@ func (e *Engine) Start(ctx context.Context) error {
 		defer e.deliveries.Done()
 		e.recover(runCtx)
 	}()
+	e.followFeed(runCtx)
 	go func() {
 		defer close(e.done)
 		e.schedule(runCtx)
@@ -192,16 +194,16 @@ func (e *Engine) load(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("webhooks: loading subscriptions: %w", err)
 	}
-	index, stored := newPatternIndex(), make(map[string]*Pattern, len(subs))
+	set, stored := newSubscriptionSet(), make(map[string]*Pattern, len(subs))
 	for _, sub := range subs {
 		p, err := ParsePattern(sub.Pattern)
 		if err != nil {
 			return fmt.Errorf("webhooks: stored subscription %s: %w", sub.ID, err)
 		}
-		index.add(p, sub.ID)
+		set.add(p, sub.ID)
 		stored[sub.ID] = p
 	}
-	e.tokens, e.index, e.stored = newTokens(key, e.cfg.tokenTTL, e.clock), index, stored
+	e.tokens, e.subs, e.index, e.stored = newTokens(key, e.cfg.tokenTTL, e.clock), set, set.index, stored
 	e.loaded.Store(true)
 	return nil
 }

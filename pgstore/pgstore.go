@@ -24,7 +24,10 @@ import (
 	"github.com/streamhooks/webhooks/internal/seal"
 )
 
-var _ webhooks.Store = (*Store)(nil)
+var (
+	_ webhooks.Store            = (*Store)(nil)
+	_ webhooks.SubscriptionFeed = (*Store)(nil)
+)
 
 // Option configures a Store. Pass options to New.
 type Option func(*options) error
