@@ -2,6 +2,7 @@ package webhooks_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -42,10 +43,17 @@ type probeStore struct {
 	hold     atomic.Bool
 	listed   chan struct{}
 	release  chan struct{}
+
+	// failWatches and failLists are how many of the next watches and
+	// lists fail; watches counts the watches begun.
+	failWatches, failLists, watches atomic.Int32
 }
 
 func newProbeStore(s feedStore) *probeStore {
-	return &probeStore{feedStore: s, spawns: map[string]int{}}
+	p := &probeStore{feedStore: s, spawns: map[string]int{}}
+	p.failWatches.Store(-1 << 30)
+	p.failLists.Store(-1 << 30)
+	return p
 }
 
 func (s *probeStore) gate() *probeStore {
@@ -66,7 +74,13 @@ func (s *probeStore) spawned(sub string) int {
 	return s.spawns[sub]
 }
 
+var errProbe = errors.New("probe: store unavailable")
+
 func (s *probeStore) WatchSubscriptions(ctx context.Context, changed func()) error {
+	s.watches.Add(1)
+	if s.failWatches.Add(-1) >= 0 {
+		return errProbe
+	}
 	if s.watching == nil {
 		return s.feedStore.WatchSubscriptions(ctx, changed)
 	}
@@ -76,6 +90,9 @@ func (s *probeStore) WatchSubscriptions(ctx context.Context, changed func()) err
 }
 
 func (s *probeStore) ListSubscriptions(ctx context.Context) ([]*webhooks.Subscription, error) {
+	if s.failLists.Add(-1) >= 0 {
+		return nil, errProbe
+	}
 	subs, err := s.feedStore.ListSubscriptions(ctx)
 	if !s.hold.Load() {
 		return subs, err
@@ -232,4 +249,51 @@ func receive[T any](t *testing.T, ch <-chan T) T {
 		t.Fatal("nothing arrived")
 		panic("unreachable")
 	}
+}
+
+// A watch that fails is logged as an error and begun again after
+// storeErrorRetry on the engine's clock; B then learns of what it missed.
+func TestFeedWatchErrorIsRetried(t *testing.T) {
+	s := memstore.New()
+	pb := newProbeStore(s)
+	pb.failWatches.Store(1)
+	testFeedRetries(t, s, pb, "webhooks: watching subscriptions", func() bool { return pb.watches.Load() == 1 })
+}
+
+// A reload whose list fails is logged as an error and tried again after
+// storeErrorRetry on the engine's clock.
+func TestFeedReloadErrorIsRetried(t *testing.T) {
+	s := memstore.New()
+	pb := newProbeStore(s)
+	testFeedRetries(t, s, pb, "webhooks: reloading subscriptions", func() bool {
+		pb.failLists.Store(1) // after Start's list
+		return true
+	})
+}
+
+// testFeedRetries runs engine A on a and engine B, which logs, on b, which
+// fails once with errProbe after armed returns true; a subscription created
+// through A reaches B only once B's clock has moved on.
+func testFeedRetries(t *testing.T, a webhooks.Store, b *probeStore, msg string, armed func() bool) {
+	logs, logger := newLogCapture()
+	ha := newHarnessStore(t, a)
+	hb := &harness{t: t, clock: ha.clock, store: b, source: ha.source, recv: ha.recv}
+	hb.startEngine(webhooks.WithLogger(logger))
+	require.Eventually(t, armed, waitFor, time.Millisecond)
+	ha.subscribe("s1", "/a/*")
+	require.Eventually(t, func() bool { return len(logs.lines(t, msg)) == 1 }, waitFor, time.Millisecond)
+	line := logs.lines(t, msg)[0]
+	require.Equal(t, "ERROR", line["level"])
+	require.Equal(t, errProbe.Error(), line["error"])
+
+	hb.create("/a/1", 1)
+	require.Zero(t, b.spawned("s1"), "B learned of s1 before its retry")
+	id := webhooks.ConsumerID("s1", "/a/1")
+	require.Eventually(t, func() bool {
+		hb.clock.Add(time.Second)
+		hb.appendTo("/a/1", 1)
+		_, err := b.GetConsumer(context.Background(), id)
+		return err == nil
+	}, waitFor, time.Millisecond, "B never retried")
+	require.Equal(t, id, hb.nextDelivery().n.ConsumerID)
 }
