@@ -140,8 +140,9 @@ func New(store Store, source StreamSource, opts ...Option) (*Engine, error) {
 }
 
 // Start loads the token signing key and the subscriptions from the Store
-// with ctx, then starts delivering webhooks in the background: it waits for
-// no delivery and no sweep. If loading fails it returns the error and the
+// with ctx, then starts delivering webhooks in the background, and
+// following the Store's SubscriptionFeed if it has one: it waits for no
+// delivery and no sweep. If loading fails it returns the error and the
 // engine stays unstarted, so Start may be called again. Calling it while the
 // engine runs does nothing; after Stop it returns ErrStopped. Cancelling ctx
 // afterwards does not stop the engine: Stop does.

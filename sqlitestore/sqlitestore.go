@@ -4,7 +4,9 @@
 // The file is opened in WAL mode, so readers never wait for the writer.
 // Several Stores, in one process or in several, may share a file: every
 // write takes SQLite's write lock before it reads, so UpdateConsumer is a
-// read-modify-write under the lock across processes.
+// read-modify-write under the lock across processes, and the engines on
+// them learn of each other's subscriptions by polling a counter of their
+// changes (see WatchSubscriptions).
 //
 // Writes go through one writer goroutine that commits them in groups: calls
 // that arrive while a commit is in progress run in the next transaction,
