@@ -31,9 +31,9 @@ type SubscriptionFeed interface {
 	// included, until ctx ends; it may call it spuriously. It calls changed
 	// once as soon as it watches, and again after reconnecting, since
 	// changes may have been missed meanwhile: every change committed after
-	// a call is followed by another. It does not call changed
-	// concurrently. It returns ctx's error once ctx ends, or another error
-	// if it cannot watch, and the engine calls it again.
+	// a call is followed by another. It returns ctx's error once ctx ends,
+	// or another error if it cannot watch, and the engine calls it again
+	// after a pause.
 	WatchSubscriptions(ctx context.Context, changed func()) error
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -91,8 +92,11 @@ func (s *Store) WatchSubscriptions(ctx context.Context, changed func()) error {
 		return fmt.Errorf("pgstore: watch subscriptions: %w", err)
 	}
 	defer func() {
-		// A connection still listening must not go back to the pool.
-		_ = conn.Conn().Close(context.WithoutCancel(ctx))
+		// A connection still listening must not go back to the pool: the
+		// pool drops it once closed.
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		defer cancel()
+		_ = conn.Conn().Close(ctx)
 		conn.Release()
 	}()
 	var schema string
