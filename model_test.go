@@ -9,6 +9,13 @@ package webhooks_test
 // invariants S1–S8 and liveness properties L1–L3 on what it observes; each
 // failure message starts with the name of the check.
 //
+// Half the sequences split the engine in two: two engines share the
+// memstore, the source, the clock and the receiver, and each API call,
+// stream event and callback goes through one of them at random, while both
+// schedulers act on the deadlines. Only the subscription feed is waited
+// for: after a subscription changes, the driver waits until both engines
+// have reloaded, as it waits for the scheduler before moving the clock.
+//
 // Replay a failing sequence with:
 //
 //	go test -race -run TestModel -model.seed=N
@@ -761,10 +768,16 @@ type modelRig struct {
 	m     *model
 	ids   []string // every consumer ID the universe allows
 
-	// schedCreatedBy is the "created by" line of this engine's scheduler
-	// goroutine, whose parent is the test goroutine that started it.
-	schedCreatedBy string
-	stack          []byte
+	// engines are the engine, or the two of a split sequence, with their
+	// handlers; h.engine and h.handler are the one the next step goes
+	// through.
+	engines  []*webhooks.Engine
+	handlers []http.Handler
+
+	// startedIn ends the "created by" line of the engines' own goroutines,
+	// whose parent is the test goroutine that started them.
+	startedIn string
+	stack     []byte
 
 	wallet    map[string][]modelToken
 	hist      map[string]*modelHist
@@ -780,18 +793,27 @@ type modelRig struct {
 func modelRun(t *testing.T, seed uint64) {
 	rng := rand.New(rand.NewPCG(seed, seed^0x9e3779b97f4a7c15))
 	cfg := newModelConfig(rng)
+	split := rng.IntN(2) == 0
 	recv := newModelReceiver(t, seed) // before the harness: the engine stops first
 	clk := &modelClock{Mock: newMockClock()}
-	h := newHarness(t,
+	opts := []webhooks.Option{
 		webhooks.WithTimeouts(cfg.waking, cfg.liveness, cfg.request),
 		webhooks.WithBackoff(modelBackoff),
 		webhooks.WithFailureGCAfter(cfg.gcAfter),
 		webhooks.WithTokenTTL(cfg.tokenTTL),
 		webhooks.WithLogger(slog.New(slog.DiscardHandler)),
 		webhooks.WithClock(clk),
-	)
+	}
+	h := newHarness(t, opts...)
 	h.clock = clk.Mock
 	h.recv.srv.Close() // the harness's receiver; this test has its own
+	engines, handlers := []*webhooks.Engine{h.engine}, []http.Handler{h.handler}
+	if split {
+		modelCount("sequences split over two engines")
+		other := &harness{t: t, clock: h.clock, store: h.store, source: h.source, recv: h.recv}
+		other.startEngine(opts...)
+		engines, handlers = append(engines, other.engine), append(handlers, other.handler)
+	}
 	r := &modelRig{
 		clock: clk,
 		t:     t,
@@ -806,13 +828,15 @@ func modelRun(t *testing.T, seed uint64) {
 			consumers: map[string]*modelConsumer{},
 			incs:      map[string]int{},
 		},
-		schedCreatedBy: fmt.Sprintf("created by github.com/streamhooks/webhooks.(*Engine).Start in goroutine %d\n", modelGoroutineID()),
-		stack:          make([]byte, 64<<10),
-		wallet:         map[string][]modelToken{},
-		hist:           map[string]*modelHist{},
-		notified:       map[string]modelHist{},
-		wakeIDs:        map[string]bool{},
-		pastWakes:      map[string][]string{},
+		engines:   engines,
+		handlers:  handlers,
+		startedIn: fmt.Sprintf(" in goroutine %d\n", modelGoroutineID()),
+		stack:     make([]byte, 64<<10),
+		wallet:    map[string][]modelToken{},
+		hist:      map[string]*modelHist{},
+		notified:  map[string]modelHist{},
+		wakeIDs:   map[string]bool{},
+		pastWakes: map[string][]string{},
 	}
 	for sub := range modelPatterns {
 		for _, p := range modelPaths {
@@ -855,6 +879,27 @@ func (r *modelRig) note(format string, args ...any) {
 	r.trace = append(r.trace, line)
 	if len(r.trace) > 60 {
 		r.trace = r.trace[1:]
+	}
+}
+
+// through picks the engine the next API call, stream event or callback
+// goes through: in a split sequence, one of the two at random.
+func (r *modelRig) through() {
+	if len(r.engines) == 1 {
+		return
+	}
+	i := r.pick(len(r.engines))
+	r.h.engine, r.h.handler = r.engines[i], r.handlers[i]
+	r.note("  through engine %c", 'A'+i)
+}
+
+// learn waits, in a split sequence, until both engines have reloaded the
+// subscriptions after a change through one of them. Until then a stream
+// created through the other would get no consumer of a new subscription
+// (the window SubscriptionFeed describes), which the model does not model.
+func (r *modelRig) learn() {
+	if len(r.engines) > 1 {
+		r.quiesce()
 	}
 }
 
@@ -911,6 +956,7 @@ func (r *modelRig) appendStep() bool {
 	r.m.streams[p] += n
 	r.m.streamChanged(p)
 	r.h.source.grow(p, n)
+	r.through()
 	require.NoError(r.t, r.h.engine.StreamAppended(context.Background(), p))
 	r.settle("L1 pending work wakes an IDLE consumer")
 	return true
@@ -935,6 +981,7 @@ func (r *modelRig) createStream(p string, n int) {
 	r.m.streams[p] = n
 	r.m.streamChanged(p)
 	r.h.source.set(p, n)
+	r.through()
 	require.NoError(r.t, r.h.engine.StreamCreated(context.Background(), p))
 	r.settle("stream created")
 }
@@ -948,6 +995,7 @@ func (r *modelRig) deleteStreamStep() bool {
 	r.note("delete stream %s", p)
 	r.m.deleteStream(p)
 	r.h.source.remove(p)
+	r.through()
 	require.NoError(r.t, r.h.engine.StreamDeleted(context.Background(), p))
 	r.settle("S7 stream deleted")
 	if r.pick(2) == 0 {
@@ -965,14 +1013,17 @@ func (r *modelRig) subscriptionStep() bool {
 	}
 	r.note("delete subscription %s", id)
 	r.m.deleteSub(id)
+	r.through()
 	rec := r.h.do(http.MethodDelete, modelPatterns[id]+"?subscription="+id, "")
 	require.Equal(r.t, http.StatusNoContent, rec.Code, rec.Body.String())
 	r.settle("S7 subscription deleted")
+	r.learn()
 	return true
 }
 
 func (r *modelRig) createSub(id string) {
 	r.note("create subscription %s on %s", id, modelPatterns[id])
+	r.through()
 	rec := r.h.do(http.MethodPut, modelPatterns[id]+"?subscription="+id, fmt.Sprintf(`{"webhook":%q}`, r.recv.url))
 	require.Equal(r.t, http.StatusCreated, rec.Code, rec.Body.String())
 	var out struct {
@@ -982,6 +1033,7 @@ func (r *modelRig) createSub(id string) {
 	require.NotEmpty(r.t, out.Secret)
 	r.m.createSub(id, modelPatterns[id], out.Secret)
 	r.settle("existing streams are adopted IDLE at their tails")
+	r.learn()
 }
 
 // modelReplies are the answers a webhook gives, with their weights.
@@ -1214,6 +1266,7 @@ func (r *modelRig) callbackStep() bool {
 
 	before, _ := r.h.store.GetConsumer(context.Background(), id)
 	want := r.m.callback(call)
+	r.through()
 	got := r.h.rawCallback(id, call.token, call.body)
 	r.context = modelCallbackProperty(call, want)
 	modelCount(fmt.Sprintf("callback answered %d %s", want.status, want.code))
@@ -1523,9 +1576,10 @@ func (r *modelRig) pause(polls int) {
 	}
 }
 
-// quiesce waits until the engine is idle, before the clock moves: its
+// quiesce waits until the engines are idle, before the clock moves: each
 // scheduler goroutine parked in its select, with its timer armed from the
-// current time, and exactly one delivery goroutine per POST the model holds
+// current time, each engine's subscription feed parked with nothing left to
+// reload, and exactly one delivery goroutine per POST the model holds
 // open, so that every answered POST has been applied. Were the clock moved
 // while the scheduler works, it could arm its timer from a time that has
 // passed and act late. No engine API says when the engine is idle, so this
@@ -1550,8 +1604,20 @@ func (r *modelRig) quiesce() {
 	}
 }
 
-// quiet reports whether the scheduler is parked in its select and exactly
-// open delivery goroutines exist, or says why not.
+// modelParked are the first frames of the engines' own goroutines where
+// they wait for work: the scheduler, the feed's reloader and memstore's
+// watch.
+var modelParked = []string{
+	"github.com/streamhooks/webhooks.(*Engine).schedule(",
+	"github.com/streamhooks/webhooks.(*Engine).reloadSubscriptions(",
+	"github.com/streamhooks/webhooks/memstore.(*Store).WatchSubscriptions(",
+}
+
+// quiet reports whether every goroutine the engines started themselves
+// (the scheduler, the start-up sweep and the feed's) is parked in its
+// select where it waits for work, and exactly open delivery goroutines
+// exist, or says why not. A goroutine blocked in a select is parked: a
+// send, a close or a timer that concerns it makes it runnable at once.
 func (r *modelRig) quiet(open int) (bool, string) {
 	n := runtime.Stack(r.stack, true)
 	for n == len(r.stack) {
@@ -1559,24 +1625,32 @@ func (r *modelRig) quiet(open int) (bool, string) {
 		n = runtime.Stack(r.stack, true)
 	}
 	dump := string(r.stack[:n])
-	var sched string
+	scheds := 0
 	for _, g := range strings.Split(dump, "\n\n") {
-		if strings.Contains(g, r.schedCreatedBy) {
-			sched = g
+		if !strings.Contains(g, r.startedIn) || !strings.Contains(g, "\ncreated by github.com/streamhooks/webhooks.(*Engine).") {
+			continue
+		}
+		header, frames, _ := strings.Cut(g, "\n")
+		_, status, _ := strings.Cut(strings.TrimPrefix(header, "goroutine "), " ")
+		if !strings.HasPrefix(status, "[select") || !slices.ContainsFunc(modelParked, func(f string) bool { return strings.HasPrefix(frames, f) }) {
+			first, _, _ := strings.Cut(frames, "\n")
+			return false, "engine busy: " + header + " " + first
+		}
+		if strings.HasPrefix(frames, modelParked[0]) {
+			scheds++
 		}
 	}
-	if sched == "" {
-		return false, "no scheduler goroutine found"
-	}
-	header, frames, _ := strings.Cut(sched, "\n")
-	_, status, _ := strings.Cut(strings.TrimPrefix(header, "goroutine "), " ")
-	if !strings.HasPrefix(status, "[select") || !strings.HasPrefix(frames, "github.com/streamhooks/webhooks.(*Engine).schedule(") {
-		return false, "scheduler busy: " + header
+	if scheds != len(r.engines) {
+		return false, fmt.Sprintf("%d parked schedulers found, want %d", scheds, len(r.engines))
 	}
 	// A POST's goroutine is started by its host's lane, from the scheduler
 	// or from the goroutine of a POST that finished, which may be gone: it
 	// is known by its engine, the receiver its entry frame prints.
-	if n := strings.Count(dump, fmt.Sprintf("github.com/streamhooks/webhooks.(*Engine).runDelivery(%p", r.h.engine)); n != open {
+	n = 0
+	for _, e := range r.engines {
+		n += strings.Count(dump, fmt.Sprintf("github.com/streamhooks/webhooks.(*Engine).runDelivery(%p", e))
+	}
+	if n != open {
 		return false, fmt.Sprintf("%d delivery goroutines, the model holds %d POSTs open", n, open)
 	}
 	return true, ""

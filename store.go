@@ -16,9 +16,16 @@ var (
 
 // Store keeps subscriptions and consumer state. The engine holds no consumer
 // state in memory: every transition is one UpdateConsumer call, so a Store
-// that is durable makes the engine crash-safe. Engines sharing a Store do
-// not yet cooperate: each loads the subscriptions once, at Start, and
-// learns of later ones only through its own subscription API.
+// that is durable makes the engine crash-safe.
+//
+// Engines may share a Store that implements SubscriptionFeed: each learns
+// through the feed of the subscriptions created and deleted through the
+// others, after the window SubscriptionFeed describes, and its scheduler
+// finds the deadlines the others store within its poll interval
+// (WithPollInterval). Without the feed an engine loads the subscriptions
+// once, at Start, and learns of later ones only through its own
+// subscription API, so engines must not share such a Store. memstore,
+// sqlitestore and pgstore implement the feed.
 //
 // Implementations must be safe for concurrent use. Values passed in and
 // returned are owned by the caller: a Store must copy what it keeps.

@@ -195,7 +195,7 @@ func (e *Engine) createSubscription(ctx context.Context, pattern *Pattern, id st
 	}
 	// Index first: a stream created during the scan below then gets its
 	// consumer from StreamCreated, and the scan's create finds it exists.
-	e.index.add(pattern, id)
+	e.subs.add(pattern, id)
 	if err := e.adoptExistingStreams(ctx, pattern, id); err != nil {
 		return 0, nil, err
 	}
@@ -263,9 +263,7 @@ func (e *Engine) deleteSubscription(ctx context.Context, pattern *Pattern, id st
 		}
 		return 0, nil, err
 	}
-	if p, err := ParsePattern(sub.Pattern); err == nil {
-		e.index.remove(p, id)
-	}
+	e.subs.remove(sub.ID)
 	return http.StatusNoContent, nil, nil
 }
 

@@ -58,11 +58,12 @@ type Engine struct {
 	// metrics is this instance's claim to report the Store-wide gauge.
 	metrics *lease
 
-	// loaded is set once Start has set tokens, index and stored, which are
-	// read only after it.
+	// loaded is set once Start has set tokens, subs, index and stored,
+	// which are read only after it.
 	loaded atomic.Bool
 	tokens *tokens
-	index  *patternIndex
+	subs   *subscriptionSet
+	index  *patternIndex // subs.index
 	// stored are the subscriptions Start found in the Store, with their
 	// patterns; the start-up sweep covers only these.
 	stored map[string]*Pattern
@@ -143,8 +144,9 @@ func New(store Store, source StreamSource, opts ...Option) (*Engine, error) {
 }
 
 // Start loads the token signing key and the subscriptions from the Store
-// with ctx, then starts delivering webhooks in the background: it waits for
-// no delivery and no sweep. If loading fails it returns the error and the
+// with ctx, then starts delivering webhooks in the background, and
+// following the Store's SubscriptionFeed if it has one: it waits for no
+// delivery and no sweep. If loading fails it returns the error and the
 // engine stays unstarted, so Start may be called again. Calling it while the
 // engine runs does nothing; after Stop it returns ErrStopped. Cancelling ctx
 // afterwards does not stop the engine: Stop does.
@@ -170,6 +172,7 @@ func (e *Engine) Start(ctx context.Context) error {
 		defer e.deliveries.Done()
 		e.recover(runCtx)
 	}()
+	e.followFeed(runCtx)
 	go func() {
 		defer close(e.done)
 		e.schedule(runCtx)
@@ -197,16 +200,16 @@ func (e *Engine) load(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("webhooks: loading subscriptions: %w", err)
 	}
-	index, stored := newPatternIndex(), make(map[string]*Pattern, len(subs))
+	set, stored := newSubscriptionSet(), make(map[string]*Pattern, len(subs))
 	for _, sub := range subs {
 		p, err := ParsePattern(sub.Pattern)
 		if err != nil {
 			return fmt.Errorf("webhooks: stored subscription %s: %w", sub.ID, err)
 		}
-		index.add(p, sub.ID)
+		set.add(p, sub.ID)
 		stored[sub.ID] = p
 	}
-	e.tokens, e.index, e.stored = newTokens(key, e.cfg.tokenTTL, e.clock), index, stored
+	e.tokens, e.subs, e.index, e.stored = newTokens(key, e.cfg.tokenTTL, e.clock), set, set.index, stored
 	e.loaded.Store(true)
 	return nil
 }

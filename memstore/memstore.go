@@ -15,7 +15,10 @@ import (
 	webhooks "github.com/streamhooks/webhooks"
 )
 
-var _ webhooks.Store = (*Store)(nil)
+var (
+	_ webhooks.Store            = (*Store)(nil)
+	_ webhooks.SubscriptionFeed = (*Store)(nil)
+)
 
 // Store is an in-memory webhooks.Store. The zero value is not usable; call
 // New.
@@ -26,6 +29,9 @@ var _ webhooks.Store = (*Store)(nil)
 //
 // Contexts are ignored: no operation does I/O, though UpdateConsumer and
 // DeleteSubscription wait for update functions running on the same consumers.
+//
+// It is a webhooks.SubscriptionFeed, so that engines in one process that
+// share a Store learn of each other's subscriptions.
 type Store struct {
 	mu        sync.RWMutex
 	subs      map[string]*subEntry
@@ -37,6 +43,9 @@ type Store struct {
 	counts    map[webhooks.ConsumerState]int
 	key       []byte
 	leases    map[string]heldLease
+	// subsChanged is closed, and replaced, when a subscription is created
+	// or deleted: it wakes every WatchSubscriptions at once.
+	subsChanged chan struct{}
 }
 
 // subEntry is a stored subscription. Its mu is read-locked by CreateConsumer
@@ -67,6 +76,8 @@ func New() *Store {
 		consumers: make(map[string]*entry),
 		byStream:  make(map[string][]*entry),
 		counts:    make(map[webhooks.ConsumerState]int),
+
+		subsChanged: make(chan struct{}),
 	}
 }
 
@@ -78,6 +89,7 @@ func (s *Store) CreateSubscription(_ context.Context, sub *webhooks.Subscription
 		return webhooks.ErrSubscriptionExists
 	}
 	s.subs[sub.ID] = &subEntry{sub: *sub}
+	s.subscriptionsChanged()
 	return nil
 }
 
@@ -102,6 +114,27 @@ func (s *Store) ListSubscriptions(_ context.Context) ([]*webhooks.Subscription, 
 	s.mu.RUnlock()
 	slices.SortFunc(out, func(a, b *webhooks.Subscription) int { return strings.Compare(a.ID, b.ID) })
 	return out, nil
+}
+
+// WatchSubscriptions implements webhooks.SubscriptionFeed.
+func (s *Store) WatchSubscriptions(ctx context.Context, changed func()) error {
+	for {
+		s.mu.RLock()
+		next := s.subsChanged
+		s.mu.RUnlock()
+		changed()
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-next:
+		}
+	}
+}
+
+// subscriptionsChanged wakes the watchers. The caller holds s.mu.
+func (s *Store) subscriptionsChanged() {
+	close(s.subsChanged)
+	s.subsChanged = make(chan struct{})
 }
 
 // DeleteSubscription implements webhooks.Store. It waits for update
@@ -134,6 +167,7 @@ func (s *Store) DeleteSubscription(_ context.Context, id string) error {
 	se.deleted = true
 	se.consumers = nil
 	delete(s.subs, id)
+	s.subscriptionsChanged()
 	s.mu.Unlock()
 	for _, e := range doomed {
 		e.mu.Unlock()

@@ -1,6 +1,9 @@
 // Package pgstore is a durable webhooks.Store in PostgreSQL, on a pgx
 // connection pool. Several engine instances may share one database: every
-// transition is a transaction that locks the consumer's row.
+// transition is a transaction that locks the consumer's row, and each
+// instance learns of the subscriptions the others create or delete by
+// LISTEN/NOTIFY (see WatchSubscriptions), on a pooled connection it holds
+// while the engine runs.
 //
 // New creates or upgrades its tables, named streamhooks_*, in the first
 // schema of the connections' search_path; set search_path in the pool's
@@ -24,7 +27,10 @@ import (
 	"github.com/streamhooks/webhooks/internal/seal"
 )
 
-var _ webhooks.Store = (*Store)(nil)
+var (
+	_ webhooks.Store            = (*Store)(nil)
+	_ webhooks.SubscriptionFeed = (*Store)(nil)
+)
 
 // Option configures a Store. Pass options to New.
 type Option func(*options) error

@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"os"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -145,3 +146,52 @@ func TestStoreShared(t *testing.T) {
 }
 
 func key(b byte) []byte { return bytes.Repeat([]byte{b}, 32) }
+
+// A watch whose connection dies returns an error other than its context's,
+// and a new watch, on a new connection, reports changes again.
+func TestWatchSubscriptionsAfterALostConnection(t *testing.T) {
+	schema := newSchema(t)
+	cfg, err := pgxpool.ParseConfig(testDSN(t))
+	require.NoError(t, err)
+	cfg.ConnConfig.RuntimeParams["search_path"] = schema
+	cfg.ConnConfig.RuntimeParams["application_name"] = schema
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	s, err := New(t.Context(), pool)
+	require.NoError(t, err)
+
+	calls := make(chan struct{}, 16)
+	watch := func(ctx context.Context) chan error {
+		done := make(chan error, 1)
+		go func() { done <- s.WatchSubscriptions(ctx, func() { calls <- struct{}{} }) }()
+		waitSignal(t, calls, "no call once watching")
+		return done
+	}
+	done := watch(t.Context())
+	// The watch's connection is the one whose last query read the schema.
+	adminExec(t, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = '"+schema+
+		"' AND query = 'SELECT coalesce(current_schema(), '''')'")
+	err = waitSignal(t, done, "the watch did not end when its connection died")
+	require.Error(t, err)
+	require.NotErrorIs(t, err, context.Canceled)
+
+	ctx, cancel := context.WithCancel(t.Context())
+	done = watch(ctx)
+	require.NoError(t, s.CreateSubscription(ctx, &webhooks.Subscription{ID: "s", Pattern: "/a", Webhook: "https://example.com"}))
+	waitSignal(t, calls, "the new watch did not report a create")
+	cancel()
+	require.ErrorIs(t, waitSignal(t, done, "the watch did not end with its context"), context.Canceled)
+}
+
+// waitSignal waits, boundedly, for a value on ch.
+func waitSignal[T any](t *testing.T, ch <-chan T, msg string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(10 * time.Second):
+		t.Fatal(msg)
+		panic("unreachable")
+	}
+}

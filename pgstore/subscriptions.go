@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -20,8 +21,13 @@ func (s *Store) CreateSubscription(ctx context.Context, sub *webhooks.Subscripti
 		return err
 	}
 	secret := s.sealer.Seal([]byte(sub.Secret), seal.ADSecret(sub.ID))
-	tag, err := s.pool.Exec(ctx, `INSERT INTO streamhooks_subscriptions (`+subscriptionCols+`) VALUES ($1, $2, $3, $4, $5, $6)
-		ON CONFLICT (id) DO NOTHING`,
+	// One statement: the notification is sent when the insert commits,
+	// and only if it inserted.
+	tag, err := s.pool.Exec(ctx, `WITH created AS (
+			INSERT INTO streamhooks_subscriptions (`+subscriptionCols+`) VALUES ($1, $2, $3, $4, $5, $6)
+			ON CONFLICT (id) DO NOTHING RETURNING id
+		)
+		SELECT `+notifySubscriptions+` FROM created`,
 		sub.ID, sub.Pattern, sub.Webhook, []byte(sub.Description), secret, created)
 	if err != nil {
 		return fmt.Errorf("pgstore: create subscription: %w", err)
@@ -53,9 +59,13 @@ func (s *Store) ListSubscriptions(ctx context.Context) ([]*webhooks.Subscription
 }
 
 // DeleteSubscription implements webhooks.Store. Its consumers go with it,
-// by the schema's cascading foreign keys, in the same statement.
+// by the schema's cascading foreign keys, in the same statement, which
+// notifies the watchers.
 func (s *Store) DeleteSubscription(ctx context.Context, id string) error {
-	tag, err := s.pool.Exec(ctx, "DELETE FROM streamhooks_subscriptions WHERE id = $1", id)
+	tag, err := s.pool.Exec(ctx, `WITH deleted AS (
+			DELETE FROM streamhooks_subscriptions WHERE id = $1 RETURNING id
+		)
+		SELECT `+notifySubscriptions+` FROM deleted`, id)
 	if err != nil {
 		return fmt.Errorf("pgstore: delete subscription: %w", err)
 	}
@@ -63,6 +73,52 @@ func (s *Store) DeleteSubscription(ctx context.Context, id string) error {
 		return webhooks.ErrSubscriptionNotFound
 	}
 	return nil
+}
+
+// subscriptionsChannel is the channel on which subscription creates and
+// deletes are notified. The payload is the schema of the tables, so that
+// stores in other schemas of the database ignore them.
+const subscriptionsChannel = "streamhooks_subscriptions"
+
+// notifySubscriptions notifies subscriptionsChannel, in SQL.
+const notifySubscriptions = "pg_notify('" + subscriptionsChannel + "', coalesce(current_schema(), ''))"
+
+// WatchSubscriptions implements webhooks.SubscriptionFeed with LISTEN on a
+// connection of the pool, held for the watch and closed after it. The
+// engine calls it again after an error, and so listens again.
+func (s *Store) WatchSubscriptions(ctx context.Context, changed func()) error {
+	conn, err := s.pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("pgstore: watch subscriptions: %w", err)
+	}
+	defer func() {
+		// A connection still listening must not go back to the pool: the
+		// pool drops it once closed.
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		defer cancel()
+		_ = conn.Conn().Close(ctx)
+		conn.Release()
+	}()
+	var schema string
+	if _, err := conn.Exec(ctx, "LISTEN "+subscriptionsChannel); err != nil {
+		return fmt.Errorf("pgstore: watch subscriptions: %w", err)
+	}
+	if err := conn.QueryRow(ctx, "SELECT coalesce(current_schema(), '')").Scan(&schema); err != nil {
+		return fmt.Errorf("pgstore: watch subscriptions: %w", err)
+	}
+	changed()
+	for {
+		n, err := conn.Conn().WaitForNotification(ctx)
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		if err != nil {
+			return fmt.Errorf("pgstore: watch subscriptions: %w", err)
+		}
+		if n.Payload == schema {
+			changed()
+		}
+	}
 }
 
 // LoadOrStoreSigningKey implements webhooks.Store. It rejects an empty key,

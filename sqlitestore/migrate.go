@@ -81,6 +81,21 @@ CREATE TABLE leases (
 	until  INTEGER NOT NULL
 ) WITHOUT ROWID;
 `,
+	// A counter of subscription changes, bumped by triggers in the
+	// transaction of each create and delete, that WatchSubscriptions polls.
+	`
+CREATE TABLE subscriptions_version (
+	one     INTEGER PRIMARY KEY CHECK (one = 1),
+	version INTEGER NOT NULL
+);
+INSERT INTO subscriptions_version (one, version) VALUES (1, 0);
+CREATE TRIGGER subscriptions_version_insert AFTER INSERT ON subscriptions BEGIN
+	UPDATE subscriptions_version SET version = version + 1;
+END;
+CREATE TRIGGER subscriptions_version_delete AFTER DELETE ON subscriptions BEGIN
+	UPDATE subscriptions_version SET version = version + 1;
+END;
+`,
 }
 
 // migrate brings the schema to the latest version and checks the

@@ -4,7 +4,9 @@
 // The file is opened in WAL mode, so readers never wait for the writer.
 // Several Stores, in one process or in several, may share a file: every
 // write takes SQLite's write lock before it reads, so UpdateConsumer is a
-// read-modify-write under the lock across processes.
+// read-modify-write under the lock across processes, and the engines on
+// them learn of each other's subscriptions by polling a counter of their
+// changes (see WatchSubscriptions).
 //
 // Writes go through one writer goroutine that commits them in groups: calls
 // that arrive while a commit is in progress run in the next transaction,
@@ -31,7 +33,10 @@ import (
 	"github.com/streamhooks/webhooks/internal/seal"
 )
 
-var _ webhooks.Store = (*Store)(nil)
+var (
+	_ webhooks.Store            = (*Store)(nil)
+	_ webhooks.SubscriptionFeed = (*Store)(nil)
+)
 
 // ErrClosed is returned by writes to a closed Store.
 var ErrClosed = errors.New("sqlitestore: store is closed")
@@ -41,6 +46,9 @@ const (
 	// DefaultBusyTimeout is how long a write waits for another process that
 	// holds the database's write lock.
 	DefaultBusyTimeout = 5 * time.Second
+	// DefaultChangePollInterval is how often WatchSubscriptions looks for
+	// subscription changes.
+	DefaultChangePollInterval = 250 * time.Millisecond
 )
 
 // maxBatch bounds the writes committed in one transaction, so that one
@@ -57,6 +65,7 @@ type options struct {
 	key         []byte
 	busyTimeout time.Duration
 	synchronous Synchronous
+	changePoll  time.Duration
 }
 
 // Synchronous is how hard a commit waits for the disk; see WithSynchronous.
@@ -116,12 +125,28 @@ func WithSynchronous(s Synchronous) Option {
 	}
 }
 
+// WithChangePollInterval sets how often WatchSubscriptions reads the
+// counter of subscription changes, and so how soon an engine learns of a
+// subscription created or deleted through another Store on the file. The
+// default is DefaultChangePollInterval.
+func WithChangePollInterval(d time.Duration) Option {
+	return func(o *options) error {
+		if d < time.Millisecond {
+			return fmt.Errorf("sqlitestore: change poll interval %v is below 1ms", d)
+		}
+		o.changePoll = d
+		return nil
+	}
+}
+
 // Store is a webhooks.Store in a SQLite file. It is safe for concurrent
 // use. Create it with Open and release it with Close.
 type Store struct {
 	w      *wtx
 	r      *readers
 	sealer *seal.Sealer // nil: secrets are stored in plaintext
+
+	changePoll time.Duration
 
 	ops        chan *op
 	closing    chan struct{}
@@ -134,7 +159,7 @@ type Store struct {
 // schema up to date. It refuses a database written by a newer version of
 // this package.
 func Open(path string, opts ...Option) (*Store, error) {
-	o := options{busyTimeout: DefaultBusyTimeout, synchronous: SyncFull}
+	o := options{busyTimeout: DefaultBusyTimeout, synchronous: SyncFull, changePoll: DefaultChangePollInterval}
 	for _, opt := range opts {
 		if err := opt(&o); err != nil {
 			return nil, err
@@ -177,6 +202,7 @@ func Open(path string, opts ...Option) (*Store, error) {
 	s := &Store{
 		w:          &wtx{db: wdb, conn: conn, stmts: make(map[string]*sql.Stmt)},
 		r:          &readers{db: rdb, stmts: make(map[string]*sql.Stmt)},
+		changePoll: o.changePoll,
 		ops:        make(chan *op),
 		closing:    make(chan struct{}),
 		writerDone: make(chan struct{}),

@@ -149,6 +149,7 @@ func TestOpenRejectsBadOptions(t *testing.T) {
 		sqlitestore.WithEncryptionKey(make([]byte, 16)),
 		sqlitestore.WithBusyTimeout(0),
 		sqlitestore.WithSynchronous("OFF"),
+		sqlitestore.WithChangePollInterval(0),
 	} {
 		_, err := sqlitestore.Open(path, opt)
 		require.Error(t, err)
@@ -359,4 +360,36 @@ func TestOpenDatabaseOfFirstRelease(t *testing.T) {
 	got, err = sqlOpen(t, path).GetConsumer(ctx, full.ID)
 	require.NoError(t, err)
 	require.Equal(t, full, got)
+}
+
+// A database of the first release gets the counter of subscription
+// changes when opened: a delete through one Store is reported by another's
+// watch.
+func TestWatchSubscriptionsOnADatabaseOfFirstRelease(t *testing.T) {
+	raw, err := os.ReadFile("testdata/v1.db")
+	require.NoError(t, err)
+	path := filepath.Join(t.TempDir(), "hooks.db")
+	require.NoError(t, os.WriteFile(path, raw, 0o600))
+	a := sqlOpen(t, path)
+	b := sqlOpen(t, path, sqlitestore.WithChangePollInterval(time.Millisecond))
+
+	ctx, cancel := context.WithCancel(t.Context())
+	calls := make(chan struct{}, 16)
+	done := make(chan error, 1)
+	go func() { done <- b.WatchSubscriptions(ctx, func() { calls <- struct{}{} }) }()
+	defer func() {
+		cancel()
+		require.ErrorIs(t, <-done, context.Canceled)
+	}()
+	select {
+	case <-calls:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no call once watching")
+	}
+	require.NoError(t, a.DeleteSubscription(ctx, "s"))
+	select {
+	case <-calls:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the delete was not reported")
+	}
 }

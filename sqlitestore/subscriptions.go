@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"time"
 
 	webhooks "github.com/streamhooks/webhooks"
 	"github.com/streamhooks/webhooks/internal/seal"
@@ -80,6 +81,46 @@ func (s *Store) DeleteSubscription(ctx context.Context, id string) error {
 		}
 		return nil
 	})
+}
+
+// WatchSubscriptions implements webhooks.SubscriptionFeed. It reads a
+// counter that every subscription create and delete bumps, through any
+// Store on the file, each change poll interval (WithChangePollInterval).
+// A read is one row, so polling costs little; SQLite's data_version would
+// spare it only on a connection held for the watch alone.
+func (s *Store) WatchSubscriptions(ctx context.Context, changed func()) error {
+	last, err := s.subscriptionsVersion(ctx)
+	if err != nil {
+		return err
+	}
+	changed()
+	tick := time.NewTicker(s.changePoll)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-s.closing:
+			return ErrClosed
+		case <-tick.C:
+		}
+		v, err := s.subscriptionsVersion(ctx)
+		if err != nil {
+			return err
+		}
+		if v != last {
+			last = v
+			changed()
+		}
+	}
+}
+
+func (s *Store) subscriptionsVersion(ctx context.Context) (int64, error) {
+	var v int64
+	if err := s.r.queryRow(ctx, "SELECT version FROM subscriptions_version").Scan(&v); err != nil {
+		return 0, fmt.Errorf("sqlitestore: read subscription changes: %w", err)
+	}
+	return v, nil
 }
 
 // LoadOrStoreSigningKey implements webhooks.Store. It rejects an empty key,

@@ -1,11 +1,13 @@
 package storetest
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -22,6 +24,11 @@ import (
 // a fresh, empty database; if they implement io.Closer, RunShared closes
 // them when the subtest ends. A Store that lives in one process's memory
 // cannot pass and need not run it.
+//
+// If the handles implement webhooks.SubscriptionFeed, the Feed subtests
+// check that a subscription created or deleted through one is reported by
+// the other's WatchSubscriptions, and that the watch ends with its
+// context; otherwise they skip.
 func RunShared(t *testing.T, openTwo func(t *testing.T) (webhooks.Store, webhooks.Store)) {
 	for _, tc := range sharedTests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -46,6 +53,9 @@ var sharedTests = []struct {
 	{"CreateSameID", testSharedCreateSameID},
 	{"SigningKey", testSharedSigningKey},
 	{"Lease", testSharedLease},
+	{"Feed/Create", testFeedCreate},
+	{"Feed/Delete", testFeedDelete},
+	{"Feed/Cancel", testFeedCancel},
 }
 
 // testSharedSeesWrites writes through each handle and reads through the
@@ -194,4 +204,97 @@ func testSharedCreateSameID(t *testing.T, a, b webhooks.Store) {
 // reject each other's tokens.
 func testSharedSigningKey(t *testing.T, a, b webhooks.Store) {
 	raceSigningKey(t, 8, a, b)
+}
+
+// feedWait bounds the wait for a change to be reported: a polling Store
+// reports it within its poll interval, which must be well below this.
+const feedWait = 5 * time.Second
+
+// watcher runs a WatchSubscriptions and counts its calls.
+type watcher struct {
+	calls  atomic.Int64
+	called chan struct{} // an element after each call
+	cancel context.CancelFunc
+	done   chan error
+}
+
+// watch starts watching through s, skipping the test if s has no feed, and
+// waits for the first call, after which every change is reported.
+func watch(t *testing.T, s webhooks.Store) *watcher {
+	t.Helper()
+	feed, ok := s.(webhooks.SubscriptionFeed)
+	if !ok {
+		t.Skip("the Store does not implement webhooks.SubscriptionFeed")
+	}
+	ctx, cancel := context.WithCancel(t.Context())
+	w := &watcher{called: make(chan struct{}, 1), cancel: cancel, done: make(chan error, 1)}
+	go func() {
+		w.done <- feed.WatchSubscriptions(ctx, func() {
+			w.calls.Add(1)
+			select {
+			case w.called <- struct{}{}:
+			default:
+			}
+		})
+	}()
+	t.Cleanup(func() {
+		cancel()
+		select {
+		case <-w.done:
+		case <-time.After(feedWait):
+			t.Errorf("WatchSubscriptions did not return within %v of its context's end", feedWait)
+		}
+	})
+	w.waitCalls(t, 1, "WatchSubscriptions did not call changed once it watched")
+	return w
+}
+
+// waitCalls waits until changed has been called n times in all.
+func (w *watcher) waitCalls(t *testing.T, n int64, msg string) {
+	t.Helper()
+	timeout := time.NewTimer(feedWait)
+	defer timeout.Stop()
+	for w.calls.Load() < n {
+		select {
+		case <-w.called:
+		case err := <-w.done:
+			w.done <- err
+			t.Fatalf("%s: WatchSubscriptions returned %v", msg, err)
+		case <-timeout.C:
+			t.Fatalf("%s within %v", msg, feedWait)
+		}
+	}
+}
+
+// testFeedCreate creates a subscription through one handle: the other's
+// watch reports it.
+func testFeedCreate(t *testing.T, a, b webhooks.Store) {
+	w := watch(t, b)
+	n := w.calls.Load()
+	mustCreateSub(t, a, newSub("s"))
+	w.waitCalls(t, n+1, "a subscription created through the other handle was not reported")
+}
+
+// testFeedDelete deletes a subscription through one handle: the other's
+// watch reports it.
+func testFeedDelete(t *testing.T, a, b webhooks.Store) {
+	mustCreateSub(t, a, newSub("s"))
+	w := watch(t, b)
+	n := w.calls.Load()
+	require.NoError(t, a.DeleteSubscription(t.Context(), "s"))
+	w.waitCalls(t, n+1, "a subscription deleted through the other handle was not reported")
+}
+
+// testFeedCancel ends a watch by its context: it returns the context's
+// error.
+func testFeedCancel(t *testing.T, _, b webhooks.Store) {
+	w := watch(t, b)
+	w.cancel()
+	select {
+	case err := <-w.done:
+		w.done <- err
+		require.ErrorIs(t, err, context.Canceled)
+	case <-time.After(feedWait):
+		t.Fatalf("WatchSubscriptions did not return within %v of its context's end", feedWait)
+	}
 }

@@ -54,8 +54,16 @@ var mutants = map[string]struct {
 }{
 	"separate-handles": {
 		openTwo: func(*testing.T) (webhooks.Store, webhooks.Store) { return memstore.New(), memstore.New() },
-		caught:  []string{"SeesWrites", "NoLostUpdate", "DeleteCascade", "CreateSameID", "SigningKey"},
+		caught:  []string{"SeesWrites", "NoLostUpdate", "DeleteCascade", "CreateSameID", "SigningKey", "Feed/Create", "Feed/Delete"},
 	},
+	"silent-feed": {
+		openTwo: func(*testing.T) (webhooks.Store, webhooks.Store) {
+			s := &silentFeed{memstore.New()}
+			return s, s
+		},
+		caught: []string{"Feed/Create", "Feed/Delete"},
+	},
+
 	"locks-per-handle": {
 		openTwo: func(*testing.T) (webhooks.Store, webhooks.Store) {
 			s := memstore.New()
@@ -202,6 +210,15 @@ func (s *lostUpdate) UpdateConsumer(ctx context.Context, id string, fn func(c *w
 		*stored = *c
 		return action, nil
 	})
+}
+
+// silentFeed watches without reporting a change.
+type silentFeed struct{ *memstore.Store }
+
+func (s *silentFeed) WatchSubscriptions(ctx context.Context, changed func()) error {
+	changed()
+	<-ctx.Done()
+	return ctx.Err()
 }
 
 // lockedHere is lostUpdate serialized within one handle only, as a store

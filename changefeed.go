@@ -1,0 +1,236 @@
+package webhooks
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// SubscriptionFeed is an optional Store capability that lets engines
+// sharing one Store cooperate: each learns of the subscriptions created or
+// deleted through the others, and reloads them into the index by which it
+// gives new streams their consumers. The engine finds it by type assertion
+// on its Store.
+//
+// Only subscriptions go through the feed. Deadlines set by another engine
+// need none: the scheduler reads the Store's deadlines at least every poll
+// interval (WithPollInterval).
+//
+// Learning of a subscription takes a notification and a reload, so there
+// is a window: a stream created through engine B after a subscription was
+// created through engine A, but before B has reloaded, gets no consumer of
+// it then (A adopts only the streams that existed when it created the
+// subscription); it gets one, positioned before its first event, at its
+// next append after B has reloaded. A subscription learned from the feed is
+// not swept for existing streams as Start's subscriptions are: the engine
+// that created it adopted them.
+type SubscriptionFeed interface {
+	// WatchSubscriptions calls changed after each subscription create or
+	// delete committed through any handle on the same data, this one
+	// included, until ctx ends; it may call it spuriously. It calls changed
+	// once as soon as it watches, and again after reconnecting, since
+	// changes may have been missed meanwhile: every change committed after
+	// a call is followed by another. It returns ctx's error once ctx ends,
+	// or another error if it cannot watch, and the engine calls it again
+	// after a pause.
+	WatchSubscriptions(ctx context.Context, changed func()) error
+}
+
+// subscriptionSet is the engine's view of the subscriptions: their
+// patterns, and the index built from them. The subscription API changes it
+// after each create or delete it commits; the feed's reload brings it in
+// line with the Store. A reload's list may predate a change the API has
+// just applied, so the ids the API changes while a reload runs are left as
+// the API set them.
+type subscriptionSet struct {
+	index *patternIndex
+
+	mu       sync.Mutex
+	patterns map[string]*Pattern // id → pattern of every indexed subscription
+	// touched, while a reload runs, holds the ids the API changed since
+	// the reload began; nil otherwise.
+	touched map[string]bool
+}
+
+func newSubscriptionSet() *subscriptionSet {
+	return &subscriptionSet{index: newPatternIndex(), patterns: make(map[string]*Pattern)}
+}
+
+// add indexes subscription id on p, for a create the API committed.
+func (s *subscriptionSet) add(p *Pattern, id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.put(p, id)
+	s.touch(id)
+}
+
+// remove unindexes subscription id, for a delete the API committed.
+func (s *subscriptionSet) remove(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.drop(id)
+	s.touch(id)
+}
+
+func (s *subscriptionSet) touch(id string) {
+	if s.touched != nil {
+		s.touched[id] = true
+	}
+}
+
+// put and drop change the index; the caller holds mu.
+func (s *subscriptionSet) put(p *Pattern, id string) {
+	if old := s.patterns[id]; old != nil {
+		if old.String() == p.String() {
+			return
+		}
+		s.index.remove(old, id)
+	}
+	s.patterns[id] = p
+	s.index.add(p, id)
+}
+
+func (s *subscriptionSet) drop(id string) {
+	if old := s.patterns[id]; old != nil {
+		s.index.remove(old, id)
+		delete(s.patterns, id)
+	}
+}
+
+// beginReload starts a reload, before its list is read.
+func (s *subscriptionSet) beginReload() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.touched = make(map[string]bool)
+}
+
+// endReload makes the index what subs, listed after beginReload, say,
+// except for the ids the API has changed since then. It returns the ids
+// added and removed, and the stored subscriptions whose pattern does not
+// parse.
+func (s *subscriptionSet) endReload(subs []*Subscription) (added, removed []string, errs []error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	touched := s.touched
+	s.touched = nil
+	listed := make(map[string]bool, len(subs))
+	for _, sub := range subs {
+		listed[sub.ID] = true
+		if touched[sub.ID] {
+			continue
+		}
+		p, err := ParsePattern(sub.Pattern)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("stored subscription %s: %w", sub.ID, err))
+			continue
+		}
+		if old := s.patterns[sub.ID]; old == nil || old.String() != p.String() {
+			added = append(added, sub.ID)
+		}
+		s.put(p, sub.ID)
+	}
+	for id := range s.patterns {
+		if !listed[id] && !touched[id] {
+			s.drop(id)
+			removed = append(removed, id)
+		}
+	}
+	return added, removed, errs
+}
+
+// abortReload ends a reload whose list failed, changing nothing.
+func (s *subscriptionSet) abortReload() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.touched = nil
+}
+
+// followFeed starts keeping the engine's subscriptions in line with the
+// Store's, if it is a SubscriptionFeed, until ctx ends: one goroutine
+// watches and another reloads, so that a burst of notifications that
+// arrives during a reload merges into one more. Stop waits for both as it
+// does for deliveries.
+func (e *Engine) followFeed(ctx context.Context) {
+	feed, ok := e.store.(SubscriptionFeed)
+	if !ok {
+		return
+	}
+	changed := make(chan struct{}, 1)
+	notify := func() {
+		select {
+		case changed <- struct{}{}:
+		default:
+		}
+	}
+	e.deliveries.Add(2)
+	go func() {
+		defer e.deliveries.Done()
+		e.watchSubscriptions(ctx, feed, notify)
+	}()
+	go func() {
+		defer e.deliveries.Done()
+		e.reloadSubscriptions(ctx, changed, notify)
+	}()
+}
+
+// watchSubscriptions runs feed's watch until ctx ends, again after each
+// error.
+func (e *Engine) watchSubscriptions(ctx context.Context, feed SubscriptionFeed, notify func()) {
+	for {
+		err := feed.WatchSubscriptions(ctx, notify)
+		if ctx.Err() != nil {
+			return
+		}
+		e.log.ErrorContext(ctx, "webhooks: watching subscriptions", "error", err)
+		if !e.feedPause(ctx, storeErrorRetry) {
+			return
+		}
+	}
+}
+
+// reloadSubscriptions reloads the subscriptions each time changed has an
+// element, until ctx ends.
+func (e *Engine) reloadSubscriptions(ctx context.Context, changed <-chan struct{}, notify func()) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-changed:
+		}
+		e.subs.beginReload()
+		subs, err := e.store.ListSubscriptions(ctx)
+		if err != nil {
+			e.subs.abortReload()
+			if ctx.Err() != nil {
+				return
+			}
+			e.log.ErrorContext(ctx, "webhooks: reloading subscriptions", "error", err)
+			if !e.feedPause(ctx, storeErrorRetry) {
+				return
+			}
+			notify()
+			continue
+		}
+		added, removed, errs := e.subs.endReload(subs)
+		for _, err := range errs {
+			e.log.ErrorContext(ctx, "webhooks: reloading subscriptions", "error", err)
+		}
+		if len(added)+len(removed) > 0 {
+			e.log.InfoContext(ctx, "webhooks: subscriptions changed through another engine", "added", added, "removed", removed)
+		}
+	}
+}
+
+// feedPause waits d on the engine's clock, and reports false if ctx ended
+// first.
+func (e *Engine) feedPause(ctx context.Context, d time.Duration) bool {
+	t := e.clock.Timer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
