@@ -85,7 +85,12 @@ func newWakeID() string {
 }
 
 // wake starts a new wake cycle: IDLE → WAKING (or LIVE → WAKING on done with
-// pending work). The delivery is due at once.
+// pending work), and marks its first attempt as sent in the same transition,
+// which the caller hands to the lanes once it is stored: a wake costs no
+// further write to start its POST. The WAKING timeout runs from now, so if
+// the process dies between the commit and the POST, the attempt times out
+// and is retried like a lost POST; and, marked before any POST, it is sent
+// by the one engine whose transition woke the consumer.
 func (m *machine) wake(c *Consumer, t tails, triggeredBy []string, now time.Time) {
 	c.State = StateWaking
 	c.Epoch++
@@ -98,8 +103,7 @@ func (m *machine) wake(c *Consumer, t tails, triggeredBy []string, now time.Time
 		}
 	}
 	c.Attempt = 0
-	c.InFlight = false
-	c.Deadline = now
+	m.startAttempt(c, now)
 }
 
 // wakeIfPending wakes an IDLE consumer that has pending work. It reports

@@ -51,7 +51,9 @@ func TestWakeIfPendingOnlyFromIdle(t *testing.T) {
 	require.True(t, m.wakeIfPending(c, tl, t0))
 	require.Equal(t, StateWaking, c.State)
 	require.Equal(t, int64(1), c.Epoch)
-	require.Equal(t, t0, c.Deadline)
+	require.Equal(t, 1, c.Attempt, "the wake starts its first attempt")
+	require.True(t, c.InFlight)
+	require.Equal(t, t0.Add(DefaultWakingTimeout), c.Deadline)
 	require.Equal(t, []StreamOffset{{Path: "/a", Offset: "0000000000000000_0000000000000010"}}, c.WakeTails)
 }
 
@@ -59,18 +61,22 @@ func TestStartAttemptIsExclusive(t *testing.T) {
 	m := testMachine()
 	c := newConsumer("s", "/a", OffsetNone, t0)
 	m.wake(c, tails{}, nil, t0)
-	require.Equal(t, dueSend, m.onDue(c, nil, t0))
 	require.Equal(t, 1, c.Attempt)
 	require.Equal(t, t0.Add(DefaultWakingTimeout), c.Deadline)
-	require.Equal(t, dueNone, m.onDue(c, nil, t0), "a second engine must not send the same attempt")
-	require.Equal(t, 1, c.Attempt)
+	require.Equal(t, dueNone, m.onDue(c, nil, t0), "no engine may send the attempt the wake started")
+	require.Equal(t, dueChanged, m.onDue(c, nil, c.Deadline), "the WAKING timeout")
+	retry := c.Deadline
+	require.Equal(t, dueSend, m.onDue(c, nil, retry))
+	require.Equal(t, 2, c.Attempt)
+	require.Equal(t, retry.Add(DefaultWakingTimeout), c.Deadline)
+	require.Equal(t, dueNone, m.onDue(c, nil, retry), "a second engine must not send the same attempt")
+	require.Equal(t, 2, c.Attempt)
 }
 
 func TestStaleFailureIsIgnored(t *testing.T) {
 	m := testMachine()
 	c := newConsumer("s", "/a", OffsetNone, t0)
 	m.wake(c, tails{}, nil, t0)
-	require.Equal(t, dueSend, m.onDue(c, nil, t0))
 	r := deliveryResult{epoch: c.Epoch, wakeID: c.WakeID, attempt: 1}
 	// Attempt 1 timed out; attempt 2 is in flight when attempt 1's failure
 	// finally arrives: it must not count twice.

@@ -69,6 +69,10 @@ type Engine struct {
 	armed      atomic.Int64 // UnixNano the scheduler's timer waits for; 0 while it works
 	lanes      *lanes
 	deliveries sync.WaitGroup
+	// runCtx lives from Start to Stop; attempts started by a request's
+	// transition run in it, not in the request's context. Set before
+	// loaded, read only after it.
+	runCtx context.Context
 
 	mu      sync.Mutex
 	running bool
@@ -153,10 +157,12 @@ func (e *Engine) Start(ctx context.Context) error {
 	case e.running:
 		return nil
 	}
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	e.runCtx = runCtx
 	if err := e.load(ctx); err != nil {
+		cancel()
 		return err
 	}
-	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	e.cancel = cancel
 	e.running = true
 	// Stop waits for the start-up sweep as it does for deliveries.
@@ -437,6 +443,7 @@ func (e *Engine) update(ctx context.Context, id string, fn func(c *Consumer) (Up
 	}
 	if c.Epoch > before {
 		e.tel.woke(ctx)
+		e.sendWoken(c)
 	}
 	if !c.Deadline.IsZero() {
 		e.kickScheduler(c.Deadline)
