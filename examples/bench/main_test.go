@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -15,12 +17,28 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
+// smokeStores are the Stores the smoke test runs on: every one, but
+// postgres only with a database in STREAMHOOKS_TEST_POSTGRES, which CI must
+// set.
+func smokeStores(t *testing.T) []string {
+	names := storeNames()
+	if os.Getenv(postgresEnv) == "" {
+		msg := postgresEnv + " is not set; set it to a PostgreSQL DSN to run the figures on postgres"
+		if os.Getenv("CI") != "" {
+			t.Fatal(msg)
+		}
+		t.Log(msg)
+		names = slices.DeleteFunc(names, func(n string) bool { return n == "postgres" })
+	}
+	return names
+}
+
 // TestSmoke runs every figure at a tiny size on every Store, so the program
 // cannot rot: each must finish and print its BENCH line per Store, and the
 // table must put each figure's Stores in adjacent rows.
 func TestSmoke(t *testing.T) {
 	cfg := defaultConfig()
-	cfg.stores = storeNames()
+	cfg.stores = smokeStores(t)
 	cfg.idle = 20
 	cfg.samples = 20
 	cfg.cycleC = 2
