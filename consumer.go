@@ -126,7 +126,13 @@ func (m *machine) finish(c *Consumer, t tails, now time.Time) {
 	c.State = StateIdle
 	c.InFlight = false
 	c.Deadline = time.Time{}
-	m.wakeIfPending(c, t, now)
+	if !m.wakeIfPending(c, t, now) {
+		// Only a wake cycle reads these: an IDLE consumer, of which there
+		// may be millions, does not keep them. WakeID stays, since
+		// callbacks and late webhook outcomes of the ended cycle are told
+		// apart by it.
+		c.WakeTails, c.TriggeredBy = nil, nil
+	}
 }
 
 // goLive moves a WAKING consumer to LIVE and starts its liveness timeout.

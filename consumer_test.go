@@ -97,3 +97,25 @@ func TestOnDueIgnoresFutureDeadlines(t *testing.T) {
 	require.Equal(t, dueNone, m.onDue(c, nil, t0))
 	require.Equal(t, StateLive, c.State)
 }
+
+func TestFinishToIdleDropsWhatOnlyTheWakeReads(t *testing.T) {
+	m := testMachine()
+	tl := tails{"/a": {Path: "/a", Tail: "0000000000000000_0000000000000010"}}
+	c := newConsumer("s", "/a", OffsetNone, t0)
+	require.True(t, m.wakeIfPending(c, tl, t0))
+	wakeID := c.WakeID
+	changed, _ := m.applyDelivery(c, deliveryResult{epoch: 1, wakeID: wakeID, attempt: 1, ok: true, done: true}, tl, t0)
+	require.True(t, changed)
+	require.Equal(t, StateIdle, c.State)
+	require.Nil(t, c.WakeTails)
+	require.Nil(t, c.TriggeredBy)
+	require.Equal(t, wakeID, c.WakeID, "the ended cycle's callbacks are told apart by it")
+
+	// A finish that wakes again keeps them, for the new cycle.
+	c.State = StateLive
+	tl["/a"] = StreamInfo{Path: "/a", Tail: "0000000000000000_0000000000000020"}
+	m.finish(c, tl, t0)
+	require.Equal(t, StateWaking, c.State)
+	require.Equal(t, []string{"/a"}, c.TriggeredBy)
+	require.Equal(t, []StreamOffset{{Path: "/a", Offset: "0000000000000000_0000000000000020"}}, c.WakeTails)
+}

@@ -134,6 +134,7 @@ var figures = []struct {
 	{"cycle", wakeCycle},
 	{"fanout", fanOut},
 	{"idle", idleScale},
+	{"woken", wokenScale},
 	{"callback", callbackRate},
 	{"fairness", fairness},
 }
@@ -149,6 +150,7 @@ type config struct {
 	cycleFor    time.Duration // how long the wake cycle and the bare ceiling each run
 	fanout      []int         // subscription counts of the fan-out figure
 	idleK       int           // consumers at rest in the idle-scale figure
+	wokenK      int           // consumers woken once, then measured at rest
 	durableCap  int           // most consumers or subscriptions a figure creates in a durable Store; 0 for no cap
 	callbackC   int           // concurrent clients in the callback figure
 	callbackFor time.Duration // how long the callbacks and the bare handler each run
@@ -171,6 +173,7 @@ func defaultConfig() config {
 		cycleFor:    5 * time.Second,
 		fanout:      []int{10, 10_000, 100_000},
 		idleK:       100_000,
+		wokenK:      10_000,
 		durableCap:  10_000,
 		callbackC:   32,
 		callbackFor: 5 * time.Second,
@@ -201,7 +204,8 @@ func main() {
 	fs.DurationVar(&cfg.cycleFor, "cycle-for", cfg.cycleFor, "duration of the wake-cycle run and of the bare-handler run")
 	fan := fs.String("fanout", joinInts(cfg.fanout), "comma-separated subscription counts of the fan-out figure")
 	fs.IntVar(&cfg.idleK, "idle-k", cfg.idleK, "consumers at rest in the idle-scale figure (try 1000000)")
-	fs.IntVar(&cfg.durableCap, "durable-cap", cfg.durableCap, "on a durable store, cap -idle, -idle-k and each -fanout size at this (0: no cap)")
+	fs.IntVar(&cfg.wokenK, "woken-k", cfg.wokenK, "consumers woken once, then measured at rest, in the woken figure")
+	fs.IntVar(&cfg.durableCap, "durable-cap", cfg.durableCap, "on a durable store, cap -idle, -idle-k, -woken-k and each -fanout size at this (0: no cap)")
 	fs.IntVar(&cfg.callbackC, "callback-c", cfg.callbackC, "concurrent clients in the callback figure")
 	fs.DurationVar(&cfg.callbackFor, "callback-for", cfg.callbackFor, "duration of the callback run and of the bare-handler run")
 	fs.IntVar(&cfg.fairHostile, "fair-hostile", cfg.fairHostile, "consumers with hostile webhooks in the fairness figure (memory stores only)")

@@ -45,6 +45,7 @@ func TestSmoke(t *testing.T) {
 	cfg.cycleFor = 100 * time.Millisecond
 	cfg.fanout = []int{5, 20}
 	cfg.idleK = 50
+	cfg.wokenK = 40
 	cfg.durableCap = 30
 	cfg.callbackC = 2
 	cfg.callbackFor = 100 * time.Millisecond
@@ -55,7 +56,7 @@ func TestSmoke(t *testing.T) {
 	require.NoError(t, run(context.Background(), cfg, &out))
 	t.Log(out.String())
 	for _, store := range cfg.stores {
-		for _, name := range []string{"wake_latency", "wake_cycle", "fanout", "idle_scale", "callback_ack"} {
+		for _, name := range []string{"wake_latency", "wake_cycle", "fanout", "idle_scale", "woken_scale", "callback_ack"} {
 			require.Contains(t, out.String(), "BENCH name="+name+" store="+store+" ", out.String())
 		}
 	}
@@ -63,7 +64,7 @@ func TestSmoke(t *testing.T) {
 	for _, spread := range []string{"one_subscription", "subs_one_host", "many_hosts"} {
 		require.Contains(t, out.String(), "BENCH name=fairness store=memory spread="+spread+" hostile=30 ", out.String())
 	}
-	require.Equal(t, 6*len(cfg.stores)+3, strings.Count(out.String(), "BENCH "), out.String())
+	require.Equal(t, 7*len(cfg.stores)+3, strings.Count(out.String(), "BENCH "), out.String())
 	require.Contains(t, out.String(), "BENCH name=idle_scale store=memory k=50 ")
 	require.Contains(t, out.String(), "BENCH name=idle_scale store=sqlite k=30 ", "a durable store's K is capped")
 
@@ -72,8 +73,8 @@ func TestSmoke(t *testing.T) {
 	_, table, ok := strings.Cut(out.String(), "\n\n")
 	require.True(t, ok, out.String())
 	rows := strings.Split(strings.TrimSpace(table), "\n")
-	require.Len(t, rows, 1+6*len(cfg.stores)+3, table)
-	for i, row := range rows[1 : 1+6*len(cfg.stores)] {
+	require.Len(t, rows, 1+7*len(cfg.stores)+3, table)
+	for i, row := range rows[1 : 1+7*len(cfg.stores)] {
 		store := cfg.stores[i%len(cfg.stores)]
 		require.Contains(t, row, " "+store+" ", table)
 		require.Equal(t, i%len(cfg.stores) != 0, strings.HasPrefix(row, " "), "label only on a figure's first row:\n%s", table)
