@@ -69,15 +69,12 @@ type Engine struct {
 	armed      atomic.Int64 // UnixNano the scheduler's timer waits for; 0 while it works
 	lanes      *lanes
 	deliveries sync.WaitGroup
-	// runCtx lives from Start to Stop; attempts started by a request's
-	// transition run in it, not in the request's context. Set before
-	// loaded, read only after it.
-	runCtx context.Context
 
 	mu      sync.Mutex
 	running bool
 	stopped bool
 	cancel  context.CancelFunc
+	runCtx  context.Context // from Start to Stop: what a request's wake sends runs in it
 	done    chan struct{}
 }
 
@@ -157,13 +154,11 @@ func (e *Engine) Start(ctx context.Context) error {
 	case e.running:
 		return nil
 	}
-	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	e.runCtx = runCtx
 	if err := e.load(ctx); err != nil {
-		cancel()
 		return err
 	}
-	e.cancel = cancel
+	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
+	e.cancel, e.runCtx = cancel, runCtx
 	e.running = true
 	// Stop waits for the start-up sweep as it does for deliveries.
 	e.deliveries.Add(1)
