@@ -158,7 +158,8 @@ func deliveryOK(c *Consumer) {
 	c.FailingSince = time.Time{}
 }
 
-// startAttempt marks a delivery attempt of a due WAKING consumer as sent.
+// startAttempt marks a delivery attempt of a WAKING consumer as sent: the
+// first, in the wake, or a retry that has come due.
 // It moves the deadline on, so that of several engines sharing a Store only
 // the first finds the attempt due.
 func (m *machine) startAttempt(c *Consumer, now time.Time) {
