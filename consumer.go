@@ -85,7 +85,12 @@ func newWakeID() string {
 }
 
 // wake starts a new wake cycle: IDLE → WAKING (or LIVE → WAKING on done with
-// pending work). The delivery is due at once.
+// pending work), and marks its first attempt as sent in the same transition,
+// which the caller hands to the lanes once it is stored: a wake costs no
+// further write to start its POST. The WAKING timeout runs from now, so if
+// the process dies between the commit and the POST, the attempt times out
+// and is retried like a lost POST; and, marked before any POST, it is sent
+// by the one engine whose transition woke the consumer.
 func (m *machine) wake(c *Consumer, t tails, triggeredBy []string, now time.Time) {
 	c.State = StateWaking
 	c.Epoch++
@@ -98,8 +103,7 @@ func (m *machine) wake(c *Consumer, t tails, triggeredBy []string, now time.Time
 		}
 	}
 	c.Attempt = 0
-	c.InFlight = false
-	c.Deadline = now
+	m.startAttempt(c, now)
 }
 
 // wakeIfPending wakes an IDLE consumer that has pending work. It reports
@@ -122,7 +126,13 @@ func (m *machine) finish(c *Consumer, t tails, now time.Time) {
 	c.State = StateIdle
 	c.InFlight = false
 	c.Deadline = time.Time{}
-	m.wakeIfPending(c, t, now)
+	if !m.wakeIfPending(c, t, now) {
+		// Only a wake cycle reads these: an IDLE consumer, of which there
+		// may be millions, does not keep them. WakeID stays, since
+		// callbacks and late webhook outcomes of the ended cycle are told
+		// apart by it.
+		c.WakeTails, c.TriggeredBy = nil, nil
+	}
 }
 
 // goLive moves a WAKING consumer to LIVE and starts its liveness timeout.
@@ -148,7 +158,8 @@ func deliveryOK(c *Consumer) {
 	c.FailingSince = time.Time{}
 }
 
-// startAttempt marks a delivery attempt of a due WAKING consumer as sent.
+// startAttempt marks a delivery attempt of a WAKING consumer as sent: the
+// first, in the wake, or a retry that has come due.
 // It moves the deadline on, so that of several engines sharing a Store only
 // the first finds the attempt due.
 func (m *machine) startAttempt(c *Consumer, now time.Time) {

@@ -51,7 +51,9 @@ func TestWakeIfPendingOnlyFromIdle(t *testing.T) {
 	require.True(t, m.wakeIfPending(c, tl, t0))
 	require.Equal(t, StateWaking, c.State)
 	require.Equal(t, int64(1), c.Epoch)
-	require.Equal(t, t0, c.Deadline)
+	require.Equal(t, 1, c.Attempt, "the wake starts its first attempt")
+	require.True(t, c.InFlight)
+	require.Equal(t, t0.Add(DefaultWakingTimeout), c.Deadline)
 	require.Equal(t, []StreamOffset{{Path: "/a", Offset: "0000000000000000_0000000000000010"}}, c.WakeTails)
 }
 
@@ -59,18 +61,22 @@ func TestStartAttemptIsExclusive(t *testing.T) {
 	m := testMachine()
 	c := newConsumer("s", "/a", OffsetNone, t0)
 	m.wake(c, tails{}, nil, t0)
-	require.Equal(t, dueSend, m.onDue(c, nil, t0))
 	require.Equal(t, 1, c.Attempt)
 	require.Equal(t, t0.Add(DefaultWakingTimeout), c.Deadline)
-	require.Equal(t, dueNone, m.onDue(c, nil, t0), "a second engine must not send the same attempt")
-	require.Equal(t, 1, c.Attempt)
+	require.Equal(t, dueNone, m.onDue(c, nil, t0), "no engine may send the attempt the wake started")
+	require.Equal(t, dueChanged, m.onDue(c, nil, c.Deadline), "the WAKING timeout")
+	retry := c.Deadline
+	require.Equal(t, dueSend, m.onDue(c, nil, retry))
+	require.Equal(t, 2, c.Attempt)
+	require.Equal(t, retry.Add(DefaultWakingTimeout), c.Deadline)
+	require.Equal(t, dueNone, m.onDue(c, nil, retry), "a second engine must not send the same attempt")
+	require.Equal(t, 2, c.Attempt)
 }
 
 func TestStaleFailureIsIgnored(t *testing.T) {
 	m := testMachine()
 	c := newConsumer("s", "/a", OffsetNone, t0)
 	m.wake(c, tails{}, nil, t0)
-	require.Equal(t, dueSend, m.onDue(c, nil, t0))
 	r := deliveryResult{epoch: c.Epoch, wakeID: c.WakeID, attempt: 1}
 	// Attempt 1 timed out; attempt 2 is in flight when attempt 1's failure
 	// finally arrives: it must not count twice.
@@ -90,4 +96,26 @@ func TestOnDueIgnoresFutureDeadlines(t *testing.T) {
 	c.Deadline = t0.Add(time.Second)
 	require.Equal(t, dueNone, m.onDue(c, nil, t0))
 	require.Equal(t, StateLive, c.State)
+}
+
+func TestFinishToIdleDropsWhatOnlyTheWakeReads(t *testing.T) {
+	m := testMachine()
+	tl := tails{"/a": {Path: "/a", Tail: "0000000000000000_0000000000000010"}}
+	c := newConsumer("s", "/a", OffsetNone, t0)
+	require.True(t, m.wakeIfPending(c, tl, t0))
+	wakeID := c.WakeID
+	changed, _ := m.applyDelivery(c, deliveryResult{epoch: 1, wakeID: wakeID, attempt: 1, ok: true, done: true}, tl, t0)
+	require.True(t, changed)
+	require.Equal(t, StateIdle, c.State)
+	require.Nil(t, c.WakeTails)
+	require.Nil(t, c.TriggeredBy)
+	require.Equal(t, wakeID, c.WakeID, "the ended cycle's callbacks are told apart by it")
+
+	// A finish that wakes again keeps them, for the new cycle.
+	c.State = StateLive
+	tl["/a"] = StreamInfo{Path: "/a", Tail: "0000000000000000_0000000000000020"}
+	m.finish(c, tl, t0)
+	require.Equal(t, StateWaking, c.State)
+	require.Equal(t, []string{"/a"}, c.TriggeredBy)
+	require.Equal(t, []StreamOffset{{Path: "/a", Offset: "0000000000000000_0000000000000020"}}, c.WakeTails)
 }

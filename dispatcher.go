@@ -196,6 +196,29 @@ func (e *Engine) send(ctx context.Context, c *Consumer) {
 	e.lanes.enqueue(ctx, laneKey(sub.Webhook), c, sub)
 }
 
+// sendWoken sends the first attempt of c, just woken by this engine's
+// transition, which started the attempt (machine.wake): the scheduler needs
+// no write to start it. The attempt runs in the engine's context, not the
+// caller's, which may be a request's. It counts as a delivery, so that Stop
+// waits for it; an engine not running leaves the attempt to time out and be
+// retried, as after a crash.
+func (e *Engine) sendWoken(c *Consumer) {
+	if c.State != StateWaking || !c.InFlight {
+		return
+	}
+	e.mu.Lock()
+	if !e.running || e.stopped {
+		e.mu.Unlock()
+		return
+	}
+	// Counted before Stop can begin to wait.
+	e.deliveries.Add(1)
+	ctx := e.runCtx
+	e.mu.Unlock()
+	defer e.deliveries.Done()
+	e.send(ctx, c)
+}
+
 // startDelivery runs attempt a, started by its lane, in a goroutine that
 // Stop waits for.
 func (e *Engine) startDelivery(a *attempt) {

@@ -562,3 +562,46 @@ func TestStartSweepSkipsSubscriptionsCreatedSinceStart(t *testing.T) {
 	require.Equal(t, webhooks.StateIdle, c.State)
 	require.Equal(t, streamOffsets("/a/1", offset(3)), c.Streams, "adopted at the tail, not replayed")
 }
+
+// savesStore counts the UpdateConsumer calls that saved a consumer.
+type savesStore struct {
+	*memstore.Store
+	saves atomic.Int64
+}
+
+func (s *savesStore) UpdateConsumer(ctx context.Context, id string, fn func(*webhooks.Consumer) (webhooks.UpdateAction, error)) (*webhooks.Consumer, error) {
+	return s.Store.UpdateConsumer(ctx, id, func(c *webhooks.Consumer) (webhooks.UpdateAction, error) {
+		action, err := fn(c)
+		if err == nil && action == webhooks.UpdateSave {
+			s.saves.Add(1)
+		}
+		return action, err
+	})
+}
+
+// TestWakeStartsItsAttemptInOneWrite checks that a wake, from an append or
+// from a callback's done with work pending (L3), starts its first attempt in
+// the same Store write: a cycle answered 200 and finished by a callback
+// costs three writes, the wake, the 2xx and the callback, and none by the
+// scheduler.
+func TestWakeStartsItsAttemptInOneWrite(t *testing.T) {
+	store := &savesStore{Store: memstore.New()}
+	h := newHarnessStore(t, store)
+	h.subscribe("s1", "/agents/*")
+	h.source.set(agentA, 10)
+	require.NoError(t, h.engine.StreamAppended(context.Background(), agentA))
+	d := h.nextDelivery()
+	h.waitConsumer(agentAID, func(c *webhooks.Consumer) bool { return c.State == webhooks.StateLive })
+	require.EqualValues(t, 2, store.saves.Load(), "the wake and the 2xx")
+
+	tail := h.appendTo(agentA, 5)
+	r := h.callback(agentAID, d.n.Token, webhooks.CallbackRequest{Epoch: epoch(1), Acks: streamOffsets(agentA, offset(10)), Done: true})
+	require.Equal(t, http.StatusOK, r.status, r.raw)
+	d = h.nextDelivery()
+	require.EqualValues(t, 2, d.n.Epoch)
+	h.waitConsumer(agentAID, func(c *webhooks.Consumer) bool { return c.State == webhooks.StateLive && c.Epoch == 2 })
+	r = h.callback(agentAID, d.n.Token, webhooks.CallbackRequest{Epoch: epoch(2), Acks: streamOffsets(agentA, tail), Done: true})
+	require.Equal(t, http.StatusOK, r.status, r.raw)
+	require.Equal(t, webhooks.StateIdle, h.consumer(agentAID).State)
+	require.EqualValues(t, 5, store.saves.Load(), "per cycle: the wake (the first by the callback), the 2xx, the callback")
+}

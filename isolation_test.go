@@ -153,9 +153,9 @@ func TestAttemptWhoseHostCannotBeReadIsRetried(t *testing.T) {
 	store := &subscriptionErrStore{Store: memstore.New()}
 	h := newHarnessStore(t, store, faultConstBackoff(time.Second))
 	h.subscribe("s1", "/agents/*")
-	h.create(agentA, 0)
+	// The stream's creation wakes its consumer and sends the first attempt.
 	store.fail.Store(true)
-	h.appendTo(agentA, 10)
+	h.create(agentA, 0)
 	h.waitConsumer(agentAID, func(c *webhooks.Consumer) bool { return c.InFlight && c.Attempt == 1 })
 	require.Eventually(t, func() bool { return !store.fail.Load() }, waitFor, time.Millisecond)
 	h.faultRequireNoDelivery()

@@ -77,6 +77,7 @@ type Engine struct {
 	running bool
 	stopped bool
 	cancel  context.CancelFunc
+	runCtx  context.Context // from Start to Stop: what a request's wake sends runs in it
 	done    chan struct{}
 }
 
@@ -163,7 +164,7 @@ func (e *Engine) Start(ctx context.Context) error {
 		return err
 	}
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	e.cancel = cancel
+	e.cancel, e.runCtx = cancel, runCtx
 	e.running = true
 	e.metrics.start(ctx, runCtx, &e.deliveries)
 	// Stop waits for the start-up sweep as it does for deliveries.
@@ -445,6 +446,7 @@ func (e *Engine) update(ctx context.Context, id string, fn func(c *Consumer) (Up
 	}
 	if c.Epoch > before {
 		e.tel.woke(ctx)
+		e.sendWoken(c)
 	}
 	if !c.Deadline.IsZero() {
 		e.kickScheduler(c.Deadline)

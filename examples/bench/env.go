@@ -93,7 +93,7 @@ func (b *bench) start(ctx context.Context, wake onWake) (_ *env, err error) {
 	if e.dir, err = os.MkdirTemp("", "streamhooks-bench-"); err != nil {
 		return e, err
 	}
-	store, closeStore, err := b.kind.open(e.dir)
+	store, closeStore, err := b.kind.open(ctx, b.cfg, e.dir)
 	if err != nil {
 		return e, fmt.Errorf("opening store: %w", err)
 	}

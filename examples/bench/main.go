@@ -2,7 +2,8 @@
 // server with the engine mounted, on loopback, and in-process webhook
 // receivers that act as consumers through the callback API.
 //
-//	go run ./examples/bench                            # every figure, both stores, < 3 min
+//	go run ./examples/bench                            # every figure on memory and sqlite, < 3 min
+//	go run ./examples/bench -store postgres -figures cycle  # DSN from -postgres or $STREAMHOOKS_TEST_POSTGRES
 //	go run ./examples/bench -figures cycle -cycle-c 64 # one figure, scaled
 //	go run ./examples/bench -store memory -figures idle -idle-k 1000000
 //
@@ -18,6 +19,8 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"flag"
 	"fmt"
@@ -32,34 +35,94 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
 	webhooks "github.com/streamhooks/webhooks"
 	"github.com/streamhooks/webhooks/memstore"
+	"github.com/streamhooks/webhooks/pgstore"
 	"github.com/streamhooks/webhooks/sqlitestore"
 )
 
+// postgresEnv names the variable -postgres defaults to, the one pgstore's
+// tests read.
+const postgresEnv = "STREAMHOOKS_TEST_POSTGRES"
+
+// postgresConns is the pool size of a postgres figure: enough for the
+// figures' concurrent callbacks and deliveries, each of which holds a
+// connection through its transition, and small on a shared cluster.
+const postgresConns = 16
+
 // storeKind is a Store a run can use. open opens a fresh, empty Store in
 // dir, a new directory for Stores that keep files, and returns it with the
-// function that closes it. A durable Store syncs every consumer and
+// function that closes it and removes what it stored outside dir. A durable Store syncs every consumer and
 // subscription it creates to disk, so its figures create at most
 // -durable-cap of them; see bench.capped.
 type storeKind struct {
-	open    func(dir string) (webhooks.Store, func() error, error)
+	open    func(ctx context.Context, cfg config, dir string) (webhooks.Store, func() error, error)
 	durable bool
 }
 
 // stores are the Stores a run can use, by -store name.
 var stores = map[string]storeKind{
-	"memory": {open: func(string) (webhooks.Store, func() error, error) {
+	"memory": {open: func(context.Context, config, string) (webhooks.Store, func() error, error) {
 		return memstore.New(), func() error { return nil }, nil
 	}},
 	// The default SyncFull: every write that returns has been synced.
-	"sqlite": {durable: true, open: func(dir string) (webhooks.Store, func() error, error) {
+	"sqlite": {durable: true, open: func(_ context.Context, _ config, dir string) (webhooks.Store, func() error, error) {
 		s, err := sqlitestore.Open(filepath.Join(dir, "bench.db"))
 		if err != nil {
 			return nil, nil, err
 		}
 		return s, s.Close, nil
 	}},
+	"postgres": {durable: true, open: openPostgres},
+}
+
+// openPostgres opens a pgstore in a new schema of the database at
+// cfg.postgres; closing it drops the schema.
+func openPostgres(ctx context.Context, cfg config, _ string) (webhooks.Store, func() error, error) {
+	if cfg.postgres == "" {
+		return nil, nil, fmt.Errorf("no database: set -postgres or %s", postgresEnv)
+	}
+	suffix := make([]byte, 8)
+	_, _ = rand.Read(suffix)
+	schema := "streamhooks_bench_" + hex.EncodeToString(suffix)
+	if err := postgresExec(ctx, cfg.postgres, "CREATE SCHEMA "+schema); err != nil {
+		return nil, nil, err
+	}
+	drop := func() error {
+		return postgresExec(context.Background(), cfg.postgres, "DROP SCHEMA "+schema+" CASCADE")
+	}
+	pc, err := pgxpool.ParseConfig(cfg.postgres)
+	if err != nil {
+		return nil, nil, errors.Join(err, drop())
+	}
+	pc.ConnConfig.RuntimeParams["search_path"] = schema
+	pc.MaxConns = postgresConns
+	pool, err := pgxpool.NewWithConfig(ctx, pc)
+	if err != nil {
+		return nil, nil, errors.Join(err, drop())
+	}
+	s, err := pgstore.New(ctx, pool)
+	if err != nil {
+		pool.Close()
+		return nil, nil, errors.Join(err, drop())
+	}
+	return s, func() error {
+		pool.Close()
+		return drop()
+	}, nil
+}
+
+// postgresExec runs sql on a connection of its own to the database at dsn.
+func postgresExec(ctx context.Context, dsn, sql string) error {
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		return err
+	}
+	_, err = conn.Exec(ctx, sql)
+	return errors.Join(err, conn.Close(ctx))
 }
 
 // figures are the measurements, in the order they run.
@@ -71,6 +134,7 @@ var figures = []struct {
 	{"cycle", wakeCycle},
 	{"fanout", fanOut},
 	{"idle", idleScale},
+	{"woken", wokenScale},
 	{"callback", callbackRate},
 	{"fairness", fairness},
 }
@@ -86,6 +150,7 @@ type config struct {
 	cycleFor    time.Duration // how long the wake cycle and the bare ceiling each run
 	fanout      []int         // subscription counts of the fan-out figure
 	idleK       int           // consumers at rest in the idle-scale figure
+	wokenK      int           // consumers woken once, then measured at rest
 	durableCap  int           // most consumers or subscriptions a figure creates in a durable Store; 0 for no cap
 	callbackC   int           // concurrent clients in the callback figure
 	callbackFor time.Duration // how long the callbacks and the bare handler each run
@@ -93,6 +158,7 @@ type config struct {
 	fairSamples int           // wakes measured quiet, and at least as many per hostile spread, in the fairness figure
 	fairFor     time.Duration // how long the fairness figure measures each hostile spread at least, and a third as long quiet
 	workers     int           // concurrent requests while setting up
+	postgres    string        // DSN of the database the postgres store makes its schemas in
 	cpuProfile  string
 	memProfile  string
 }
@@ -107,6 +173,7 @@ func defaultConfig() config {
 		cycleFor:    5 * time.Second,
 		fanout:      []int{10, 10_000, 100_000},
 		idleK:       100_000,
+		wokenK:      10_000,
 		durableCap:  10_000,
 		callbackC:   32,
 		callbackFor: 5 * time.Second,
@@ -114,6 +181,7 @@ func defaultConfig() config {
 		fairSamples: 1000,
 		fairFor:     12 * time.Second,
 		workers:     8,
+		postgres:    os.Getenv(postgresEnv),
 	}
 }
 
@@ -136,13 +204,15 @@ func main() {
 	fs.DurationVar(&cfg.cycleFor, "cycle-for", cfg.cycleFor, "duration of the wake-cycle run and of the bare-handler run")
 	fan := fs.String("fanout", joinInts(cfg.fanout), "comma-separated subscription counts of the fan-out figure")
 	fs.IntVar(&cfg.idleK, "idle-k", cfg.idleK, "consumers at rest in the idle-scale figure (try 1000000)")
-	fs.IntVar(&cfg.durableCap, "durable-cap", cfg.durableCap, "on a durable store, cap -idle, -idle-k and each -fanout size at this (0: no cap)")
+	fs.IntVar(&cfg.wokenK, "woken-k", cfg.wokenK, "consumers woken once, then measured at rest, in the woken figure")
+	fs.IntVar(&cfg.durableCap, "durable-cap", cfg.durableCap, "on a durable store, cap -idle, -idle-k, -woken-k and each -fanout size at this (0: no cap)")
 	fs.IntVar(&cfg.callbackC, "callback-c", cfg.callbackC, "concurrent clients in the callback figure")
 	fs.DurationVar(&cfg.callbackFor, "callback-for", cfg.callbackFor, "duration of the callback run and of the bare-handler run")
 	fs.IntVar(&cfg.fairHostile, "fair-hostile", cfg.fairHostile, "consumers with hostile webhooks in the fairness figure (memory stores only)")
 	fs.IntVar(&cfg.fairSamples, "fair-samples", cfg.fairSamples, "wakes measured quiet, and at least as many per hostile spread, in the fairness figure")
 	fs.DurationVar(&cfg.fairFor, "fair-for", cfg.fairFor, "how long the fairness figure measures each hostile spread at least, and a third as long quiet")
 	fs.IntVar(&cfg.workers, "workers", cfg.workers, "concurrent requests while setting up")
+	fs.StringVar(&cfg.postgres, "postgres", cfg.postgres, "DSN of a PostgreSQL database for -store postgres, which makes a schema in it per figure and drops it after (default $"+postgresEnv+")")
 	fs.StringVar(&cfg.cpuProfile, "cpuprofile", "", "write a CPU profile of the whole run to this file")
 	fs.StringVar(&cfg.memProfile, "memprofile", "", "write an allocation profile of the whole run to this file")
 	_ = fs.Parse(os.Args[1:])

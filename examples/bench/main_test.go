@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -15,18 +17,35 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
+// smokeStores are the Stores the smoke test runs on: every one, but
+// postgres only with a database in STREAMHOOKS_TEST_POSTGRES, which CI must
+// set.
+func smokeStores(t *testing.T) []string {
+	names := storeNames()
+	if os.Getenv(postgresEnv) == "" {
+		msg := postgresEnv + " is not set; set it to a PostgreSQL DSN to run the figures on postgres"
+		if os.Getenv("CI") != "" {
+			t.Fatal(msg)
+		}
+		t.Log(msg)
+		names = slices.DeleteFunc(names, func(n string) bool { return n == "postgres" })
+	}
+	return names
+}
+
 // TestSmoke runs every figure at a tiny size on every Store, so the program
 // cannot rot: each must finish and print its BENCH line per Store, and the
 // table must put each figure's Stores in adjacent rows.
 func TestSmoke(t *testing.T) {
 	cfg := defaultConfig()
-	cfg.stores = storeNames()
+	cfg.stores = smokeStores(t)
 	cfg.idle = 20
 	cfg.samples = 20
 	cfg.cycleC = 2
 	cfg.cycleFor = 100 * time.Millisecond
 	cfg.fanout = []int{5, 20}
 	cfg.idleK = 50
+	cfg.wokenK = 40
 	cfg.durableCap = 30
 	cfg.callbackC = 2
 	cfg.callbackFor = 100 * time.Millisecond
@@ -37,7 +56,7 @@ func TestSmoke(t *testing.T) {
 	require.NoError(t, run(context.Background(), cfg, &out))
 	t.Log(out.String())
 	for _, store := range cfg.stores {
-		for _, name := range []string{"wake_latency", "wake_cycle", "fanout", "idle_scale", "callback_ack"} {
+		for _, name := range []string{"wake_latency", "wake_cycle", "fanout", "idle_scale", "woken_scale", "callback_ack"} {
 			require.Contains(t, out.String(), "BENCH name="+name+" store="+store+" ", out.String())
 		}
 	}
@@ -45,7 +64,7 @@ func TestSmoke(t *testing.T) {
 	for _, spread := range []string{"one_subscription", "subs_one_host", "many_hosts"} {
 		require.Contains(t, out.String(), "BENCH name=fairness store=memory spread="+spread+" hostile=30 ", out.String())
 	}
-	require.Equal(t, 6*len(cfg.stores)+3, strings.Count(out.String(), "BENCH "), out.String())
+	require.Equal(t, 7*len(cfg.stores)+3, strings.Count(out.String(), "BENCH "), out.String())
 	require.Contains(t, out.String(), "BENCH name=idle_scale store=memory k=50 ")
 	require.Contains(t, out.String(), "BENCH name=idle_scale store=sqlite k=30 ", "a durable store's K is capped")
 
@@ -54,8 +73,8 @@ func TestSmoke(t *testing.T) {
 	_, table, ok := strings.Cut(out.String(), "\n\n")
 	require.True(t, ok, out.String())
 	rows := strings.Split(strings.TrimSpace(table), "\n")
-	require.Len(t, rows, 1+6*len(cfg.stores)+3, table)
-	for i, row := range rows[1 : 1+6*len(cfg.stores)] {
+	require.Len(t, rows, 1+7*len(cfg.stores)+3, table)
+	for i, row := range rows[1 : 1+7*len(cfg.stores)] {
 		store := cfg.stores[i%len(cfg.stores)]
 		require.Contains(t, row, " "+store+" ", table)
 		require.Equal(t, i%len(cfg.stores) != 0, strings.HasPrefix(row, " "), "label only on a figure's first row:\n%s", table)

@@ -111,22 +111,25 @@ func run(ctx context.Context, out io.Writer) (err error) {
 	defer hc.CloseIdleConnections() // runs first; see hc
 	p.say("consumer", "agent listening at %s", hook)
 
-	if err := request(ctx, hc, http.MethodPut, srv.URL+stream, "", http.StatusCreated); err != nil {
-		return fmt.Errorf("creating %s: %w", stream, err)
-	}
-	p.say("created", "stream %s", stream)
-
-	// Each batch is one POST, so it lands in one piece and wakes the agent
-	// once.
+	// Each batch is one request, so it lands in one piece and wakes the
+	// agent once. The first creates the stream with its events: an empty
+	// stream created first would wake the agent before they arrive.
 	batches := [][]string{
 		{`{"type":"task.created","title":"summarize the logs"}`, `{"type":"step","n":1}`, `{"type":"step","n":2}`},
 		{`{"type":"step","n":3}`, `{"type":"task.finished"}`},
 	}
 	for i, batch := range batches {
-		p.say("append", "%d events to %s", len(batch), stream)
 		body := "[" + strings.Join(batch, ",") + "]"
-		if err := request(ctx, hc, http.MethodPost, srv.URL+stream, body, http.StatusNoContent); err != nil {
-			return fmt.Errorf("appending to %s: %w", stream, err)
+		if i == 0 {
+			if err := request(ctx, hc, http.MethodPut, srv.URL+stream, body, http.StatusCreated); err != nil {
+				return fmt.Errorf("creating %s: %w", stream, err)
+			}
+			p.say("created", "stream %s with %d events", stream, len(batch))
+		} else {
+			p.say("append", "%d events to %s", len(batch), stream)
+			if err := request(ctx, hc, http.MethodPost, srv.URL+stream, body, http.StatusNoContent); err != nil {
+				return fmt.Errorf("appending to %s: %w", stream, err)
+			}
 		}
 		var s agent.Step
 		select {
