@@ -79,9 +79,11 @@ func TestNewDoesNoIOStartLoadsWithItsContext(t *testing.T) {
 	ctx := context.WithValue(context.Background(), startCtxKey{}, "start")
 	require.NoError(t, h.engine.Start(ctx))
 	t.Cleanup(func() { require.NoError(t, h.engine.Stop(context.Background())) })
+	// Start reads the key and the subscriptions before it returns; a
+	// SubscriptionFeed's reloads, on the engine's own context, come after.
 	loads := store.contexts()
-	require.Len(t, loads, 2)
-	for _, got := range loads {
+	require.GreaterOrEqual(t, len(loads), 2)
+	for _, got := range loads[:2] {
 		require.Equal(t, "start", got.Value(startCtxKey{}), "loaded with another context than Start's")
 	}
 }
