@@ -85,14 +85,9 @@ func openPostgres(ctx context.Context, cfg config, _ string) (webhooks.Store, fu
 	if cfg.postgres == "" {
 		return nil, nil, fmt.Errorf("no database: set -postgres or %s", postgresEnv)
 	}
-	suffix := make([]byte, 8)
-	_, _ = rand.Read(suffix)
-	schema := "streamhooks_bench_" + hex.EncodeToString(suffix)
-	if err := postgresExec(ctx, cfg.postgres, "CREATE SCHEMA "+schema); err != nil {
+	schema, drop, err := newSchema(ctx, cfg.postgres)
+	if err != nil {
 		return nil, nil, err
-	}
-	drop := func() error {
-		return postgresExec(context.Background(), cfg.postgres, "DROP SCHEMA "+schema+" CASCADE")
 	}
 	pc, err := pgxpool.ParseConfig(cfg.postgres)
 	if err != nil {
@@ -115,6 +110,18 @@ func openPostgres(ctx context.Context, cfg config, _ string) (webhooks.Store, fu
 	}, nil
 }
 
+// newSchema creates a schema with a fresh name in the database at dsn, and
+// returns it with the function that drops it.
+func newSchema(ctx context.Context, dsn string) (string, func() error, error) {
+	suffix := make([]byte, 8)
+	_, _ = rand.Read(suffix)
+	schema := "streamhooks_bench_" + hex.EncodeToString(suffix)
+	if err := postgresExec(ctx, dsn, "CREATE SCHEMA "+schema); err != nil {
+		return "", nil, err
+	}
+	return schema, func() error { return postgresExec(context.Background(), dsn, "DROP SCHEMA "+schema+" CASCADE") }, nil
+}
+
 // postgresExec runs sql on a connection of its own to the database at dsn.
 func postgresExec(ctx context.Context, dsn, sql string) error {
 	conn, err := pgx.Connect(ctx, dsn)
@@ -135,6 +142,8 @@ var figures = []struct {
 	{"fanout", fanOut},
 	{"idle", idleScale},
 	{"woken", wokenScale},
+	{"instances", instances},
+	{"takeover", takeover},
 	{"callback", callbackRate},
 	{"fairness", fairness},
 }
@@ -151,6 +160,7 @@ type config struct {
 	fanout      []int         // subscription counts of the fan-out figure
 	idleK       int           // consumers at rest in the idle-scale figure
 	wokenK      int           // consumers woken once, then measured at rest
+	takeoverK   int           // hung attempts a surviving server takes over in the takeover figure
 	durableCap  int           // most consumers or subscriptions a figure creates in a durable Store; 0 for no cap
 	callbackC   int           // concurrent clients in the callback figure
 	callbackFor time.Duration // how long the callbacks and the bare handler each run
@@ -174,6 +184,7 @@ func defaultConfig() config {
 		fanout:      []int{10, 10_000, 100_000},
 		idleK:       100_000,
 		wokenK:      10_000,
+		takeoverK:   1000,
 		durableCap:  10_000,
 		callbackC:   32,
 		callbackFor: 5 * time.Second,
@@ -205,6 +216,7 @@ func main() {
 	fan := fs.String("fanout", joinInts(cfg.fanout), "comma-separated subscription counts of the fan-out figure")
 	fs.IntVar(&cfg.idleK, "idle-k", cfg.idleK, "consumers at rest in the idle-scale figure (try 1000000)")
 	fs.IntVar(&cfg.wokenK, "woken-k", cfg.wokenK, "consumers woken once, then measured at rest, in the woken figure")
+	fs.IntVar(&cfg.takeoverK, "takeover-k", cfg.takeoverK, "hung attempts a surviving server takes over in the takeover figure (postgres only)")
 	fs.IntVar(&cfg.durableCap, "durable-cap", cfg.durableCap, "on a durable store, cap -idle, -idle-k, -woken-k and each -fanout size at this (0: no cap)")
 	fs.IntVar(&cfg.callbackC, "callback-c", cfg.callbackC, "concurrent clients in the callback figure")
 	fs.DurationVar(&cfg.callbackFor, "callback-for", cfg.callbackFor, "duration of the callback run and of the bare-handler run")

@@ -46,6 +46,7 @@ func TestSmoke(t *testing.T) {
 	cfg.fanout = []int{5, 20}
 	cfg.idleK = 50
 	cfg.wokenK = 40
+	cfg.takeoverK = 20
 	cfg.durableCap = 30
 	cfg.callbackC = 2
 	cfg.callbackFor = 100 * time.Millisecond
