@@ -12,6 +12,11 @@ var (
 	ErrSubscriptionExists   = errors.New("webhooks: subscription already exists")
 	ErrConsumerNotFound     = errors.New("webhooks: consumer not found")
 	ErrConsumerExists       = errors.New("webhooks: consumer already exists")
+	// ErrStoreUnavailable marks an error meaning the Store's backend cannot
+	// be reached right now (a lost connection, a refused dial, a timeout):
+	// the same call may succeed later. Stores wrap it around such errors;
+	// the engine's APIs answer them 503 SERVICE_UNAVAILABLE, not 500.
+	ErrStoreUnavailable = errors.New("webhooks: store unavailable")
 )
 
 // Store keeps subscriptions and consumer state. The engine holds no consumer
