@@ -175,6 +175,15 @@ func (c *cluster) crash(i int) {
 	c.stores[i].close()
 }
 
+// stepTo moves the clock to t a second at a time. A scheduler that arms
+// its timer just as one big jump ends may arm it for a time the jump has
+// passed, which no later tick would fire; the steps after it do.
+func (c *cluster) stepTo(t time.Time) {
+	for c.clock.Now().Before(t) {
+		c.clock.Add(min(time.Second, t.Sub(c.clock.Now())))
+	}
+}
+
 // do sends a request to engine i's handler.
 func (c *cluster) do(i int, method, target, body string, header ...string) *httptest.ResponseRecorder {
 	req := httptest.NewRequest(method, target, strings.NewReader(body))
@@ -424,5 +433,171 @@ func TestInstancesDeliverEachAttemptOnce(t *testing.T) {
 				require.Contains(t, counts, cycle{c.ID, e}, "every cycle of %s got its POST", c.ID)
 			}
 		}
+	})
+}
+
+// Callbacks of one LIVE consumer arriving at once at different engines
+// apply one after another: each ack moves the offset from what the one
+// before stored, so the offset ends at the greatest ack, whatever order
+// they ran in.
+func TestInstancesSerializeConcurrentCallbacks(t *testing.T) {
+	const (
+		tail  = 64
+		acks  = 64
+		round = 3
+	)
+	forEachBackend(t, func(t *testing.T, b instanceBackend) {
+		c := newCluster(t, b.open(t, 2))
+		hooks := newHookServer(t, func(_ post, w http.ResponseWriter) { w.WriteHeader(http.StatusOK) })
+		c.start(0)
+		c.subscribe(0, "s1", "/agents/*", hooks.url())
+		c.start(1)
+		c.source.set(agentA, tail)
+		require.NoError(t, c.engines[0].StreamCreated(context.Background(), agentA))
+		n := hooks.next(t).n
+		status, _, err := c.callback(1, agentAID, n.Token, webhooks.CallbackRequest{Epoch: epoch(n.Epoch), WakeID: n.WakeID})
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, status, "the claim")
+
+		highest := 0
+		for r := range round {
+			// Each round acks a permutation of a higher range, so a lost
+			// update can leave the offset anywhere below the top.
+			offsets := rand.Perm(acks / round)
+			var wg sync.WaitGroup
+			for i, k := range offsets {
+				at := 1 + r*(acks/round) + k
+				highest = max(highest, at)
+				wg.Go(func() {
+					status, resp, err := c.callback(i%2, agentAID, n.Token, webhooks.CallbackRequest{
+						Epoch: epoch(n.Epoch), Acks: streamOffsets(agentA, offset(at)),
+					})
+					if err != nil || status != http.StatusOK {
+						t.Errorf("ack of %d: %d %+v %v", at, status, resp.Error, err)
+						return
+					}
+					if got := resp.Streams[0].Offset; got < offset(at) {
+						t.Errorf("ack of %d answered offset %s: its own ack is not in what it stored", at, got)
+					}
+				})
+			}
+			wg.Wait()
+			for i := range c.stores {
+				got := c.consumer(i, agentAID)
+				require.Equal(t, webhooks.StateLive, got.State)
+				require.Equal(t, offset(highest), got.Streams[0].Offset, "round %d: the stored offset is the greatest ack", r)
+			}
+		}
+	})
+}
+
+// An engine that dies leaves WAKING, LIVE and retrying consumers, whose
+// deadlines are in the Store. Another engine on the Store, which no
+// transition of the dead one woke, finds each within its timeout plus the
+// poll interval: it fails the attempt that got no answer and retries it
+// with the same wake_id, retries the failed one, and ends the silent LIVE
+// cycle and wakes the consumer again from its acked offset.
+func TestInstancesTakeOverDeadlines(t *testing.T) {
+	const (
+		waking   = 10 * time.Second
+		liveness = 45 * time.Second
+		backoff  = 20 * time.Second
+		poll     = 5 * time.Second
+	)
+	var (
+		hang  = "/agents/hang"
+		live  = "/agents/live"
+		retry = "/agents/retry"
+	)
+	forEachBackend(t, func(t *testing.T, b instanceBackend) {
+		c := newCluster(t, b.open(t, 2),
+			webhooks.WithTimeouts(waking, liveness, 0),
+			webhooks.WithBackoff(func(int) time.Duration { return backoff }),
+			webhooks.WithPollInterval(poll))
+		var (
+			mu    sync.Mutex
+			posts = map[string]int{}
+		)
+		hooks := newHookServer(t, func(p post, w http.ResponseWriter) {
+			mu.Lock()
+			posts[p.n.PrimaryStream]++
+			firstPost := posts[p.n.PrimaryStream] == 1
+			mu.Unlock()
+			switch {
+			case firstPost && p.n.PrimaryStream == hang:
+				// No answer while its engine lives.
+				<-p.ctx.Done()
+			case firstPost && p.n.PrimaryStream == retry:
+				w.WriteHeader(http.StatusInternalServerError)
+			default:
+				w.WriteHeader(http.StatusOK)
+			}
+		})
+		// B starts first, so that no start-up sweep of its own shows it
+		// A's consumers: it learns of them only through the Store's
+		// deadlines. Its scheduler sleeps a poll interval, as nothing is
+		// due.
+		c.start(1)
+		c.start(0)
+		c.subscribe(0, "s1", "/agents/*", hooks.url())
+		t0 := c.clock.Now()
+		for _, p := range []string{hang, live, retry} {
+			c.source.set(p, 10)
+			require.NoError(t, c.engines[0].StreamCreated(context.Background(), p))
+		}
+		first := map[string]webhooks.Notification{}
+		for range 3 {
+			n := hooks.next(t).n
+			first[n.PrimaryStream] = n
+		}
+		liveID := webhooks.ConsumerID("s1", live)
+		status, _, err := c.callback(0, liveID, first[live].Token, webhooks.CallbackRequest{
+			Epoch: epoch(1), WakeID: first[live].WakeID, Acks: streamOffsets(live, offset(5)),
+		})
+		require.NoError(t, err)
+		require.Equal(t, http.StatusOK, status)
+		c.waitConsumer(1, webhooks.ConsumerID("s1", retry), func(cs *webhooks.Consumer) bool {
+			return cs.Failures == 1 && !cs.InFlight && cs.Deadline.Equal(t0.Add(backoff))
+		})
+		hangID := webhooks.ConsumerID("s1", hang)
+		require.True(t, c.consumer(1, hangID).InFlight)
+		require.Equal(t, t0.Add(liveness), c.consumer(1, liveID).Deadline)
+
+		c.crash(0)
+
+		// The POST that got no answer: failed at its WAKING timeout.
+		c.stepTo(t0.Add(waking + poll))
+		c.waitConsumer(1, hangID, func(cs *webhooks.Consumer) bool {
+			return cs.State == webhooks.StateWaking && cs.Failures == 1 && !cs.InFlight
+		})
+		// The failed attempt: retried at its backoff, in its cycle.
+		c.stepTo(t0.Add(backoff + poll))
+		p := hooks.next(t).n
+		require.Equal(t, retry, p.PrimaryStream)
+		require.Equal(t, first[retry].WakeID, p.WakeID, "a retry keeps its cycle's wake_id (S2)")
+		// The silent LIVE cycle: ended at its liveness timeout, and the
+		// consumer woken again from the offset it acked.
+		c.stepTo(t0.Add(liveness + poll))
+		var again, hangRetry webhooks.Notification
+		for again.ConsumerID == "" || hangRetry.ConsumerID == "" {
+			switch n := hooks.next(t).n; n.PrimaryStream {
+			case live:
+				again = n
+			case hang:
+				hangRetry = n
+			}
+		}
+		require.Equal(t, int64(2), again.Epoch)
+		require.Equal(t, streamOffsets(live, offset(5)), again.Streams, "the acked offset survives the takeover")
+		require.Equal(t, first[hang].WakeID, hangRetry.WakeID, "the abandoned POST is retried in its cycle (S2)")
+		require.Equal(t, int64(1), hangRetry.Epoch)
+
+		counts := checkSafety(t, hooks.recorded())
+		for id, want := range map[string]int{hangID: 2, liveID: 1} {
+			got := c.waitConsumer(1, id, func(cs *webhooks.Consumer) bool { return cs.State == webhooks.StateLive })
+			require.Equal(t, want, counts[cycle{id, got.Epoch}], "%s: one POST per attempt", id)
+			require.Equal(t, want, got.Attempt, "%s: one POST per attempt", id)
+		}
+		require.Equal(t, offset(5), c.consumer(1, liveID).Streams[0].Offset)
 	})
 }
