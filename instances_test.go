@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math/rand/v2"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -600,4 +602,235 @@ func TestInstancesTakeOverDeadlines(t *testing.T) {
 		}
 		require.Equal(t, offset(5), c.consumer(1, liveID).Streams[0].Offset)
 	})
+}
+
+// tcpProxy forwards TCP connections to target until cut, which drops every
+// connection and refuses new ones, as a network partition from the
+// database would; restore lets connections through again.
+type tcpProxy struct {
+	ln     net.Listener
+	target string
+	wg     sync.WaitGroup
+	mu     sync.Mutex
+	down   bool
+	conns  map[net.Conn]struct{}
+}
+
+func newTCPProxy(t *testing.T, target string) *tcpProxy {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	p := &tcpProxy{ln: ln, target: target, conns: map[net.Conn]struct{}{}}
+	p.wg.Go(p.accept)
+	t.Cleanup(func() {
+		_ = ln.Close()
+		p.cut()
+		p.wg.Wait()
+	})
+	return p
+}
+
+func (p *tcpProxy) addr() *net.TCPAddr { return p.ln.Addr().(*net.TCPAddr) }
+
+func (p *tcpProxy) accept() {
+	for {
+		client, err := p.ln.Accept()
+		if err != nil {
+			return
+		}
+		p.wg.Go(func() { p.forward(client) })
+	}
+}
+
+func (p *tcpProxy) forward(client net.Conn) {
+	defer client.Close()
+	if !p.track(client) {
+		return
+	}
+	defer p.untrack(client)
+	server, err := net.Dial("tcp", p.target)
+	if err != nil {
+		return
+	}
+	defer server.Close()
+	if !p.track(server) {
+		return
+	}
+	defer p.untrack(server)
+	done := make(chan struct{}, 2)
+	go func() { _, _ = io.Copy(server, client); done <- struct{}{} }()
+	go func() { _, _ = io.Copy(client, server); done <- struct{}{} }()
+	<-done
+	_ = client.Close()
+	_ = server.Close()
+	<-done
+}
+
+// track records c, unless the proxy is cut.
+func (p *tcpProxy) track(c net.Conn) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.down {
+		return false
+	}
+	p.conns[c] = struct{}{}
+	return true
+}
+
+func (p *tcpProxy) untrack(c net.Conn) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.conns, c)
+}
+
+func (p *tcpProxy) cut() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.down = true
+	for c := range p.conns {
+		_ = c.Close()
+	}
+	clear(p.conns)
+}
+
+func (p *tcpProxy) restore() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.down = false
+}
+
+// logCounter counts the engine's log records by message.
+type logCounter struct {
+	mu     sync.Mutex
+	counts map[string]int
+}
+
+func (l *logCounter) Enabled(context.Context, slog.Level) bool { return true }
+func (l *logCounter) WithAttrs([]slog.Attr) slog.Handler       { return l }
+func (l *logCounter) WithGroup(string) slog.Handler            { return l }
+func (l *logCounter) Handle(_ context.Context, r slog.Record) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.counts[r.Message]++
+	return nil
+}
+
+func (l *logCounter) count(msg string) int {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.counts[msg]
+}
+
+// requireUnavailable checks an API answer is the outage's 503.
+func requireUnavailable(t *testing.T, rec *httptest.ResponseRecorder) {
+	t.Helper()
+	require.Equal(t, http.StatusServiceUnavailable, rec.Code, rec.Body.String())
+	require.Equal(t, "1", rec.Header().Get("Retry-After"))
+	var body webhooks.CallbackResponse
+	require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &body), rec.Body.String())
+	require.NotNil(t, body.Error, rec.Body.String())
+	require.Equal(t, webhooks.CodeServiceUnavailable, body.Error.Code)
+	require.Contains(t, body.Error.Message, "cannot reach its store")
+	for _, internal := range []string{"pgstore", "dial", "EOF", "connect", "127.0.0.1"} {
+		require.NotContains(t, rec.Body.String(), internal, "internal error text reaches the client")
+	}
+}
+
+// While Postgres cannot be reached, the APIs answer 503 with Retry-After,
+// StreamAppended fails, and the scheduler retries once per storeErrorRetry
+// (a second) and logs as often. Once it can be reached again, nothing is
+// lost: the append that failed during the outage wakes its consumer, and
+// the APIs answer 2xx.
+func TestInstancesStoreUnreachable(t *testing.T) {
+	cfg := pgPoolConfig(t, pgSchema(t))
+	if strings.HasPrefix(cfg.ConnConfig.Host, "/") {
+		t.Skip("the proxy needs Postgres on TCP")
+	}
+	proxy := newTCPProxy(t, net.JoinHostPort(cfg.ConnConfig.Host, fmt.Sprint(cfg.ConnConfig.Port)))
+	cfg.ConnConfig.Host, cfg.ConnConfig.Port = "127.0.0.1", uint16(proxy.addr().Port)
+	cfg.ConnConfig.Fallbacks = nil
+	cfg.ConnConfig.ConnectTimeout = time.Second
+	logs := &logCounter{counts: map[string]int{}}
+	clk := &pollClock{Mock: newMockClock(), armed: make(chan time.Time, 64)}
+	const poll = 10 * time.Second
+	c := newCluster(t, []sharedStore{pgHandle(t, cfg)},
+		webhooks.WithClock(clk), webhooks.WithLogger(slog.New(logs)), webhooks.WithPollInterval(poll))
+	c.clock = clk.Mock
+	const (
+		busy = "/agents/busy" // LIVE through the outage
+		idle = "/agents/idle" // IDLE, and appended to in the outage
+	)
+	hooks := newHookServer(t, func(p post, w http.ResponseWriter) {
+		w.WriteHeader(http.StatusOK)
+		if p.n.PrimaryStream == idle {
+			_, _ = io.WriteString(w, `{"done":true}`)
+		}
+	})
+	c.start(0)
+	c.subscribe(0, "s1", "/agents/*", hooks.url())
+	c.source.set(busy, 10)
+	c.source.set(idle, 10)
+	require.NoError(t, c.engines[0].StreamCreated(context.Background(), busy))
+	require.NoError(t, c.engines[0].StreamCreated(context.Background(), idle))
+	var woke webhooks.Notification
+	for woke.PrimaryStream != busy {
+		woke = hooks.next(t).n
+	}
+	busyID, idleID := woke.ConsumerID, webhooks.ConsumerID("s1", idle)
+	ack := func(at int) *httptest.ResponseRecorder {
+		body := fmt.Sprintf(`{"epoch":%d,"acks":[{"path":%q,"offset":%q}]}`, woke.Epoch, busy, offset(at))
+		return c.do(0, http.MethodPost, "/callback/"+busyID, body, "Authorization", "Bearer "+woke.Token)
+	}
+	require.Equal(t, http.StatusOK, ack(5).Code)
+	c.waitConsumer(0, idleID, func(cs *webhooks.Consumer) bool {
+		return cs.State == webhooks.StateIdle && cs.Streams[0].Offset == offset(10)
+	})
+	drain := func() {
+		for len(clk.armed) > 0 {
+			<-clk.armed
+		}
+	}
+
+	proxy.cut()
+	drain()
+	requireUnavailable(t, c.do(0, http.MethodPut, "/other/*?subscription=s2", fmt.Sprintf(`{"webhook":%q}`, hooks.url())))
+	requireUnavailable(t, c.do(0, http.MethodGet, "/**?subscriptions", ""))
+	requireUnavailable(t, ack(7))
+	c.source.grow(idle, 5)
+	require.ErrorIs(t, c.engines[0].StreamAppended(context.Background(), idle), webhooks.ErrStoreUnavailable)
+
+	// The scheduler finds the outage at its poll, and then fails once a
+	// second, not in a loop.
+	const seconds = 4
+	for i := range seconds {
+		c.clock.Add(time.Second)
+		if i == 0 {
+			c.clock.Add(poll - time.Second)
+		}
+		select {
+		case at := <-clk.armed:
+			require.Equal(t, c.clock.Now().Add(time.Second), at, "after a Store error the scheduler waits a second")
+		case <-time.After(waitFor):
+			t.Fatal("the scheduler armed no timer after a Store error")
+		}
+	}
+	logged := logs.count("webhooks: listing due consumers") + logs.count("webhooks: retrying stream events missed in a Store outage")
+	require.Positive(t, logged, "the scheduler's errors are logged")
+	require.LessOrEqual(t, logged, seconds, "once per failure")
+
+	proxy.restore()
+	c.clock.Add(time.Second)
+	n := hooks.next(t).n
+	for n.PrimaryStream != idle || n.Epoch == 1 { // the POSTs before the outage
+		n = hooks.next(t).n
+	}
+	require.Equal(t, int64(2), n.Epoch, "the append the outage failed wakes its consumer")
+	require.Equal(t, streamOffsets(idle, offset(10)), n.Streams)
+	c.waitConsumer(0, idleID, func(cs *webhooks.Consumer) bool {
+		return cs.State == webhooks.StateIdle && cs.Streams[0].Offset == offset(15)
+	})
+	require.Equal(t, http.StatusOK, ack(7).Code, "callbacks work again")
+	require.Equal(t, offset(7), c.consumer(0, busyID).Streams[0].Offset, "no ack is lost")
+	require.Equal(t, webhooks.StateLive, c.consumer(0, busyID).State)
+	rec := c.do(0, http.MethodPut, "/other/*?subscription=s2", fmt.Sprintf(`{"webhook":%q}`, hooks.url()))
+	require.Equal(t, http.StatusCreated, rec.Code, rec.Body.String())
 }
