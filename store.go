@@ -26,7 +26,9 @@ var (
 // learns of later ones only through its own subscription API.
 //
 // Implementations must be safe for concurrent use. Values passed in and
-// returned are owned by the caller: a Store must copy what it keeps.
+// returned are owned by the caller: a Store must copy what it keeps. An
+// error meaning the backend cannot be reached right now wraps
+// ErrStoreUnavailable.
 //
 // A durable Store keeps in columns only the consumer fields it indexes or
 // queries: ID, SubscriptionID, PrimaryStream, State, Deadline, and the paths
