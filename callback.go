@@ -330,8 +330,11 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 // never reaches clients.
 func (e *Engine) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	ae := asAPIError(err)
-	if ae.code == CodeInternal {
+	if ae.code == CodeInternal || errors.Is(err, ErrStoreUnavailable) {
 		e.log.ErrorContext(r.Context(), "webhooks: request failed", "method", r.Method, "path", r.URL.Path, "error", err)
+	}
+	if ae.status == http.StatusServiceUnavailable {
+		w.Header().Set("Retry-After", retryAfterSeconds)
 	}
 	if ae.allow != "" {
 		w.Header().Set("Allow", ae.allow)
@@ -342,14 +345,22 @@ func (e *Engine) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	writeJSON(w, ae.status, CallbackResponse{OK: false, Error: &ErrorBody{Code: ae.code, Message: ae.message}, Token: ae.token})
 }
 
-// asAPIError returns err as the client sees it: an apiError as is, any
-// other error as a generic 500.
+// retryAfterSeconds is the Retry-After of a 503: the scheduler, too,
+// waits storeErrorRetry before it tries the Store again.
+const retryAfterSeconds = "1"
+
+// asAPIError returns err as the client sees it: an apiError as is, a Store
+// that cannot be reached as a 503, any other error as a generic 500.
 func asAPIError(err error) *apiError {
 	var ae *apiError
-	if errors.As(err, &ae) {
+	switch {
+	case errors.As(err, &ae):
 		return ae
+	case errors.Is(err, ErrStoreUnavailable):
+		return newAPIError(http.StatusServiceUnavailable, CodeServiceUnavailable, "the webhook engine cannot reach its store; retry later")
+	default:
+		return newAPIError(http.StatusInternalServerError, CodeInternal, "internal error")
 	}
-	return newAPIError(http.StatusInternalServerError, CodeInternal, "internal error")
 }
 
 // readTails asks the source about each path once. Paths with no stream are

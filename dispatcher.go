@@ -95,6 +95,9 @@ func (e *Engine) schedule(ctx context.Context) {
 // to look again: the next deadline, a retry time after a Store error, or
 // the zero time if no consumer has a deadline.
 func (e *Engine) runDue(ctx context.Context) time.Time {
+	if !e.retryMissed(ctx) {
+		return e.clock.Now().Add(storeErrorRetry)
+	}
 	for {
 		due, err := e.store.DueConsumers(ctx, e.clock.Now(), dueBatch)
 		if err != nil {

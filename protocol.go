@@ -69,7 +69,9 @@ const (
 	CodeForbidden            ErrorCode = "FORBIDDEN"              // 403, see WithAuthorizer
 	CodeInternal             ErrorCode = "INTERNAL_ERROR"         // 500
 	// CodeServiceUnavailable answers requests to either API that arrive
-	// before Engine.Start has loaded the engine's state.
+	// before Engine.Start has loaded the engine's state, or while the
+	// Store cannot be reached (ErrStoreUnavailable). It comes with a
+	// Retry-After header.
 	CodeServiceUnavailable ErrorCode = "SERVICE_UNAVAILABLE" // 503
 )
 

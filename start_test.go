@@ -89,7 +89,7 @@ func TestNewDoesNoIOStartLoadsWithItsContext(t *testing.T) {
 }
 
 // startRequire503 checks an answer refused because the engine has not
-// started: 503 in the one JSON error shape.
+// started: 503 in the one JSON error shape, with Retry-After.
 func startRequire503(t *testing.T, resp *http.Response) {
 	t.Helper()
 	defer resp.Body.Close()
@@ -97,6 +97,7 @@ func startRequire503(t *testing.T, resp *http.Response) {
 	require.NoError(t, err)
 	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, string(raw))
 	require.Equal(t, "application/json", resp.Header.Get("Content-Type"))
+	require.Equal(t, "1", resp.Header.Get("Retry-After"))
 	var body webhooks.CallbackResponse
 	require.NoError(t, json.Unmarshal(raw, &body), string(raw))
 	require.False(t, body.OK)

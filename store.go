@@ -12,6 +12,11 @@ var (
 	ErrSubscriptionExists   = errors.New("webhooks: subscription already exists")
 	ErrConsumerNotFound     = errors.New("webhooks: consumer not found")
 	ErrConsumerExists       = errors.New("webhooks: consumer already exists")
+	// ErrStoreUnavailable marks an error meaning the Store's backend cannot
+	// be reached right now (a lost connection, a refused dial, a timeout):
+	// the same call may succeed later. Stores wrap it around such errors;
+	// the engine's APIs answer them 503 SERVICE_UNAVAILABLE, not 500.
+	ErrStoreUnavailable = errors.New("webhooks: store unavailable")
 )
 
 // Store keeps subscriptions and consumer state. The engine holds no consumer
@@ -28,7 +33,9 @@ var (
 // sqlitestore and pgstore implement the feed.
 //
 // Implementations must be safe for concurrent use. Values passed in and
-// returned are owned by the caller: a Store must copy what it keeps.
+// returned are owned by the caller: a Store must copy what it keeps. An
+// error meaning the backend cannot be reached right now wraps
+// ErrStoreUnavailable.
 //
 // A durable Store keeps in columns only the consumer fields it indexes or
 // queries: ID, SubscriptionID, PrimaryStream, State, Deadline, and the paths

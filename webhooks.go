@@ -68,6 +68,7 @@ type Engine struct {
 	// patterns; the start-up sweep covers only these.
 	stored map[string]*Pattern
 
+	missed     missedStreams
 	kick       chan struct{}
 	armed      atomic.Int64 // UnixNano the scheduler's timer waits for; 0 while it works
 	lanes      *lanes
@@ -261,7 +262,9 @@ func (e *Engine) StreamCreated(ctx context.Context, path string) error {
 // StreamAppended tells the engine that events were appended to the stream
 // at path. Call it after the append is durable: the engine reads the new
 // tail from the StreamSource. Before Start it returns ErrNotStarted, and
-// Start's sweep does the work.
+// Start's sweep does the work. An error that wraps ErrStoreUnavailable
+// needs no retry either: the scheduler makes up the event once the Store
+// answers again.
 func (e *Engine) StreamAppended(ctx context.Context, path string) error {
 	return e.streamChanged(ctx, path)
 }
@@ -272,7 +275,11 @@ func (e *Engine) streamChanged(ctx context.Context, path string) error {
 	if !e.loaded.Load() {
 		return fmt.Errorf("%w: %s is left to the start-up sweep", ErrNotStarted, path)
 	}
-	return e.spawnAndWake(ctx, path, e.index.match(path))
+	err := e.spawnAndWake(ctx, path, e.index.match(path))
+	if errors.Is(err, ErrStoreUnavailable) {
+		e.missed.add(path)
+	}
+	return err
 }
 
 // spawnAndWake gives path a consumer for each of subs that lacks one, and

@@ -96,7 +96,7 @@ func (s *Store) CreateConsumer(ctx context.Context, c *webhooks.Consumer) error 
 		return webhooks.ErrSubscriptionNotFound
 	}
 	if err != nil {
-		return fmt.Errorf("pgstore: create consumer: %w", err)
+		return dbError("create consumer", err)
 	}
 	if n == 0 {
 		return webhooks.ErrConsumerExists
@@ -111,7 +111,7 @@ func (s *Store) GetConsumer(ctx context.Context, id string) (*webhooks.Consumer,
 		return nil, webhooks.ErrConsumerNotFound
 	}
 	if err != nil {
-		return nil, fmt.Errorf("pgstore: get consumer: %w", err)
+		return nil, dbError("get consumer", err)
 	}
 	return c, nil
 }
@@ -127,7 +127,7 @@ func (s *Store) GetConsumer(ctx context.Context, id string) (*webhooks.Consumer,
 func (s *Store) UpdateConsumer(ctx context.Context, id string, fn func(c *webhooks.Consumer) (webhooks.UpdateAction, error)) (*webhooks.Consumer, error) {
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
-		return nil, fmt.Errorf("pgstore: update consumer: %w", err)
+		return nil, dbError("update consumer", err)
 	}
 	// The pool destroys, rather than reuses, a connection released inside
 	// a transaction: one the ROLLBACK below did not reach, as when ctx is
@@ -148,7 +148,7 @@ func (s *Store) UpdateConsumer(ctx context.Context, id string, fn func(c *webhoo
 		return nil, webhooks.ErrConsumerNotFound
 	}
 	if err != nil {
-		return nil, fmt.Errorf("pgstore: update consumer: %w", err)
+		return nil, dbError("update consumer", err)
 	}
 	c := stored.Clone()
 	action, err := fn(c)
@@ -176,7 +176,7 @@ func (s *Store) UpdateConsumer(ctx context.Context, id string, fn func(c *webhoo
 	}
 	b.Queue("COMMIT")
 	if err := conn.SendBatch(ctx, b).Close(); err != nil {
-		return nil, fmt.Errorf("pgstore: update consumer: %w", err)
+		return nil, dbError("update consumer", err)
 	}
 	done = true
 	return out, nil
@@ -258,7 +258,7 @@ func (s *Store) DueConsumers(ctx context.Context, now time.Time, limit int) ([]*
 func (s *Store) NextDeadline(ctx context.Context) (time.Time, bool, error) {
 	var d *int64
 	if err := s.pool.QueryRow(ctx, nextDeadlineQuery).Scan(&d); err != nil {
-		return time.Time{}, false, fmt.Errorf("pgstore: next deadline: %w", err)
+		return time.Time{}, false, dbError("next deadline", err)
 	}
 	return fromNanos(d), d != nil, nil
 }
@@ -279,7 +279,7 @@ func (s *Store) CountConsumers(ctx context.Context) (map[webhooks.ConsumerState]
 		return nil
 	})
 	if err != nil {
-		return nil, fmt.Errorf("pgstore: count consumers: %w", err)
+		return nil, dbError("count consumers", err)
 	}
 	return out, nil
 }
@@ -289,7 +289,7 @@ func (s *Store) queryConsumers(ctx context.Context, query string, args ...any) (
 	rows, _ := s.pool.Query(ctx, query, args...)
 	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*webhooks.Consumer, error) { return scanConsumer(row) })
 	if err != nil {
-		return nil, fmt.Errorf("pgstore: query consumers: %w", err)
+		return nil, dbError("query consumers", err)
 	}
 	return out, nil
 }

@@ -30,7 +30,7 @@ func (s *Store) CreateSubscription(ctx context.Context, sub *webhooks.Subscripti
 		SELECT `+notifySubscriptions+` FROM created`,
 		sub.ID, sub.Pattern, sub.Webhook, []byte(sub.Description), secret, created)
 	if err != nil {
-		return fmt.Errorf("pgstore: create subscription: %w", err)
+		return dbError("create subscription", err)
 	}
 	if tag.RowsAffected() == 0 {
 		return webhooks.ErrSubscriptionExists
@@ -53,7 +53,7 @@ func (s *Store) ListSubscriptions(ctx context.Context) ([]*webhooks.Subscription
 	rows, _ := s.pool.Query(ctx, "SELECT "+subscriptionCols+" FROM streamhooks_subscriptions ORDER BY id")
 	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*webhooks.Subscription, error) { return s.scanSubscription(row) })
 	if err != nil {
-		return nil, fmt.Errorf("pgstore: list subscriptions: %w", err)
+		return nil, dbError("list subscriptions", err)
 	}
 	return out, nil
 }
@@ -67,7 +67,7 @@ func (s *Store) DeleteSubscription(ctx context.Context, id string) error {
 		)
 		SELECT `+notifySubscriptions+` FROM deleted`, id)
 	if err != nil {
-		return fmt.Errorf("pgstore: delete subscription: %w", err)
+		return dbError("delete subscription", err)
 	}
 	if tag.RowsAffected() == 0 {
 		return webhooks.ErrSubscriptionNotFound
@@ -140,11 +140,11 @@ func (s *Store) LoadOrStoreSigningKey(ctx context.Context, key []byte) ([]byte, 
 		}
 	}
 	if err != nil {
-		return nil, fmt.Errorf("pgstore: signing key: %w", err)
+		return nil, dbError("signing key", err)
 	}
 	plain, err := s.sealer.Open(sealed, seal.ADSigningKey)
 	if err != nil {
-		return nil, fmt.Errorf("pgstore: signing key: %w", err)
+		return nil, dbError("signing key", err)
 	}
 	return plain, nil
 }
@@ -159,7 +159,7 @@ func (s *Store) scanSubscription(row pgx.Row) (*webhooks.Subscription, error) {
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil, err
 		}
-		return nil, fmt.Errorf("pgstore: read subscription: %w", err)
+		return nil, dbError("read subscription", err)
 	}
 	plain, err := s.sealer.Open(secret, seal.ADSecret(sub.ID))
 	if err != nil {

@@ -393,3 +393,29 @@ func TestWatchSubscriptionsOnADatabaseOfFirstRelease(t *testing.T) {
 		t.Fatal("the delete was not reported")
 	}
 }
+
+// A write that finds the file's write lock held, by another process, past
+// the busy timeout fails with ErrStoreUnavailable: it may succeed later.
+func TestBusyWriteIsStoreUnavailable(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "hooks.db")
+	s := sqlOpen(t, path, sqlitestore.WithBusyTimeout(time.Millisecond))
+	sqlSetup(t, s, "/a")
+
+	db, err := sql.Open("sqlite", path)
+	require.NoError(t, err)
+	defer db.Close()
+	conn, err := db.Conn(ctx)
+	require.NoError(t, err)
+	defer conn.Close()
+	_, err = conn.ExecContext(ctx, "BEGIN IMMEDIATE")
+	require.NoError(t, err)
+
+	_, err = s.UpdateConsumer(ctx, webhooks.ConsumerID("s", "/a"), sqlSave(func(c *webhooks.Consumer) { c.Attempt++ }))
+	require.ErrorIs(t, err, webhooks.ErrStoreUnavailable)
+
+	_, err = conn.ExecContext(ctx, "ROLLBACK")
+	require.NoError(t, err)
+	_, err = s.UpdateConsumer(ctx, webhooks.ConsumerID("s", "/a"), sqlSave(func(c *webhooks.Consumer) { c.Attempt++ }))
+	require.NoError(t, err, "the lock released, writes work again")
+}

@@ -2,7 +2,13 @@ package sqlitestore
 
 import (
 	"context"
+	"errors"
 	"fmt"
+
+	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
+
+	webhooks "github.com/streamhooks/webhooks"
 )
 
 // op is one write, run by the writer inside a group's transaction.
@@ -66,7 +72,7 @@ func (s *Store) commit(batch []*op) []*op {
 	// The transaction serves many callers, so no caller's context may
 	// interrupt it; each op's context is checked before the op runs.
 	if err := s.w.begin(); err != nil {
-		fail(batch, fmt.Errorf("sqlitestore: begin: %w", err))
+		fail(batch, beginError(err))
 		return batch
 	}
 	for i := 0; i < len(batch); i++ {
@@ -129,4 +135,18 @@ func fail(batch []*op, err error) {
 			o.err = err
 		}
 	}
+}
+
+// beginError wraps the error of a BEGIN. One that found the write lock held
+// past the busy timeout, by another Store on the file, is
+// webhooks.ErrStoreUnavailable: the write may succeed later.
+func beginError(err error) error {
+	var e *sqlite.Error
+	if errors.As(err, &e) {
+		switch e.Code() & 0xff {
+		case sqlite3.SQLITE_BUSY, sqlite3.SQLITE_LOCKED:
+			return fmt.Errorf("sqlitestore: begin: %w: %w", webhooks.ErrStoreUnavailable, err)
+		}
+	}
+	return fmt.Errorf("sqlitestore: begin: %w", err)
 }
