@@ -83,9 +83,7 @@ func fairnessRun(ctx context.Context, b *bench, s fairSpread) (_ result, err err
 	// Before the hosts close: stopping the engine ends the POSTs they hold.
 	defer func() { err = errors.Join(err, e.close()) }()
 
-	if err := e.subscribe(ctx, "lat", "/lat/*"); err != nil {
-		return result{}, err
-	}
+	// The streams come first, for the reason wakeLatency gives.
 	var hot []target
 	for i := range hotStreams {
 		path := "/lat/" + strconv.Itoa(i)
@@ -93,6 +91,9 @@ func fairnessRun(ctx context.Context, b *bench, s fairSpread) (_ result, err err
 		if err := e.createStream(ctx, path); err != nil {
 			return result{}, err
 		}
+	}
+	if err := e.subscribe(ctx, "lat", "/lat/*"); err != nil {
+		return result{}, err
 	}
 	// A third as long as the hostile spread: a p99 of a few hundred
 	// milliseconds would mostly measure the machine's other load.

@@ -32,13 +32,13 @@ func wakeLatency(ctx context.Context, b *bench) (_ []result, err error) {
 	}
 	defer func() { err = errors.Join(err, e.close()) }()
 
-	if err := e.subscribe(ctx, "idle", "/idle/*"); err != nil {
-		return nil, err
-	}
+	// Streams are created before the subscription adopts them, IDLE at
+	// their tails: a stream created after it would wake its consumer at
+	// once, and that wake would be taken for the first measured one.
 	if err := e.createStreams(ctx, idle, func(i int) string { return "/idle/" + strconv.Itoa(i) }); err != nil {
 		return nil, err
 	}
-	if err := e.subscribe(ctx, "lat", "/lat/*"); err != nil {
+	if err := e.subscribe(ctx, "idle", "/idle/*"); err != nil {
 		return nil, err
 	}
 	var hot []target
@@ -48,6 +48,9 @@ func wakeLatency(ctx context.Context, b *bench) (_ []result, err error) {
 		if err := e.createStream(ctx, path); err != nil {
 			return nil, err
 		}
+	}
+	if err := e.subscribe(ctx, "lat", "/lat/*"); err != nil {
+		return nil, err
 	}
 	if n, err := e.consumers(ctx); err != nil || n != idle+hotStreams {
 		return nil, fmt.Errorf("store has %d consumers, want %d (%v)", n, idle+hotStreams, err)
@@ -269,6 +272,15 @@ func fanOutServer(ctx context.Context, b *bench, s int) (_ *prober, _ float64, e
 		}
 	}()
 	literal := func(i int) string { return fmt.Sprintf("/fan/t%d/s%d", i%1000, i) }
+	// The streams come first, for the reason wakeLatency gives.
+	var hot []target
+	for i := range min(hotStreams, literals) {
+		path := literal(i)
+		hot = append(hot, target{path: path, id: webhooks.ConsumerID("f"+strconv.Itoa(i), path)})
+		if err := e.createStream(ctx, path); err != nil {
+			return nil, 0, err
+		}
+	}
 	start := time.Now()
 	err = parallel(ctx, s, b.cfg.workers, func(i int) error {
 		if i < len(fanOutWildcards) {
@@ -281,14 +293,6 @@ func fanOutServer(ctx context.Context, b *bench, s int) (_ *prober, _ float64, e
 		return nil, 0, err
 	}
 	rate := float64(s) / time.Since(start).Seconds()
-	var hot []target
-	for i := range min(hotStreams, literals) {
-		path := literal(i)
-		hot = append(hot, target{path: path, id: webhooks.ConsumerID("f"+strconv.Itoa(i), path)})
-		if err := e.createStream(ctx, path); err != nil {
-			return nil, 0, err
-		}
-	}
 	if n, err := e.consumers(ctx); err != nil || n != len(hot) {
 		return nil, 0, fmt.Errorf("store has %d consumers, want %d (%v)", n, len(hot), err)
 	}
@@ -417,10 +421,11 @@ func callbackRate(ctx context.Context, b *bench) (_ []result, err error) {
 		return nil, err
 	}
 	defer func() { err = errors.Join(err, e.close()) }()
-	if err := e.subscribe(ctx, "cb", "/cb/*"); err != nil {
+	// The streams come first, for the reason wakeLatency gives.
+	if err := e.createStreams(ctx, c, func(i int) string { return paths[i] }); err != nil {
 		return nil, err
 	}
-	if err := e.createStreams(ctx, c, func(i int) string { return paths[i] }); err != nil {
+	if err := e.subscribe(ctx, "cb", "/cb/*"); err != nil {
 		return nil, err
 	}
 	// Wake each consumer and claim the wake: it is LIVE from then on, and

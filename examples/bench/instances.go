@@ -34,9 +34,9 @@ type cluster struct {
 }
 
 // startCluster starts n servers on a fresh schema of the database at dsn.
-// Before the others start, the first creates subscription sub on pattern
-// with its webhook on a receiver that hands notifications to wake, and the
-// streams paths: each server loads the subscriptions when it starts.
+// Before the others start, the first creates the streams paths and then
+// subscription sub on pattern, with its webhook on a receiver that hands
+// notifications to wake.
 func startCluster(ctx context.Context, b *bench, dsn string, n int, sub, pattern string, paths []string, wake onWake, opts ...webhooks.Option) (_ *cluster, err error) {
 	c := &cluster{}
 	defer func() {
@@ -61,11 +61,12 @@ func startCluster(ctx context.Context, b *bench, dsn string, n int, sub, pattern
 		if i > 0 {
 			continue
 		}
+		// The streams come first, as in wakeCycle.
 		e := &env{b: b, srv: srv, recv: c.recv}
-		if err := e.subscribe(ctx, sub, pattern); err != nil {
+		if err := e.createStreams(ctx, len(paths), func(i int) string { return paths[i] }); err != nil {
 			return c, err
 		}
-		if err := e.createStreams(ctx, len(paths), func(i int) string { return paths[i] }); err != nil {
+		if err := e.subscribe(ctx, sub, pattern); err != nil {
 			return c, err
 		}
 	}

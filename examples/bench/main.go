@@ -142,10 +142,11 @@ var figures = []struct {
 	{"fanout", fanOut},
 	{"idle", idleScale},
 	{"woken", wokenScale},
-	{"instances", instances},
-	{"takeover", takeover},
 	{"callback", callbackRate},
 	{"fairness", fairness},
+	// On postgres only, last, so that the table's other rows stay in step.
+	{"instances", instances},
+	{"takeover", takeover},
 }
 
 // config holds the flags. Every figure has its own knobs so that each can be
