@@ -11,7 +11,10 @@
 //
 // An UpdateConsumer holds a pooled connection while the engine's update
 // function runs, which reads the host's StreamSource: size the pool
-// (pool_max_conns) for the deliveries and callbacks that run at once.
+// (pool_max_conns) for the deliveries and callbacks that run at once. A
+// StreamSource that reads PostgreSQL must use another pool: on a shared
+// one, every connection could be held by an update that waits for a
+// connection to read a stream.
 package pgstore
 
 import (

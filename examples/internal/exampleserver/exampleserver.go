@@ -240,39 +240,51 @@ func open(ctx context.Context, cfg Config, log *slog.Logger) (*dstream.Server, w
 	return streams, store, store, nil
 }
 
-// openPostgres opens one pool on cfg.Postgres for the streams and, unless
-// cfg.Store is set, a pgstore.
+// openPostgres opens the streams and, unless cfg.Store is set, a pgstore on
+// the database at cfg.Postgres, each on a pool of its own: the engine reads
+// the streams while it holds a consumer's row locked, so on one pool every
+// connection could be held by an update waiting for one to read a stream.
 func openPostgres(ctx context.Context, cfg Config, log *slog.Logger) (*dstream.Server, webhooks.Store, io.Closer, error) {
-	pool, err := pgxpool.New(ctx, cfg.Postgres)
+	streamPool, err := pgxpool.New(ctx, cfg.Postgres)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("connecting to PostgreSQL: %w", err)
 	}
-	streams, err := dstream.OpenPostgres(ctx, pool, dstream.Options{Logger: log})
+	streams, err := dstream.OpenPostgres(ctx, streamPool, dstream.Options{Logger: log})
 	if err != nil {
-		pool.Close()
+		streamPool.Close()
 		return nil, nil, nil, fmt.Errorf("opening streams: %w", err)
 	}
 	if cfg.Store != nil {
-		return streams, cfg.Store, poolCloser{pool}, nil
+		return streams, cfg.Store, poolCloser{streamPool}, nil
+	}
+	fail := func(err error) (*dstream.Server, webhooks.Store, io.Closer, error) {
+		streams.Close()
+		streamPool.Close()
+		return nil, nil, nil, err
+	}
+	storePool, err := pgxpool.New(ctx, cfg.Postgres)
+	if err != nil {
+		return fail(fmt.Errorf("connecting to PostgreSQL: %w", err))
 	}
 	var opts []pgstore.Option
 	if len(cfg.EncryptionKey) > 0 {
 		opts = append(opts, pgstore.WithEncryptionKey(cfg.EncryptionKey))
 	}
-	store, err := pgstore.New(ctx, pool, opts...)
+	store, err := pgstore.New(ctx, storePool, opts...)
 	if err != nil {
-		streams.Close()
-		pool.Close()
-		return nil, nil, nil, fmt.Errorf("opening the engine's store: %w", err)
+		storePool.Close()
+		return fail(fmt.Errorf("opening the engine's store: %w", err))
 	}
-	return streams, store, poolCloser{pool}, nil
+	return streams, store, poolCloser{streamPool, storePool}, nil
 }
 
-// poolCloser closes a pool as an io.Closer.
-type poolCloser struct{ pool *pgxpool.Pool }
+// poolCloser closes pools as an io.Closer.
+type poolCloser []*pgxpool.Pool
 
 func (c poolCloser) Close() error {
-	c.pool.Close()
+	for _, p := range c {
+		p.Close()
+	}
 	return nil
 }
 

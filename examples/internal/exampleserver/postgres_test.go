@@ -6,10 +6,14 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/url"
 	"os"
+	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
@@ -109,4 +113,43 @@ func TestPostgresEncryptionKey(t *testing.T) {
 	startServer(t, exampleserver.Config{Dev: true, Postgres: dsn, EncryptionKey: key})
 	_, err := exampleserver.Start(context.Background(), exampleserver.Config{Addr: "127.0.0.1:0", Dev: true, Postgres: dsn})
 	require.ErrorContains(t, err, "opening the engine's store")
+}
+
+// TestPostgresConcurrentStreamsDoNotExhaustThePool creates more matching
+// streams at once than a pool has connections. The engine reads the
+// streams while it holds a consumer's row locked; were the streams and the
+// engine's Store on one pool, every connection could be held by an update
+// waiting for another to read a stream, and nothing would move.
+func TestPostgresConcurrentStreamsDoNotExhaustThePool(t *testing.T) {
+	dsn := postgresDSN(t) + "&pool_max_conns=2"
+	a, _ := startServer(t, exampleserver.Config{Dev: true, Postgres: dsn})
+	resp, body := a.do(t, http.MethodPut, "/many/*?subscription=s1", "application/json", "",
+		[]byte(`{"webhook":"http://127.0.0.1:1/hook"}`))
+	require.Equal(t, http.StatusCreated, resp.StatusCode, "%s", body)
+
+	const streams = 16
+	hc := &http.Client{Timeout: 20 * time.Second}
+	defer hc.CloseIdleConnections()
+	var wg sync.WaitGroup
+	errs := make(chan error, streams)
+	for i := range streams {
+		wg.Go(func() {
+			req, err := http.NewRequest(http.MethodPut, a.base+fmt.Sprintf("/many/%d", i), strings.NewReader(`{"n":1}`))
+			require.NoError(t, err)
+			req.Header.Set("Content-Type", "application/json")
+			resp, err := hc.Do(req)
+			if err == nil {
+				resp.Body.Close()
+				if resp.StatusCode != http.StatusCreated {
+					err = fmt.Errorf("/many/%d: %s", i, resp.Status)
+				}
+			}
+			errs <- err
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
 }
