@@ -12,6 +12,7 @@ import (
 	"runtime"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -372,6 +373,8 @@ type racyKey struct {
 	*memstore.Store
 	mu  sync.Mutex
 	key []byte
+	// window counts callers that found no key and have not stored theirs.
+	window atomic.Int32
 }
 
 func (s *racyKey) LoadOrStoreSigningKey(_ context.Context, key []byte) ([]byte, error) {
@@ -381,9 +384,11 @@ func (s *racyKey) LoadOrStoreSigningKey(_ context.Context, key []byte) ([]byte, 
 	if stored != nil {
 		return slices.Clone(stored), nil
 	}
-	// Yield a few times: one yield leaves the window so narrow that a
-	// loaded machine may run the racing callers one by one.
-	for range 8 {
+	// Hold the window open until a second caller is in it too, so that the
+	// race happens however the machine schedules the callers; a caller
+	// alone gives up after a while.
+	s.window.Add(1)
+	for i := 0; s.window.Load() < 2 && i < 1_000_000; i++ {
 		runtime.Gosched()
 	}
 	s.mu.Lock()
