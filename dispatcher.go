@@ -306,7 +306,8 @@ func (e *Engine) record(ctx context.Context, id string, result deliveryResult) (
 	})
 	switch {
 	case err != nil:
-		if !errors.Is(err, ErrConsumerNotFound) {
+		// After Stop the attempt stays in flight and times out.
+		if !errors.Is(err, ErrConsumerNotFound) && ctx.Err() == nil {
 			e.log.ErrorContext(ctx, "webhooks: recording delivery outcome", "consumer_id", id, "error", err)
 		}
 		return nil, false

@@ -198,7 +198,9 @@ func takeover(ctx context.Context, b *bench) (_ []result, err error) {
 	if b.store != "postgres" {
 		return nil, nil
 	}
-	const waking = time.Second
+	// Long enough for every first attempt to be in flight before the
+	// first of them times out.
+	const waking = 5 * time.Second
 	k := b.capped(b.cfg.takeoverK)
 	paths := streamNames("/tk/", k)
 	var (

@@ -185,7 +185,7 @@ func defaultConfig() config {
 		fanout:      []int{10, 10_000, 100_000},
 		idleK:       100_000,
 		wokenK:      10_000,
-		takeoverK:   1000,
+		takeoverK:   100,
 		durableCap:  10_000,
 		callbackC:   32,
 		callbackFor: 5 * time.Second,
@@ -217,7 +217,7 @@ func main() {
 	fan := fs.String("fanout", joinInts(cfg.fanout), "comma-separated subscription counts of the fan-out figure")
 	fs.IntVar(&cfg.idleK, "idle-k", cfg.idleK, "consumers at rest in the idle-scale figure (try 1000000)")
 	fs.IntVar(&cfg.wokenK, "woken-k", cfg.wokenK, "consumers woken once, then measured at rest, in the woken figure")
-	fs.IntVar(&cfg.takeoverK, "takeover-k", cfg.takeoverK, "hung attempts a surviving server takes over in the takeover figure (postgres only)")
+	fs.IntVar(&cfg.takeoverK, "takeover-k", cfg.takeoverK, "hung attempts a surviving server takes over in the takeover figure (postgres only; at most 128, the per-host limit, so that all are in flight at once)")
 	fs.IntVar(&cfg.durableCap, "durable-cap", cfg.durableCap, "on a durable store, cap -idle, -idle-k, -woken-k and each -fanout size at this (0: no cap)")
 	fs.IntVar(&cfg.callbackC, "callback-c", cfg.callbackC, "concurrent clients in the callback figure")
 	fs.DurationVar(&cfg.callbackFor, "callback-for", cfg.callbackFor, "duration of the callback run and of the bare-handler run")
