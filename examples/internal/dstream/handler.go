@@ -54,7 +54,12 @@ type httpError struct {
 	msg  string
 }
 
-func (e *httpError) write(w http.ResponseWriter) { http.Error(w, e.msg, e.code) }
+func (e *httpError) write(w http.ResponseWriter) {
+	if e.code == http.StatusServiceUnavailable {
+		w.Header().Set("Retry-After", "1")
+	}
+	http.Error(w, e.msg, e.code)
+}
 
 func (e *httpError) Error() string { return e.msg }
 
@@ -145,6 +150,9 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 func (s *Server) storageError(ctx context.Context, op, path string, err error) *httpError {
 	s.log.LogAttrs(ctx, slog.LevelError, "dstream: storage failed",
 		slog.String("op", op), slog.String("path", path), slog.Any("error", err))
+	if s.store.transient(err) {
+		return &httpError{http.StatusServiceUnavailable, "storage unavailable; retry later"}
+	}
 	return &httpError{http.StatusInternalServerError, "storage failed"}
 }
 

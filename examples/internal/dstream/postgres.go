@@ -149,6 +149,10 @@ func (p *pgStorage) close() {
 	p.done.Wait()
 }
 
+// transient is true: a database error here means the database did not
+// answer, or refused for now.
+func (p *pgStorage) transient(error) bool { return true }
+
 // storable reports whether the database can hold path.
 func storable(path string) bool {
 	return len(path) <= pgMaxPathBytes && utf8.ValidString(path) && !strings.ContainsRune(path, 0)

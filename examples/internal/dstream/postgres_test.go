@@ -301,3 +301,32 @@ func TestPostgresListenerReconnects(t *testing.T) {
 	require.Equal(t, http.StatusOK, r.code)
 	require.Equal(t, "f", r.body)
 }
+
+// TestPostgresUnreachableIs503 closes a Server's pool under it: every
+// request that needs the database is answered 503 with Retry-After, so a
+// client retries, and the error text stays in the log.
+func TestPostgresUnreachableIs503(t *testing.T) {
+	db := newDatabase(t)
+	cfg, err := pgxpool.ParseConfig(db.dsn)
+	require.NoError(t, err)
+	cfg.ConnConfig.RuntimeParams["search_path"] = db.schema
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	require.NoError(t, err)
+	s, err := OpenPostgres(context.Background(), pool, Options{Logger: slog.New(slog.DiscardHandler)})
+	require.NoError(t, err)
+	t.Cleanup(s.Close)
+	f := serve(t, s)
+	f.mustCreate(t, "/a", "text/plain", "abc")
+
+	pool.Close()
+	for _, r := range []reply{
+		f.send(t, http.MethodPut, "/b", "text/plain", "x"),
+		f.send(t, http.MethodPost, "/a", "text/plain", "d"),
+		f.send(t, http.MethodGet, "/a", "", ""),
+		f.send(t, http.MethodHead, "/a", "", ""),
+		f.send(t, http.MethodDelete, "/a", "", ""),
+	} {
+		require.Equal(t, http.StatusServiceUnavailable, r.code)
+		require.Equal(t, "1", r.header.Get("Retry-After"))
+	}
+}

@@ -33,6 +33,9 @@ type storage interface {
 	remove(ctx context.Context, path string) (ok bool, err error)
 	// close stops background work; the storage keeps serving calls.
 	close()
+	// transient reports whether err, a failure of the storage, may pass:
+	// the storage could not be reached, and a retry may succeed.
+	transient(err error) bool
 }
 
 // errNotFound is the answer to a change of a stream that does not exist.
@@ -177,6 +180,9 @@ type waiters struct {
 	mu     sync.Mutex
 	byPath map[string]*waiter
 }
+
+// transient is false: a disk that failed once is no better a moment later.
+func (m *memStorage) transient(error) bool { return false }
 
 // waiter is the channel closed at the next change of one path, with the
 // number of long-polls holding it.
