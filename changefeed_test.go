@@ -5,18 +5,17 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"os"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	webhooks "github.com/streamhooks/webhooks"
+	"github.com/streamhooks/webhooks/internal/pgtest"
 	"github.com/streamhooks/webhooks/memstore"
 	"github.com/streamhooks/webhooks/pgstore"
 	"github.com/streamhooks/webhooks/sqlitestore"
@@ -168,24 +167,7 @@ func TestEnginesShareSubscriptionsSQLite(t *testing.T) {
 }
 
 func TestEnginesShareSubscriptionsPostgres(t *testing.T) {
-	dsn := os.Getenv("STREAMHOOKS_TEST_POSTGRES")
-	if dsn == "" {
-		msg := "STREAMHOOKS_TEST_POSTGRES is not set; set it to a PostgreSQL DSN"
-		if os.Getenv("CI") != "" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
-	}
-	schema := fmt.Sprintf("streamhooks_feed_%d", time.Now().UnixNano())
-	admin := func(sql string) {
-		conn, err := pgx.Connect(context.Background(), dsn)
-		require.NoError(t, err)
-		defer conn.Close(context.Background())
-		_, err = conn.Exec(context.Background(), sql)
-		require.NoError(t, err)
-	}
-	admin("CREATE SCHEMA " + schema)
-	t.Cleanup(func() { admin("DROP SCHEMA " + schema + " CASCADE") })
+	dsn, schema := pgtest.DSN(t), pgtest.Schema(t)
 	open := func() feedStore {
 		cfg, err := pgxpool.ParseConfig(dsn)
 		require.NoError(t, err)

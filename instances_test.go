@@ -11,7 +11,6 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -19,11 +18,11 @@ import (
 	"time"
 
 	"github.com/benbjohnson/clock"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	webhooks "github.com/streamhooks/webhooks"
+	"github.com/streamhooks/webhooks/internal/pgtest"
 	"github.com/streamhooks/webhooks/pgstore"
 	"github.com/streamhooks/webhooks/sqlitestore"
 )
@@ -59,7 +58,7 @@ func instanceBackends() []instanceBackend {
 			return out
 		}},
 		{"postgres", func(t *testing.T, n int) []sharedStore {
-			schema := pgSchema(t)
+			schema := pgtest.Schema(t)
 			out := make([]sharedStore, n)
 			for i := range out {
 				out[i] = pgHandle(t, pgPoolConfig(t, schema))
@@ -82,43 +81,10 @@ func closeOnce(t *testing.T, fn func()) func() {
 	return once
 }
 
-// pgDSN returns the test database's DSN. Without one the test skips,
-// except under CI, where Postgres must be tested.
-func pgDSN(t *testing.T) string {
-	t.Helper()
-	dsn := os.Getenv("STREAMHOOKS_TEST_POSTGRES")
-	if dsn == "" {
-		msg := "STREAMHOOKS_TEST_POSTGRES is not set; set it to a PostgreSQL DSN to test engines sharing Postgres"
-		if os.Getenv("CI") != "" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
-	}
-	return dsn
-}
-
-// pgSchema creates an empty schema, dropped when the test ends.
-func pgSchema(t *testing.T) string {
-	t.Helper()
-	dsn := pgDSN(t)
-	name := fmt.Sprintf("streamhooks_instances_%d", rand.Uint64())
-	exec := func(sql string) {
-		ctx := context.Background()
-		conn, err := pgx.Connect(ctx, dsn)
-		require.NoError(t, err)
-		defer conn.Close(ctx)
-		_, err = conn.Exec(ctx, sql)
-		require.NoError(t, err)
-	}
-	exec("CREATE SCHEMA " + name)
-	t.Cleanup(func() { exec("DROP SCHEMA " + name + " CASCADE") })
-	return name
-}
-
 // pgPoolConfig is a small pool's configuration on schema.
 func pgPoolConfig(t *testing.T, schema string) *pgxpool.Config {
 	t.Helper()
-	cfg, err := pgxpool.ParseConfig(pgDSN(t))
+	cfg, err := pgxpool.ParseConfig(pgtest.DSN(t))
 	require.NoError(t, err)
 	cfg.ConnConfig.RuntimeParams["search_path"] = schema
 	cfg.MaxConns = 4
@@ -744,7 +710,7 @@ func requireUnavailable(t *testing.T, rec *httptest.ResponseRecorder) {
 // lost: the append that failed during the outage wakes its consumer, and
 // the APIs answer 2xx.
 func TestInstancesStoreUnreachable(t *testing.T) {
-	cfg := pgPoolConfig(t, pgSchema(t))
+	cfg := pgPoolConfig(t, pgtest.Schema(t))
 	if strings.HasPrefix(cfg.ConnConfig.Host, "/") {
 		t.Skip("the proxy needs Postgres on TCP")
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	webhooks "github.com/streamhooks/webhooks"
+	"github.com/streamhooks/webhooks/internal/pgtest"
 )
 
 // TestQueryPlansUseIndexes keeps the engine's hot queries, and those the
@@ -84,7 +85,7 @@ func tableExists(t *testing.T, pool *pgxpool.Pool, name string) bool {
 // at once, as engines deployed together do: the advisory lock lets one
 // migrate and the others see its result.
 func TestNewConcurrentlyMigratesOnce(t *testing.T) {
-	schema := newSchema(t)
+	schema := pgtest.Schema(t)
 	const stores = 6
 	pools := make([]*pgxpool.Pool, stores)
 	for i := range pools {
@@ -112,7 +113,7 @@ func TestNewConcurrentlyMigratesOnce(t *testing.T) {
 // version before it.
 func TestMigrationsRunInOrderOnce(t *testing.T) {
 	ctx := context.Background()
-	pool := newPool(t, newSchema(t))
+	pool := newPool(t, pgtest.Schema(t))
 	_, err := New(ctx, pool)
 	require.NoError(t, err)
 	base := slices.Clone(migrations)
@@ -143,7 +144,7 @@ func TestMigrationsRunInOrderOnce(t *testing.T) {
 
 func TestNewRefusesNewerSchema(t *testing.T) {
 	ctx := context.Background()
-	pool := newPool(t, newSchema(t))
+	pool := newPool(t, pgtest.Schema(t))
 	_, err := New(ctx, pool)
 	require.NoError(t, err)
 	_, err = pool.Exec(ctx, "INSERT INTO streamhooks_schema_versions (version) VALUES (999)")
@@ -161,7 +162,7 @@ func TestNewRejectsBadOptions(t *testing.T) {
 
 func TestEncryption(t *testing.T) {
 	// Skip here, not in a subtest that uses this t.
-	testDSN(t)
+	pgtest.DSN(t)
 	ctx := context.Background()
 	const secret = "whsec_needle_4b1d9a"
 	signingKey := []byte("signing_needle_77e0c3_0123456789")
@@ -169,7 +170,7 @@ func TestEncryption(t *testing.T) {
 	// store writes a secret and a signing key into a fresh schema and
 	// returns its pool.
 	store := func(opts ...Option) *pgxpool.Pool {
-		pool := newPool(t, newSchema(t))
+		pool := newPool(t, pgtest.Schema(t))
 		s, err := New(ctx, pool, opts...)
 		require.NoError(t, err)
 		require.NoError(t, s.CreateSubscription(ctx, &webhooks.Subscription{ID: "s", Pattern: "/**", Webhook: "https://example.com/s", Secret: secret}))

@@ -3,76 +3,27 @@ package pgstore
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
-	"os"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
 	webhooks "github.com/streamhooks/webhooks"
+	"github.com/streamhooks/webhooks/internal/pgtest"
 	"github.com/streamhooks/webhooks/storetest"
 )
 
-// dsnEnv names the variable that holds the data source name of a database
-// the tests may create schemas in.
-const dsnEnv = "STREAMHOOKS_TEST_POSTGRES"
-
 func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
-}
-
-// testDSN returns the test database's DSN. Without one the test skips,
-// except under CI, where pgstore must be tested.
-func testDSN(t testing.TB) string {
-	t.Helper()
-	dsn := os.Getenv(dsnEnv)
-	if dsn == "" {
-		msg := dsnEnv + " is not set; set it to a PostgreSQL DSN to test pgstore"
-		if os.Getenv("CI") != "" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
-	}
-	return dsn
-}
-
-// adminExec runs sql on a connection of its own.
-func adminExec(t testing.TB, sql string) {
-	t.Helper()
-	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, testDSN(t))
-	require.NoError(t, err)
-	defer conn.Close(ctx)
-	_, err = conn.Exec(ctx, sql)
-	require.NoError(t, err)
-}
-
-// newSchema creates an empty schema, dropped when the test ends, so that
-// tests sharing the database do not see each other's tables.
-func newSchema(t testing.TB) string {
-	t.Helper()
-	name := "streamhooks_test_" + randomSuffix()
-	adminExec(t, "CREATE SCHEMA "+name)
-	t.Cleanup(func() { adminExec(t, "DROP SCHEMA "+name+" CASCADE") })
-	return name
-}
-
-func randomSuffix() string {
-	b := make([]byte, 8)
-	_, _ = rand.Read(b)
-	return hex.EncodeToString(b)
 }
 
 // newPool opens a pool whose connections use schema, closed when the test
 // ends or by the caller.
 func newPool(t testing.TB, schema string) *pgxpool.Pool {
 	t.Helper()
-	cfg, err := pgxpool.ParseConfig(testDSN(t))
+	cfg, err := pgxpool.ParseConfig(pgtest.DSN(t))
 	require.NoError(t, err)
 	cfg.ConnConfig.RuntimeParams["search_path"] = schema
 	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
@@ -84,7 +35,7 @@ func newPool(t testing.TB, schema string) *pgxpool.Pool {
 // newStore returns a store in a fresh schema.
 func newStore(t testing.TB, opts ...Option) *Store {
 	t.Helper()
-	s, err := New(context.Background(), newPool(t, newSchema(t)), opts...)
+	s, err := New(context.Background(), newPool(t, pgtest.Schema(t)), opts...)
 	require.NoError(t, err)
 	return s
 }
@@ -107,7 +58,7 @@ type schemas map[string]string
 func (m schemas) open(t *testing.T, dir string, opts ...Option) webhooks.Store {
 	t.Helper()
 	if m[dir] == "" {
-		m[dir] = newSchema(t)
+		m[dir] = pgtest.Schema(t)
 	}
 	s, err := New(t.Context(), newPool(t, m[dir]), opts...)
 	require.NoError(t, err)
@@ -115,18 +66,18 @@ func (m schemas) open(t *testing.T, dir string, opts ...Option) webhooks.Store {
 }
 
 func TestStore(t *testing.T) {
-	testDSN(t)
+	pgtest.DSN(t)
 	storetest.Run(t, func(t *testing.T) webhooks.Store { return newStore(t) })
 }
 
 func TestStoreDurable(t *testing.T) {
-	testDSN(t)
+	pgtest.DSN(t)
 	m := schemas{}
 	storetest.RunDurable(t, func(t *testing.T, dir string) webhooks.Store { return m.open(t, dir) })
 }
 
 func TestStoreEncryptedDurable(t *testing.T) {
-	testDSN(t)
+	pgtest.DSN(t)
 	m := schemas{}
 	storetest.RunDurable(t, func(t *testing.T, dir string) webhooks.Store { return m.open(t, dir, WithEncryptionKey(key('k'))) })
 }
@@ -134,9 +85,9 @@ func TestStoreEncryptedDurable(t *testing.T) {
 // TestStoreShared runs the shared suite on two pools on one schema, as two
 // engine processes would use it.
 func TestStoreShared(t *testing.T) {
-	testDSN(t)
+	pgtest.DSN(t)
 	storetest.RunShared(t, func(t *testing.T) (webhooks.Store, webhooks.Store) {
-		schema := newSchema(t)
+		schema := pgtest.Schema(t)
 		a, err := New(t.Context(), newPool(t, schema))
 		require.NoError(t, err)
 		b, err := New(t.Context(), newPool(t, schema))
@@ -150,8 +101,8 @@ func key(b byte) []byte { return bytes.Repeat([]byte{b}, 32) }
 // A watch whose connection dies returns an error other than its context's,
 // and a new watch, on a new connection, reports changes again.
 func TestWatchSubscriptionsAfterALostConnection(t *testing.T) {
-	schema := newSchema(t)
-	cfg, err := pgxpool.ParseConfig(testDSN(t))
+	schema := pgtest.Schema(t)
+	cfg, err := pgxpool.ParseConfig(pgtest.DSN(t))
 	require.NoError(t, err)
 	cfg.ConnConfig.RuntimeParams["search_path"] = schema
 	cfg.ConnConfig.RuntimeParams["application_name"] = schema
@@ -170,7 +121,7 @@ func TestWatchSubscriptionsAfterALostConnection(t *testing.T) {
 	}
 	done := watch(t.Context())
 	// The watch's connection is the one whose last query read the schema.
-	adminExec(t, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = '"+schema+
+	pgtest.Exec(t, "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE application_name = '"+schema+
 		"' AND query = 'SELECT coalesce(current_schema(), '''')'")
 	err = waitSignal(t, done, "the watch did not end when its connection died")
 	require.Error(t, err)

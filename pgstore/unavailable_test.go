@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	webhooks "github.com/streamhooks/webhooks"
+	"github.com/streamhooks/webhooks/internal/pgtest"
 )
 
 // A connection lost mid-transaction, or a server that refuses connections,
@@ -20,10 +21,10 @@ func TestUnreachableIsStoreUnavailable(t *testing.T) {
 	ctx := context.Background()
 	// The shared cluster runs other tests' transactions: only backends of
 	// this application name may be terminated.
-	app := "streamhooks_test_" + randomSuffix()
-	cfg, err := pgxpool.ParseConfig(testDSN(t))
+	app := pgtest.Name("streamhooks_test_")
+	cfg, err := pgxpool.ParseConfig(pgtest.DSN(t))
 	require.NoError(t, err)
-	cfg.ConnConfig.RuntimeParams["search_path"] = newSchema(t)
+	cfg.ConnConfig.RuntimeParams["search_path"] = pgtest.Schema(t)
 	cfg.ConnConfig.RuntimeParams["application_name"] = app
 	cfg.MaxConns = 2
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
@@ -35,7 +36,7 @@ func TestUnreachableIsStoreUnavailable(t *testing.T) {
 
 	t.Run("connection lost in a transaction", func(t *testing.T) {
 		_, err := s.UpdateConsumer(ctx, id, func(c *webhooks.Consumer) (webhooks.UpdateAction, error) {
-			adminExec(t, fmt.Sprintf(`SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+			pgtest.Exec(t, fmt.Sprintf(`SELECT pg_terminate_backend(pid) FROM pg_stat_activity
 				WHERE application_name = '%s' AND state = 'idle in transaction'`, app))
 			c.Attempt++
 			return webhooks.UpdateSave, nil
@@ -51,7 +52,7 @@ func TestUnreachableIsStoreUnavailable(t *testing.T) {
 		require.NoError(t, err)
 		addr := l.Addr().(*net.TCPAddr)
 		require.NoError(t, l.Close())
-		cfg, err := pgxpool.ParseConfig(testDSN(t))
+		cfg, err := pgxpool.ParseConfig(pgtest.DSN(t))
 		require.NoError(t, err)
 		cfg.ConnConfig.Host, cfg.ConnConfig.Port = addr.IP.String(), uint16(addr.Port)
 		cfg.ConnConfig.Fallbacks = nil

@@ -2,57 +2,18 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"io"
-	"os"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	webhooks "github.com/streamhooks/webhooks"
+	"github.com/streamhooks/webhooks/internal/pgtest"
 )
-
-// testPostgresEnv names the variable holding a PostgreSQL DSN for the tests.
-const testPostgresEnv = "STREAMHOOKS_TEST_POSTGRES"
-
-// testPostgres returns a DSN whose connections use a fresh schema, dropped
-// when the test ends. Without the variable the test skips, except under
-// CI, where several instances must be tested.
-func testPostgres(t *testing.T) string {
-	t.Helper()
-	dsn := os.Getenv(testPostgresEnv)
-	if dsn == "" {
-		msg := testPostgresEnv + " is not set; set it to a PostgreSQL DSN to test several instances"
-		if os.Getenv("CI") != "" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
-	}
-	b := make([]byte, 6)
-	_, _ = rand.Read(b)
-	schema := "streamserver_test_" + hex.EncodeToString(b)
-	admin := func(sql string) {
-		ctx := context.Background()
-		conn, err := pgx.Connect(ctx, dsn)
-		require.NoError(t, err)
-		defer conn.Close(ctx)
-		_, err = conn.Exec(ctx, sql)
-		require.NoError(t, err)
-	}
-	admin("CREATE SCHEMA " + schema)
-	t.Cleanup(func() { admin("DROP SCHEMA " + schema + " CASCADE") })
-	sep := "?"
-	if strings.Contains(dsn, "?") {
-		sep = "&"
-	}
-	return dsn + sep + "search_path=" + schema
-}
 
 // TestInstancesShareOneDatabase runs three servers on one database. A
 // subscription created through the first wakes the consumer of a stream
@@ -65,7 +26,7 @@ func TestInstancesShareOneDatabase(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts three server processes")
 	}
-	w := newWorld(t, 3, testPostgres(t))
+	w := newWorld(t, 3, pgtest.SchemaDSN(t))
 	// Long timeouts: on a loaded machine a slow answer must not count as a
 	// lost attempt, which would be retried.
 	w.waking, w.liveness = 30*time.Second, 30*time.Second
@@ -143,7 +104,7 @@ func TestKilledInstanceIsTakenOver(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts three server processes")
 	}
-	w := newWorld(t, 3, testPostgres(t))
+	w := newWorld(t, 3, pgtest.SchemaDSN(t))
 	w.start()
 	first := w.procs[0].base
 	w.modes["hang"], w.modes["live"], w.modes["fail"] = hang, claimAndAck, fail
@@ -242,7 +203,7 @@ func TestRollingRestartOfInstances(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts and restarts three server processes")
 	}
-	w := newWorld(t, 3, testPostgres(t))
+	w := newWorld(t, 3, pgtest.SchemaDSN(t))
 	w.start()
 	for id, pattern := range crashSubs {
 		w.subscribe(id, pattern)

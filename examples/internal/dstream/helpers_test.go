@@ -11,6 +11,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
+
+	"github.com/streamhooks/webhooks/internal/pgtest"
 )
 
 // TestMain fails the package if any test leaves a goroutine behind, such as a
@@ -148,7 +150,7 @@ func (f *fixture) goSend(ctx context.Context, method, pathAndQuery string) <-cha
 func eachMode(t *testing.T, test func(t *testing.T, open func(Options) *Server)) {
 	t.Run("memory", func(t *testing.T) { test(t, New) })
 	t.Run("postgres", func(t *testing.T) {
-		testDSN(t) // skips here, not in a subtest that opens a Server
+		pgtest.DSN(t) // skips here, not in a subtest that opens a Server
 		test(t, func(opts Options) *Server { return newDatabase(t).open(t)(opts) })
 	})
 }

@@ -2,44 +2,22 @@ package dstream
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"log/slog"
 	"net/http"
-	"os"
 	"strings"
 	"sync"
 	"testing"
 
 	"github.com/benbjohnson/clock"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/streamhooks/webhooks"
+	"github.com/streamhooks/webhooks/internal/pgtest"
 )
-
-// dsnEnv names the variable that holds the DSN of a PostgreSQL database the
-// tests may create schemas in.
-const dsnEnv = "STREAMHOOKS_TEST_POSTGRES"
-
-// testDSN returns the test database's DSN. Without one the test skips,
-// except under CI, where the Postgres mode must be tested.
-func testDSN(t testing.TB) string {
-	t.Helper()
-	dsn := os.Getenv(dsnEnv)
-	if dsn == "" {
-		msg := dsnEnv + " is not set; set it to a PostgreSQL DSN to test dstream's Postgres mode"
-		if os.Getenv("CI") != "" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
-	}
-	return dsn
-}
 
 // database is a schema of a test's own, dropped when the test ends, so that
 // tests sharing the cluster do not see each other's streams.
@@ -49,23 +27,7 @@ type database struct {
 
 func newDatabase(t *testing.T) *database {
 	t.Helper()
-	b := make([]byte, 8)
-	_, _ = rand.Read(b)
-	db := &database{dsn: testDSN(t), schema: "dstream_test_" + hex.EncodeToString(b)}
-	db.exec(t, "CREATE SCHEMA "+db.schema)
-	t.Cleanup(func() { db.exec(t, "DROP SCHEMA "+db.schema+" CASCADE") })
-	return db
-}
-
-// exec runs sql on a connection of its own.
-func (db *database) exec(t *testing.T, sql string) {
-	t.Helper()
-	ctx := context.Background()
-	conn, err := pgx.Connect(ctx, db.dsn)
-	require.NoError(t, err)
-	defer conn.Close(ctx)
-	_, err = conn.Exec(ctx, sql)
-	require.NoError(t, err)
+	return &database{dsn: pgtest.DSN(t), schema: pgtest.Schema(t)}
 }
 
 // open returns a function that opens Servers on the schema, each on a small
@@ -183,7 +145,7 @@ func TestPostgresLongPollRechecks(t *testing.T) {
 
 	got := f.goSend(boundedCtx(t), http.MethodGet, "/s?offset="+tail+"&live=long-poll")
 	receive(t, waiting, "the long-poll to wait")
-	db.exec(t, `WITH c AS (INSERT INTO `+db.schema+`.dstream_chunks (stream_id, pos, data)
+	pgtest.Exec(t, `WITH c AS (INSERT INTO `+db.schema+`.dstream_chunks (stream_id, pos, data)
 		SELECT id, 3, 'de'::bytea FROM `+db.schema+`.dstream_streams WHERE path = '/s')
 		UPDATE `+db.schema+`.dstream_streams SET tail = 5 WHERE path = '/s'`)
 	select {
@@ -282,10 +244,10 @@ func TestPostgresListenerReconnects(t *testing.T) {
 
 	got := a.goSend(boundedCtx(t), http.MethodGet, "/s?offset="+tail+"&live=long-poll")
 	receive(t, waiting, "the long-poll to wait")
-	db.exec(t, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
+	pgtest.Exec(t, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
 		WHERE application_name = '`+db.schema+`' AND query = 'LISTEN `+pgChannel+`'`)
 	// An append no notification announces, as one made while nobody listens.
-	db.exec(t, `WITH c AS (INSERT INTO `+db.schema+`.dstream_chunks (stream_id, pos, data)
+	pgtest.Exec(t, `WITH c AS (INSERT INTO `+db.schema+`.dstream_chunks (stream_id, pos, data)
 		SELECT id, 3, 'de'::bytea FROM `+db.schema+`.dstream_streams WHERE path = '/s')
 		UPDATE `+db.schema+`.dstream_streams SET tail = 5 WHERE path = '/s'`)
 	r := receive(t, got, "the long-poll reply")

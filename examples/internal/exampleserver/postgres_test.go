@@ -3,66 +3,24 @@ package exampleserver_test
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"net/url"
-	"os"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 
 	"github.com/streamhooks/webhooks/examples/internal/exampleserver"
+	"github.com/streamhooks/webhooks/internal/pgtest"
 )
-
-// dsnEnv names the variable that holds the DSN of a PostgreSQL database the
-// tests may create schemas in.
-const dsnEnv = "STREAMHOOKS_TEST_POSTGRES"
-
-// postgresDSN returns a DSN whose connections use a schema of the test's
-// own, dropped when the test ends. Without a test database the test skips,
-// except under CI.
-func postgresDSN(t *testing.T) string {
-	t.Helper()
-	dsn := os.Getenv(dsnEnv)
-	if dsn == "" {
-		msg := dsnEnv + " is not set; set it to a PostgreSQL DSN to test the example server on PostgreSQL"
-		if os.Getenv("CI") != "" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
-	}
-	b := make([]byte, 8)
-	_, _ = rand.Read(b)
-	schema := "exampleserver_test_" + hex.EncodeToString(b)
-	exec := func(sql string) {
-		ctx := context.Background()
-		conn, err := pgx.Connect(ctx, dsn)
-		require.NoError(t, err)
-		defer conn.Close(ctx)
-		_, err = conn.Exec(ctx, sql)
-		require.NoError(t, err)
-	}
-	exec("CREATE SCHEMA " + schema)
-	t.Cleanup(func() { exec("DROP SCHEMA " + schema + " CASCADE") })
-	u, err := url.Parse(dsn)
-	require.NoError(t, err, "the test DSN must be a URL")
-	q := u.Query()
-	q.Set("search_path", schema)
-	u.RawQuery = q.Encode()
-	return u.String()
-}
 
 // TestPostgresInstancesShareStreamsAndSubscriptions starts two servers on
 // one database: what is created through one is served by the other.
 func TestPostgresInstancesShareStreamsAndSubscriptions(t *testing.T) {
-	dsn := postgresDSN(t)
+	dsn := pgtest.SchemaDSN(t)
 	a, _ := startServer(t, exampleserver.Config{Dev: true, Postgres: dsn})
 	b, _ := startServer(t, exampleserver.Config{Dev: true, Postgres: dsn})
 	require.NotEqual(t, a.base, b.base)
@@ -108,7 +66,7 @@ func TestPostgresExcludesDataDir(t *testing.T) {
 // TestPostgresEncryptionKey checks that the key reaches pgstore: a database
 // made with one cannot be opened without it.
 func TestPostgresEncryptionKey(t *testing.T) {
-	dsn := postgresDSN(t)
+	dsn := pgtest.SchemaDSN(t)
 	key := bytes.Repeat([]byte{0xa5}, 32)
 	startServer(t, exampleserver.Config{Dev: true, Postgres: dsn, EncryptionKey: key})
 	_, err := exampleserver.Start(context.Background(), exampleserver.Config{Addr: "127.0.0.1:0", Dev: true, Postgres: dsn})
@@ -121,7 +79,7 @@ func TestPostgresEncryptionKey(t *testing.T) {
 // engine's Store on one pool, every connection could be held by an update
 // waiting for another to read a stream, and nothing would move.
 func TestPostgresConcurrentStreamsDoNotExhaustThePool(t *testing.T) {
-	dsn := postgresDSN(t) + "&pool_max_conns=2"
+	dsn := pgtest.SchemaDSN(t) + "&pool_max_conns=2"
 	a, _ := startServer(t, exampleserver.Config{Dev: true, Postgres: dsn})
 	resp, body := a.do(t, http.MethodPut, "/many/*?subscription=s1", "application/json", "",
 		[]byte(`{"webhook":"http://127.0.0.1:1/hook"}`))
