@@ -208,7 +208,7 @@ func (e *Engine) load(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("webhooks: stored subscription %s: %w", sub.ID, err)
 		}
-		set.add(p, sub.ID)
+		set.add(p, sub)
 		stored[sub.ID] = p
 	}
 	e.tokens, e.subs, e.index, e.stored = newTokens(key, e.cfg.tokenTTL, e.clock), set, set.index, stored
