@@ -37,32 +37,54 @@ type SubscriptionFeed interface {
 	WatchSubscriptions(ctx context.Context, changed func()) error
 }
 
-// subscriptionSet is the engine's view of the subscriptions: their
-// patterns, and the index built from them. The subscription API changes it
-// after each create or delete it commits; the feed's reload brings it in
-// line with the Store. A reload's list may predate a change the API has
-// just applied, so the ids the API changes while a reload runs are left as
-// the API set them.
+// subscriptionSet is the engine's view of the subscriptions: each one
+// whole, its pattern, and the index built from them. The subscription API
+// changes it after each create or delete it commits; the feed's reload
+// brings it in line with the Store. A reload's list may predate a change
+// the API has just applied, so the ids the API changes while a reload runs
+// are left as the API set them.
+//
+// Deliveries take the webhook and secret from here, not from the Store.
+// Subscriptions are immutable, so only creates and deletes need following;
+// were they made mutable, the API and the reload would have to replace
+// the ones that changed, or deliveries would go on using the old ones.
 type subscriptionSet struct {
 	index *patternIndex
 
 	mu       sync.Mutex
 	patterns map[string]*Pattern // id → pattern of every indexed subscription
+	subs     map[string]knownSubscription
 	// touched, while a reload runs, holds the ids the API changed since
 	// the reload began; nil otherwise.
 	touched map[string]bool
 }
 
 func newSubscriptionSet() *subscriptionSet {
-	return &subscriptionSet{index: newPatternIndex(), patterns: make(map[string]*Pattern)}
+	return &subscriptionSet{index: newPatternIndex(), patterns: make(map[string]*Pattern), subs: make(map[string]knownSubscription)}
 }
 
-// add indexes subscription id on p, for a create the API committed.
-func (s *subscriptionSet) add(p *Pattern, id string) {
+// add indexes sub on p, its parsed pattern, for a create the API committed.
+func (s *subscriptionSet) add(p *Pattern, sub *Subscription) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.put(p, id)
-	s.touch(id)
+	s.put(p, sub.Clone())
+	s.touch(sub.ID)
+}
+
+// knownSubscription is a subscription in the set, never changed in place,
+// and the lane of its webhook's host.
+type knownSubscription struct {
+	sub  *Subscription
+	lane string
+}
+
+// get returns subscription id, which the caller must not change, and its
+// lane, if the set has it.
+func (s *subscriptionSet) get(id string) (knownSubscription, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	k, ok := s.subs[id]
+	return k, ok
 }
 
 // remove unindexes subscription id, for a delete the API committed.
@@ -79,8 +101,12 @@ func (s *subscriptionSet) touch(id string) {
 	}
 }
 
-// put and drop change the index; the caller holds mu.
-func (s *subscriptionSet) put(p *Pattern, id string) {
+// put and drop change the index; the caller holds mu. put keeps sub, a
+// copy of its own, as the subscription's content: a subscription deleted and
+// created again under its ID through another engine is another one.
+func (s *subscriptionSet) put(p *Pattern, sub *Subscription) {
+	id := sub.ID
+	s.subs[id] = knownSubscription{sub: sub, lane: laneKey(sub.Webhook)}
 	if old := s.patterns[id]; old != nil {
 		if old.String() == p.String() {
 			return
@@ -96,6 +122,7 @@ func (s *subscriptionSet) drop(id string) {
 		s.index.remove(old, id)
 		delete(s.patterns, id)
 	}
+	delete(s.subs, id)
 }
 
 // beginReload starts a reload, before its list is read.
@@ -105,10 +132,10 @@ func (s *subscriptionSet) beginReload() {
 	s.touched = make(map[string]bool)
 }
 
-// endReload makes the index what subs, listed after beginReload, say,
+// endReload makes the set what subs, listed after beginReload, say,
 // except for the ids the API has changed since then. It returns the ids
-// added and removed, and the stored subscriptions whose pattern does not
-// parse.
+// added or replaced and those removed, and the stored subscriptions whose
+// pattern does not parse.
 func (s *subscriptionSet) endReload(subs []*Subscription) (added, removed []string, errs []error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -125,10 +152,10 @@ func (s *subscriptionSet) endReload(subs []*Subscription) (added, removed []stri
 			errs = append(errs, fmt.Errorf("stored subscription %s: %w", sub.ID, err))
 			continue
 		}
-		if old := s.patterns[sub.ID]; old == nil || old.String() != p.String() {
+		if old, ok := s.subs[sub.ID]; !ok || !sameSubscription(old.sub, sub) {
 			added = append(added, sub.ID)
 		}
-		s.put(p, sub.ID)
+		s.put(p, sub)
 	}
 	for id := range s.patterns {
 		if !listed[id] && !touched[id] {
@@ -137,6 +164,13 @@ func (s *subscriptionSet) endReload(subs []*Subscription) (added, removed []stri
 		}
 	}
 	return added, removed, errs
+}
+
+// sameSubscription reports whether a and b, of one ID, are the same
+// subscription: a new one under the ID has a new secret. CreatedAt is left
+// out, since Stores keep it to less than the nanosecond.
+func sameSubscription(a, b *Subscription) bool {
+	return a.Pattern == b.Pattern && a.Webhook == b.Webhook && a.Secret == b.Secret
 }
 
 // abortReload ends a reload whose list failed, changing nothing.

@@ -2,6 +2,7 @@ package webhooks
 
 import (
 	"context"
+	"sync"
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
@@ -32,6 +33,30 @@ type telemetry struct {
 	callbacks       metric.Int64Counter
 	consumers       metric.Int64ObservableGauge
 	registration    metric.Registration
+
+	// byOutcome and byCode hold the measurement options of each outcome
+	// and callback code, built once: an attribute set costs a sort and
+	// allocations.
+	byOutcome sync.Map // string → *measureOpts
+	byCode    sync.Map // string → *measureOpts
+}
+
+// measureOpts are the options of a measurement with one attribute, as
+// the variadic arguments of Add and Record, which only read them.
+type measureOpts struct {
+	add    []metric.AddOption
+	record []metric.RecordOption
+}
+
+// optsFor returns the options of a measurement whose attribute key has
+// value, from cache.
+func optsFor(cache *sync.Map, key, value string) *measureOpts {
+	if o, ok := cache.Load(value); ok {
+		return o.(*measureOpts)
+	}
+	set := metric.WithAttributeSet(attribute.NewSet(attribute.String(key, value)))
+	o, _ := cache.LoadOrStore(value, &measureOpts{add: []metric.AddOption{set}, record: []metric.RecordOption{set}})
+	return o.(*measureOpts)
 }
 
 // newTelemetry sets up the instruments. The gauge of consumers counts the
@@ -90,10 +115,12 @@ func (t *telemetry) woke(ctx context.Context) {
 // delivered records a delivery attempt's outcome, and its failure if it
 // failed.
 func (t *telemetry) delivered(ctx context.Context, span trace.Span, outcome string, failure *deliveryFailure, took time.Duration) {
-	attrs := metric.WithAttributes(attribute.String("outcome", outcome))
-	t.deliveries.Add(ctx, 1, attrs)
-	t.deliveryLatency.Record(ctx, took.Seconds(), attrs)
-	span.SetAttributes(attribute.String("webhooks.outcome", outcome))
+	opts := optsFor(&t.byOutcome, "outcome", outcome)
+	t.deliveries.Add(ctx, 1, opts.add...)
+	t.deliveryLatency.Record(ctx, took.Seconds(), opts.record...)
+	if span.IsRecording() {
+		span.SetAttributes(attribute.String("webhooks.outcome", outcome))
+	}
 	if failure != nil {
 		span.SetAttributes(attribute.String("webhooks.error_class", string(failure.class)))
 	}
@@ -108,8 +135,10 @@ func (t *telemetry) attemptFailed(ctx context.Context, class failureClass) {
 }
 
 func (t *telemetry) callbackDone(ctx context.Context, span trace.Span, code string) {
-	t.callbacks.Add(ctx, 1, metric.WithAttributes(attribute.String("code", code)))
-	span.SetAttributes(attribute.String("webhooks.code", code))
+	t.callbacks.Add(ctx, 1, optsFor(&t.byCode, "code", code).add...)
+	if span.IsRecording() {
+		span.SetAttributes(attribute.String("webhooks.code", code))
+	}
 	if code != "OK" {
 		span.SetStatus(codes.Error, code)
 	}

@@ -57,6 +57,8 @@ type Engine struct {
 	failures *failureLog
 	// metrics is this instance's claim to report the Store-wide gauge.
 	metrics *lease
+	// callbackPrefix is every callback URL but the consumer ID.
+	callbackPrefix string
 
 	// loaded is set once Start has set tokens, subs, index and stored,
 	// which are read only after it.
@@ -139,6 +141,7 @@ func New(store Store, source StreamSource, opts ...Option) (*Engine, error) {
 		kick:   make(chan struct{}, 1),
 		done:   make(chan struct{}),
 	}
+	e.callbackPrefix = cfg.callbackBase.String() + callbackSegment
 	e.failures = newFailureLog(cfg.logger, cfg.clock)
 	e.metrics = metrics
 	e.lanes = newLanes(e.clock, cfg.maxConcurrentDeliveries, cfg.maxDeliveriesPerHost, e.startDelivery)
@@ -208,7 +211,7 @@ func (e *Engine) load(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("webhooks: stored subscription %s: %w", sub.ID, err)
 		}
-		set.add(p, sub.ID)
+		set.add(p, sub)
 		stored[sub.ID] = p
 	}
 	e.tokens, e.subs, e.index, e.stored = newTokens(key, e.cfg.tokenTTL, e.clock), set, set.index, stored
@@ -432,7 +435,7 @@ func (e *Engine) Handler(next http.Handler) http.Handler {
 
 // callbackURL is the URL consumer id calls back on.
 func (e *Engine) callbackURL(id string) string {
-	return e.cfg.callbackBase.String() + callbackSegment + id
+	return e.callbackPrefix + id
 }
 
 // update runs one atomic transition of a consumer through the Store,

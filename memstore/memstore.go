@@ -276,8 +276,17 @@ func (s *Store) UpdateConsumer(_ context.Context, id string, fn func(c *webhooks
 		s.mu.Lock()
 		s.save(e, c)
 		s.mu.Unlock()
-		// fn may have kept c; hand back a copy it cannot reach.
-		return e.c.Clone(), nil
+		// save copied c: it is the caller's, who gave fn it, and is handed
+		// back without another copy, empty lists nil as Clone makes them.
+		for _, l := range []*[]webhooks.StreamOffset{&c.Streams, &c.WakeTails} {
+			if len(*l) == 0 {
+				*l = nil
+			}
+		}
+		if len(c.TriggeredBy) == 0 {
+			c.TriggeredBy = nil
+		}
+		return c, nil
 	case webhooks.UpdateDelete:
 		s.mu.Lock()
 		s.remove(e)

@@ -102,6 +102,22 @@ func TestUpdateConsumerRejects(t *testing.T) {
 	})
 }
 
+// UpdateConsumer hands back fn's copy, not another, so it must look as
+// every other read does: empty lists nil.
+func TestUpdateConsumerReturnsAsStored(t *testing.T) {
+	s := setup(t, "/a")
+	id := webhooks.ConsumerID("s", "/a")
+	got, err := s.UpdateConsumer(context.Background(), id, func(c *webhooks.Consumer) (webhooks.UpdateAction, error) {
+		c.WakeTails, c.TriggeredBy = []webhooks.StreamOffset{}, []string{}
+		c.Attempt = 1
+		return webhooks.UpdateSave, nil
+	})
+	require.NoError(t, err)
+	stored, err := s.GetConsumer(context.Background(), id)
+	require.NoError(t, err)
+	require.Equal(t, stored, got)
+}
+
 // TestDeleteSubscriptionWaitsForUpdate deletes a subscription while an update
 // of its consumer is inside fn: the update commits, then the delete removes
 // it.
