@@ -52,15 +52,15 @@ type subscriptionSet struct {
 	index *patternIndex
 
 	mu       sync.Mutex
-	patterns map[string]*Pattern // id → pattern of every indexed subscription
-	subs     map[string]knownSubscription
+	patterns map[string]*Pattern      // id → pattern of every indexed subscription
+	subs     map[string]*Subscription // id → the subscription; never changed in place
 	// touched, while a reload runs, holds the ids the API changed since
 	// the reload began; nil otherwise.
 	touched map[string]bool
 }
 
 func newSubscriptionSet() *subscriptionSet {
-	return &subscriptionSet{index: newPatternIndex(), patterns: make(map[string]*Pattern), subs: make(map[string]knownSubscription)}
+	return &subscriptionSet{index: newPatternIndex(), patterns: make(map[string]*Pattern), subs: make(map[string]*Subscription)}
 }
 
 // add indexes sub on p, its parsed pattern, for a create the API committed.
@@ -71,20 +71,13 @@ func (s *subscriptionSet) add(p *Pattern, sub *Subscription) {
 	s.touch(sub.ID)
 }
 
-// knownSubscription is a subscription in the set, never changed in place,
-// and the lane of its webhook's host.
-type knownSubscription struct {
-	sub  *Subscription
-	lane string
-}
-
-// get returns subscription id, which the caller must not change, and its
-// lane, if the set has it.
-func (s *subscriptionSet) get(id string) (knownSubscription, bool) {
+// get returns subscription id, which the caller must not change, if the
+// set has it.
+func (s *subscriptionSet) get(id string) (*Subscription, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	k, ok := s.subs[id]
-	return k, ok
+	sub, ok := s.subs[id]
+	return sub, ok
 }
 
 // remove unindexes subscription id, for a delete the API committed.
@@ -106,7 +99,7 @@ func (s *subscriptionSet) touch(id string) {
 // created again under its ID through another engine is another one.
 func (s *subscriptionSet) put(p *Pattern, sub *Subscription) {
 	id := sub.ID
-	s.subs[id] = knownSubscription{sub: sub, lane: laneKey(sub.Webhook)}
+	s.subs[id] = sub
 	if old := s.patterns[id]; old != nil {
 		if old.String() == p.String() {
 			return
@@ -152,7 +145,7 @@ func (s *subscriptionSet) endReload(subs []*Subscription) (added, removed []stri
 			errs = append(errs, fmt.Errorf("stored subscription %s: %w", sub.ID, err))
 			continue
 		}
-		if old, ok := s.subs[sub.ID]; !ok || !sameSubscription(old.sub, sub) {
+		if old := s.subs[sub.ID]; old == nil || !sameSubscription(old, sub) {
 			added = append(added, sub.ID)
 		}
 		s.put(p, sub)

@@ -192,8 +192,8 @@ func (e *Engine) handleDue(ctx context.Context, snapshot *Consumer) error {
 // reload. The Store is read for a subscription the engine has not heard
 // of, created through another engine.
 func (e *Engine) send(ctx context.Context, c *Consumer) {
-	if k, ok := e.subs.get(c.SubscriptionID); ok {
-		e.lanes.enqueue(ctx, k.lane, c, k.sub)
+	if sub, ok := e.subs.get(c.SubscriptionID); ok {
+		e.lanes.enqueue(ctx, laneKey(sub.Webhook), c, sub)
 		return
 	}
 	sub, err := e.store.GetSubscription(ctx, c.SubscriptionID)
