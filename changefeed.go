@@ -37,47 +37,32 @@ type SubscriptionFeed interface {
 	WatchSubscriptions(ctx context.Context, changed func()) error
 }
 
-// subscriptionSet is the engine's view of the subscriptions: each one
-// whole, its pattern, and the index built from them. The subscription API
-// changes it after each create or delete it commits; the feed's reload
-// brings it in line with the Store. A reload's list may predate a change
-// the API has just applied, so the ids the API changes while a reload runs
-// are left as the API set them.
-//
-// Deliveries take the webhook and secret from here, not from the Store.
-// Subscriptions are immutable, so only creates and deletes need following;
-// were they made mutable, the API and the reload would have to replace
-// the ones that changed, or deliveries would go on using the old ones.
+// subscriptionSet is the engine's view of the subscriptions: their
+// patterns, and the index built from them. The subscription API changes it
+// after each create or delete it commits; the feed's reload brings it in
+// line with the Store. A reload's list may predate a change the API has
+// just applied, so the ids the API changes while a reload runs are left as
+// the API set them.
 type subscriptionSet struct {
 	index *patternIndex
 
 	mu       sync.Mutex
-	patterns map[string]*Pattern      // id → pattern of every indexed subscription
-	subs     map[string]*Subscription // id → the subscription; never changed in place
+	patterns map[string]*Pattern // id → pattern of every indexed subscription
 	// touched, while a reload runs, holds the ids the API changed since
 	// the reload began; nil otherwise.
 	touched map[string]bool
 }
 
 func newSubscriptionSet() *subscriptionSet {
-	return &subscriptionSet{index: newPatternIndex(), patterns: make(map[string]*Pattern), subs: make(map[string]*Subscription)}
+	return &subscriptionSet{index: newPatternIndex(), patterns: make(map[string]*Pattern)}
 }
 
-// add indexes sub on p, its parsed pattern, for a create the API committed.
-func (s *subscriptionSet) add(p *Pattern, sub *Subscription) {
+// add indexes subscription id on p, for a create the API committed.
+func (s *subscriptionSet) add(p *Pattern, id string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.put(p, sub.Clone())
-	s.touch(sub.ID)
-}
-
-// get returns subscription id, which the caller must not change, if the
-// set has it.
-func (s *subscriptionSet) get(id string) (*Subscription, bool) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	sub, ok := s.subs[id]
-	return sub, ok
+	s.put(p, id)
+	s.touch(id)
 }
 
 // remove unindexes subscription id, for a delete the API committed.
@@ -94,12 +79,8 @@ func (s *subscriptionSet) touch(id string) {
 	}
 }
 
-// put and drop change the index; the caller holds mu. put keeps sub, a
-// copy of its own, as the subscription's content: a subscription deleted and
-// created again under its ID through another engine is another one.
-func (s *subscriptionSet) put(p *Pattern, sub *Subscription) {
-	id := sub.ID
-	s.subs[id] = sub
+// put and drop change the index; the caller holds mu.
+func (s *subscriptionSet) put(p *Pattern, id string) {
 	if old := s.patterns[id]; old != nil {
 		if old.String() == p.String() {
 			return
@@ -115,7 +96,6 @@ func (s *subscriptionSet) drop(id string) {
 		s.index.remove(old, id)
 		delete(s.patterns, id)
 	}
-	delete(s.subs, id)
 }
 
 // beginReload starts a reload, before its list is read.
@@ -125,10 +105,10 @@ func (s *subscriptionSet) beginReload() {
 	s.touched = make(map[string]bool)
 }
 
-// endReload makes the set what subs, listed after beginReload, say,
+// endReload makes the index what subs, listed after beginReload, say,
 // except for the ids the API has changed since then. It returns the ids
-// added or replaced and those removed, and the stored subscriptions whose
-// pattern does not parse.
+// added and removed, and the stored subscriptions whose pattern does not
+// parse.
 func (s *subscriptionSet) endReload(subs []*Subscription) (added, removed []string, errs []error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -145,10 +125,10 @@ func (s *subscriptionSet) endReload(subs []*Subscription) (added, removed []stri
 			errs = append(errs, fmt.Errorf("stored subscription %s: %w", sub.ID, err))
 			continue
 		}
-		if old := s.subs[sub.ID]; old == nil || !sameSubscription(old, sub) {
+		if old := s.patterns[sub.ID]; old == nil || old.String() != p.String() {
 			added = append(added, sub.ID)
 		}
-		s.put(p, sub)
+		s.put(p, sub.ID)
 	}
 	for id := range s.patterns {
 		if !listed[id] && !touched[id] {
@@ -157,13 +137,6 @@ func (s *subscriptionSet) endReload(subs []*Subscription) (added, removed []stri
 		}
 	}
 	return added, removed, errs
-}
-
-// sameSubscription reports whether a and b, of one ID, are the same
-// subscription: a new one under the ID has a new secret. CreatedAt is left
-// out, since Stores keep it to less than the nanosecond.
-func sameSubscription(a, b *Subscription) bool {
-	return a.Pattern == b.Pattern && a.Webhook == b.Webhook && a.Secret == b.Secret
 }
 
 // abortReload ends a reload whose list failed, changing nothing.

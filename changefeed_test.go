@@ -2,7 +2,6 @@ package webhooks_test
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
@@ -47,13 +46,6 @@ type probeStore struct {
 	// failWatches and failLists are how many of the next watches and
 	// lists fail; watches counts the watches begun.
 	failWatches, failLists, watches atomic.Int32
-	// subscriptionReads counts GetSubscription calls.
-	subscriptionReads atomic.Int32
-}
-
-func (s *probeStore) GetSubscription(ctx context.Context, id string) (*webhooks.Subscription, error) {
-	s.subscriptionReads.Add(1)
-	return s.feedStore.GetSubscription(ctx, id)
 }
 
 func newProbeStore(s feedStore) *probeStore {
@@ -227,51 +219,6 @@ func TestFeedReloadKeepsAConcurrentDelete(t *testing.T) {
 
 	h.create("/a/1", 1)
 	require.Zero(t, s.spawned("s1"), "the engine spawned a consumer of a subscription it deleted")
-}
-
-// A subscription engine B learns of from the feed is delivered to without
-// a Store read; one deleted and created again under its ID, with another
-// webhook, through engine A is delivered to at its new webhook, with its
-// new secret, once B has reloaded.
-func TestFeedReloadKeepsTheSubscription(t *testing.T) {
-	s := memstore.New()
-	pb := newProbeStore(s).gate()
-	ha, hb := feedEngines(t, s, pb)
-	changed := receive(t, pb.watching)
-	ha.subscribe("s1", "/a/*")
-	changed()
-	id := webhooks.ConsumerID("s1", "/a/1")
-	require.Eventually(t, func() bool {
-		hb.create("/a/1", 1)
-		_, err := pb.GetConsumer(context.Background(), id)
-		return err == nil
-	}, waitFor, time.Millisecond, "engine B never learned of s1")
-	require.Equal(t, id, hb.nextDelivery().n.ConsumerID)
-	require.Zero(t, pb.subscriptionReads.Load(), "engine B read a subscription it knew from the Store")
-
-	rec := ha.do(http.MethodDelete, "/a/*?subscription=s1", "")
-	require.Equal(t, http.StatusNoContent, rec.Code, rec.Body.String())
-	other := newReceiver(t)
-	rec = ha.do(http.MethodPut, "/a/*?subscription=s1", fmt.Sprintf(`{"webhook":%q}`, other.url()))
-	require.Equal(t, http.StatusCreated, rec.Code, rec.Body.String())
-	var created struct {
-		Secret string `json:"webhook_secret"`
-	}
-	require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &created))
-	changed()
-	n := 0
-	var d delivery
-	require.Eventually(t, func() bool {
-		n++
-		hb.create(fmt.Sprintf("/a/new%d", n), 1)
-		select {
-		case d = <-other.deliveries:
-			return true
-		case <-time.After(10 * time.Millisecond):
-			return false
-		}
-	}, waitFor, time.Millisecond, "engine B still delivers to the webhook of the deleted s1")
-	require.NoError(t, webhooks.VerifySignature(created.Secret, d.header.Get(webhooks.SignatureHeader), d.body, hb.clock.Now(), time.Minute))
 }
 
 // receive waits for the next value on ch.

@@ -184,18 +184,8 @@ func (e *Engine) handleDue(ctx context.Context, snapshot *Consumer) error {
 }
 
 // send hands the attempt of c, just marked as sent, to the lane of its
-// webhook's host. The subscription comes from the engine's set, without a
-// Store read: c existed when it was marked, so its subscription did, since
-// a delete takes the consumers with it; a delete committed since is the
-// same race as one during the POST. One deleted and created again under
-// its ID through another engine is sent to as it was until the feed's
-// reload. The Store is read for a subscription the engine has not heard
-// of, created through another engine.
+// webhook's host.
 func (e *Engine) send(ctx context.Context, c *Consumer) {
-	if sub, ok := e.subs.get(c.SubscriptionID); ok {
-		e.lanes.enqueue(ctx, laneKey(sub.Webhook), c, sub)
-		return
-	}
 	sub, err := e.store.GetSubscription(ctx, c.SubscriptionID)
 	if err != nil {
 		// A deleted subscription took the consumer with it. After another

@@ -211,7 +211,7 @@ func (e *Engine) load(ctx context.Context) error {
 		if err != nil {
 			return fmt.Errorf("webhooks: stored subscription %s: %w", sub.ID, err)
 		}
-		set.add(p, sub)
+		set.add(p, sub.ID)
 		stored[sub.ID] = p
 	}
 	e.tokens, e.subs, e.index, e.stored = newTokens(key, e.cfg.tokenTTL, e.clock), set, set.index, stored
