@@ -64,7 +64,7 @@ func (m *missedStreams) putBack(paths []string, sweep bool) {
 func (e *Engine) retryMissed(ctx context.Context) bool {
 	paths, sweep := e.missed.take()
 	for i, p := range paths {
-		err := e.spawnAndWake(ctx, p, e.index.match(p))
+		err := e.spawnAndWake(ctx, p, e.subs.index.match(p))
 		if errors.Is(err, ErrStoreUnavailable) {
 			e.missed.putBack(paths[i:], sweep)
 			if ctx.Err() == nil {

@@ -60,12 +60,11 @@ type Engine struct {
 	// callbackPrefix is every callback URL but the consumer ID.
 	callbackPrefix string
 
-	// loaded is set once Start has set tokens, subs, index and stored,
-	// which are read only after it.
+	// loaded is set once Start has set tokens, subs and stored, which are
+	// read only after it.
 	loaded atomic.Bool
 	tokens *tokens
 	subs   *subscriptionSet
-	index  *patternIndex // subs.index
 	// stored are the subscriptions Start found in the Store, with their
 	// patterns; the start-up sweep covers only these.
 	stored map[string]*Pattern
@@ -205,16 +204,12 @@ func (e *Engine) load(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("webhooks: loading subscriptions: %w", err)
 	}
-	set, stored := newSubscriptionSet(), make(map[string]*Pattern, len(subs))
-	for _, sub := range subs {
-		p, err := ParsePattern(sub.Pattern)
-		if err != nil {
-			return fmt.Errorf("webhooks: stored subscription %s: %w", sub.ID, err)
-		}
-		set.add(p, sub.ID)
-		stored[sub.ID] = p
+	set := newSubscriptionSet()
+	if _, _, errs := set.endReload(subs); len(errs) > 0 {
+		return fmt.Errorf("webhooks: %w", errs[0])
 	}
-	e.tokens, e.subs, e.index, e.stored = newTokens(key, e.cfg.tokenTTL, e.clock), set, set.index, stored
+	// The set is not shared yet, so its patterns need no lock.
+	e.tokens, e.subs, e.stored = newTokens(key, e.cfg.tokenTTL, e.clock), set, maps.Clone(set.patterns)
 	e.loaded.Store(true)
 	return nil
 }
@@ -278,7 +273,7 @@ func (e *Engine) streamChanged(ctx context.Context, path string) error {
 	if !e.loaded.Load() {
 		return fmt.Errorf("%w: %s is left to the start-up sweep", ErrNotStarted, path)
 	}
-	err := e.spawnAndWake(ctx, path, e.index.match(path))
+	err := e.spawnAndWake(ctx, path, e.subs.index.match(path))
 	if errors.Is(err, ErrStoreUnavailable) {
 		e.missed.add(path)
 	}
@@ -369,7 +364,7 @@ func (e *Engine) recover(ctx context.Context) {
 				continue
 			}
 			seen[s.Path] = true
-			subs := slices.DeleteFunc(e.index.match(s.Path), func(sub string) bool { return e.stored[sub] == nil })
+			subs := slices.DeleteFunc(e.subs.index.match(s.Path), func(sub string) bool { return e.stored[sub] == nil })
 			if err := e.spawnAndWake(ctx, s.Path, subs); err != nil && ctx.Err() == nil {
 				e.log.ErrorContext(ctx, "webhooks: start-up sweep", "stream", s.Path, "error", err)
 			}

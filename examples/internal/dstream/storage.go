@@ -64,14 +64,7 @@ func (m *memStorage) checkPath(path string) *httpError {
 func (m *memStorage) create(_ context.Context, path string, st *stream) (streamMeta, bool, error) {
 	m.writeMu.Lock()
 	defer m.writeMu.Unlock()
-	m.mu.RLock()
-	old, ok := m.streams[path]
-	var existing streamMeta
-	if ok {
-		existing = old.meta()
-	}
-	m.mu.RUnlock()
-	if ok {
+	if _, existing, ok := m.lookup(path); ok {
 		return existing, false, nil
 	}
 	if m.disk != nil {
@@ -90,13 +83,7 @@ func (m *memStorage) create(_ context.Context, path string, st *stream) (streamM
 func (m *memStorage) append(_ context.Context, path, mediaType string, body []byte) (int, error) {
 	m.writeMu.Lock()
 	defer m.writeMu.Unlock()
-	m.mu.RLock()
-	st, ok := m.streams[path]
-	var meta streamMeta
-	if ok {
-		meta = st.meta()
-	}
-	m.mu.RUnlock()
+	st, meta, ok := m.lookup(path)
 	if !ok {
 		return 0, errNotFound
 	}
@@ -130,13 +117,19 @@ func (m *memStorage) read(_ context.Context, path string, _ int) (snapshot, bool
 }
 
 func (m *memStorage) stat(_ context.Context, path string) (streamMeta, bool, error) {
+	_, meta, ok := m.lookup(path)
+	return meta, ok, nil
+}
+
+// lookup returns the stream at path and its meta, read under mu.
+func (m *memStorage) lookup(path string) (*stream, streamMeta, bool) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	st, ok := m.streams[path]
 	if !ok {
-		return streamMeta{}, false, nil
+		return nil, streamMeta{}, false
 	}
-	return st.meta(), true, nil
+	return st, st.meta(), true
 }
 
 func (m *memStorage) match(_ context.Context, pattern *webhooks.Pattern) ([]webhooks.StreamInfo, error) {
