@@ -8,7 +8,9 @@ import (
 	"io"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
+	"time"
 )
 
 // Limits on callbacks and consumers, so that no request can grow memory
@@ -345,9 +347,9 @@ func (e *Engine) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	writeJSON(w, ae.status, CallbackResponse{OK: false, Error: &ErrorBody{Code: ae.code, Message: ae.message}, Token: ae.token})
 }
 
-// retryAfterSeconds is the Retry-After of a 503: the scheduler, too,
-// waits storeErrorRetry before it tries the Store again.
-const retryAfterSeconds = "1"
+// retryAfterSeconds is the Retry-After of a 503: as long as the scheduler
+// waits before it tries the Store again.
+var retryAfterSeconds = strconv.Itoa(int(storeErrorRetry / time.Second))
 
 // asAPIError returns err as the client sees it: an apiError as is, a Store
 // that cannot be reached as a 503, any other error as a generic 500.
