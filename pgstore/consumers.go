@@ -116,15 +116,21 @@ func (s *Store) GetConsumer(ctx context.Context, id string) (*webhooks.Consumer,
 	return c, nil
 }
 
-// UpdateConsumer implements webhooks.Store. fn runs once, inside a
-// transaction that holds the consumer's row lock (SELECT ... FOR UPDATE),
-// and holds a pooled connection while it runs. fn must not change the
-// consumer's ID, SubscriptionID or PrimaryStream; UpdateConsumer returns an
-// error rather than save such a change.
-//
-// The transaction takes two round trips: BEGIN goes with the read, and the
-// write with COMMIT.
+// UpdateConsumer implements webhooks.Store. Calls made at once share a
+// transaction (see batch.go) that holds their consumers' row locks
+// (SELECT ... FOR UPDATE) and a pooled connection while their functions
+// run, one after another; the transaction takes two round trips whatever
+// its size. fn runs more than once only if a write failed, to learn whose:
+// it runs again alone. fn must not change the consumer's ID,
+// SubscriptionID or PrimaryStream; UpdateConsumer returns an error rather
+// than save such a change.
 func (s *Store) UpdateConsumer(ctx context.Context, id string, fn func(c *webhooks.Consumer) (webhooks.UpdateAction, error)) (*webhooks.Consumer, error) {
+	return s.batched(ctx, id, fn)
+}
+
+// updateOne is UpdateConsumer alone in its transaction. BEGIN goes with
+// the read, and the write with COMMIT.
+func (s *Store) updateOne(ctx context.Context, id string, fn func(c *webhooks.Consumer) (webhooks.UpdateAction, error)) (*webhooks.Consumer, error) {
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
 		return nil, dbError("update consumer", err)

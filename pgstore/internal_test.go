@@ -32,11 +32,16 @@ func TestQueryPlansUseIndexes(t *testing.T) {
 		"DueConsumers":      {dueConsumersQuery, []any{int64(1), 10}},
 		"NextDeadline":      {nextDeadlineQuery, nil},
 		"SaveConsumer":      {saveConsumerPathsQuery, []any{"x", "IDLE", nil, []byte{1}, []string{"/a"}, []string{"/b"}}},
-		"TryLease":          {tryLeaseQuery, []any{"metrics", "a", int64(1), int64(2)}},
-		"ReleaseLease":      {releaseLeaseQuery, []any{"metrics", "a"}},
-		// What ON DELETE CASCADE runs for a subscription and a consumer.
-		"CascadeSubscription": {"DELETE FROM streamhooks_consumers WHERE subscription_id = $1", []any{"x"}},
-		"CascadeConsumer":     {"DELETE FROM streamhooks_consumer_streams WHERE consumer_id = $1", []any{"x"}},
+		"LockConsumers":     {lockConsumersQuery, []any{[]string{"x", "y"}}},
+		"SaveConsumers":     {saveConsumersQuery, []any{[]string{"x"}, []string{"IDLE"}, []*int64{nil}, [][]byte{{1}}}},
+		"DeleteConsumers":   {deleteConsumersQuery, []any{[]string{"x", "y"}}},
+		// DeleteSubscription's lock, and what ON DELETE CASCADE runs for
+		// a subscription and a consumer.
+		"LockSubscriptionConsumers": {lockSubscriptionConsumersQuery, []any{"x"}},
+		"TryLease":                  {tryLeaseQuery, []any{"metrics", "a", int64(1), int64(2)}},
+		"ReleaseLease":              {releaseLeaseQuery, []any{"metrics", "a"}},
+		"CascadeSubscription":       {"DELETE FROM streamhooks_consumers WHERE subscription_id = $1", []any{"x"}},
+		"CascadeConsumer":           {"DELETE FROM streamhooks_consumer_streams WHERE consumer_id = $1", []any{"x"}},
 	} {
 		var plan []string
 		err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {

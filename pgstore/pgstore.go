@@ -65,6 +65,7 @@ func WithEncryptionKey(key []byte) Option {
 type Store struct {
 	pool   *pgxpool.Pool
 	sealer *seal.Sealer // nil: secrets are stored in plaintext
+	batch  batcher
 }
 
 // New returns a Store on pool after bringing the schema up to date. Engines

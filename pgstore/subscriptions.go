@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 
 	webhooks "github.com/streamhooks/webhooks"
 	"github.com/streamhooks/webhooks/internal/seal"
@@ -59,21 +60,38 @@ func (s *Store) ListSubscriptions(ctx context.Context) ([]*webhooks.Subscription
 }
 
 // DeleteSubscription implements webhooks.Store. Its consumers go with it,
-// by the schema's cascading foreign keys, in the same statement, which
-// notifies the watchers.
+// by the schema's cascading foreign keys, in the same transaction, which
+// notifies the watchers. It locks the subscription, which keeps new
+// consumers out, and then its consumers in ID order, the order in which
+// UpdateConsumer's batches lock them: the cascade, locking them as it finds
+// them, could otherwise wait for a batch that waits for it.
 func (s *Store) DeleteSubscription(ctx context.Context, id string) error {
-	tag, err := s.pool.Exec(ctx, `WITH deleted AS (
-			DELETE FROM streamhooks_subscriptions WHERE id = $1 RETURNING id
-		)
-		SELECT `+notifySubscriptions+` FROM deleted`, id)
+	var deleted int64
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		b := &pgx.Batch{}
+		b.Queue("SELECT FROM streamhooks_subscriptions WHERE id = $1 FOR UPDATE", id)
+		b.Queue(lockSubscriptionConsumersQuery, id)
+		b.Queue(`WITH deleted AS (
+				DELETE FROM streamhooks_subscriptions WHERE id = $1 RETURNING id
+			)
+			SELECT `+notifySubscriptions+` FROM deleted`, id).Exec(func(tag pgconn.CommandTag) error {
+			deleted = tag.RowsAffected()
+			return nil
+		})
+		return tx.SendBatch(ctx, b).Close()
+	})
 	if err != nil {
 		return dbError("delete subscription", err)
 	}
-	if tag.RowsAffected() == 0 {
+	if deleted == 0 {
 		return webhooks.ErrSubscriptionNotFound
 	}
 	return nil
 }
+
+// lockSubscriptionConsumersQuery locks a subscription's consumers in ID
+// order.
+const lockSubscriptionConsumersQuery = "SELECT FROM streamhooks_consumers WHERE subscription_id = $1 ORDER BY id FOR UPDATE"
 
 // subscriptionsChannel is the channel on which subscription creates and
 // deletes are notified. The payload is the schema of the tables, so that
