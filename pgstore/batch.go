@@ -20,9 +20,13 @@ import (
 const (
 	// maxBatch bounds the updates of one transaction.
 	maxBatch = 128
-	// maxLeaders is how many batches may run at once, each on a connection
-	// of its own: one fills while another waits for the database.
-	maxLeaders = 2
+	// maxLeaders is how many batches may run at once. One: the batch that
+	// fills while another runs is larger, and on the 2-core machine of
+	// docs/BENCHMARKS.md two at once made fewer wake cycles (0.22 against
+	// 0.24 of the ceiling; with 3 instances 0.70-0.75 against 0.78-0.84 of
+	// one). Functions then run one after another, as sqlitestore's do, so
+	// a slow StreamSource holds up the updates queued behind it.
+	maxLeaders = 1
 )
 
 // updateOp is one UpdateConsumer call, queued for a batch.
@@ -52,10 +56,11 @@ func (s *Store) batched(ctx context.Context, id string, fn func(c *webhooks.Cons
 	b := &s.batch
 	op := &updateOp{ctx: ctx, id: id, fn: fn, signal: make(chan bool, 1)}
 	b.mu.Lock()
-	b.queue = append(b.queue, op)
 	lead := b.leaders < maxLeaders
 	if lead {
 		b.leaders++
+	} else {
+		b.queue = append(b.queue, op)
 	}
 	b.mu.Unlock()
 	if !lead {
@@ -83,12 +88,6 @@ func (s *Store) batched(ctx context.Context, id string, fn func(c *webhooks.Cons
 func (b *batcher) leave(op *updateOp) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.remove(op)
-}
-
-// remove takes op out of the queue and reports whether it was there. The
-// caller holds b.mu.
-func (b *batcher) remove(op *updateOp) bool {
 	i := slices.Index(b.queue, op)
 	if i >= 0 {
 		b.queue = slices.Delete(b.queue, i, i+1)
@@ -96,14 +95,14 @@ func (b *batcher) remove(op *updateOp) bool {
 	return i >= 0
 }
 
-// lead runs own and the ops queued behind it in one batch, then hands the
-// lead to the first op still queued, if any. An op leaves the queue when
-// a batch takes it or it is chosen to lead, both under b.mu, so that each
-// op runs in one batch and leads at most once.
+// lead runs own, which is not queued, and the ops queued behind it in one
+// batch, then hands the lead to the first op still queued, if any. Every
+// op is in one place at a time, changed under b.mu: queued, or taken by a
+// batch, or leading one; so each runs in one batch, and the number of
+// leaders stays within maxLeaders.
 func (s *Store) lead(own *updateOp) {
 	b := &s.batch
 	b.mu.Lock()
-	b.remove(own)
 	n := min(len(b.queue), maxBatch-1)
 	batch := append([]*updateOp{own}, b.queue[:n]...)
 	b.queue = slices.Delete(b.queue, 0, n)

@@ -318,3 +318,47 @@ func TestBatchesOfTwoStoresDoNotDeadlock(t *testing.T) {
 		require.ErrorIs(t, err, webhooks.ErrConsumerNotFound)
 	}
 }
+
+// TestBatchRunsEachUpdateOnce makes many concurrent calls, as a busy
+// engine does: each fn runs exactly once, since no write fails, and each
+// caller gets back what its own fn stored.
+func TestBatchRunsEachUpdateOnce(t *testing.T) {
+	s := newStore(t)
+	ids := consumers(t, s, "/a", "/b", "/c", "/d")
+	const workers, calls = 32, 30
+	var (
+		runs atomic.Int64
+		wg   sync.WaitGroup
+	)
+	for w := range workers {
+		wg.Go(func() {
+			for i := range calls {
+				id := ids[(w+i)%len(ids)]
+				var mine int
+				c, err := s.UpdateConsumer(t.Context(), id, func(c *webhooks.Consumer) (webhooks.UpdateAction, error) {
+					runs.Add(1)
+					c.Attempt++
+					mine = c.Attempt
+					return webhooks.UpdateSave, nil
+				})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if c.Attempt != mine {
+					t.Errorf("%s: stored attempt %d, returned %d", id, mine, c.Attempt)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	require.EqualValues(t, workers*calls, runs.Load(), "fn runs")
+	total := 0
+	for _, id := range ids {
+		c, err := s.GetConsumer(t.Context(), id)
+		require.NoError(t, err)
+		total += c.Attempt
+	}
+	require.Equal(t, workers*calls, total)
+}
