@@ -11,116 +11,32 @@ import (
 	webhooks "github.com/streamhooks/webhooks"
 )
 
-// Concurrent UpdateConsumer calls share transactions, as River's completer
-// batches job completions: one caller leads a batch of every update queued
-// meanwhile, in one transaction of two round trips, whatever its size. A
-// transition then costs the database a share of four statements rather
-// than four, which is what bounds a busy instance (docs/BENCHMARKS.md).
-
-const (
-	// maxBatch bounds the updates of one transaction.
-	maxBatch = 128
-	// maxLeaders is how many batches may run at once. One: the batch that
-	// fills while another runs is larger, and on the 2-core machine of
-	// docs/BENCHMARKS.md two at once made fewer wake cycles (0.22 against
-	// 0.24 of the ceiling; with 3 instances 0.70-0.75 against 0.78-0.84 of
-	// one). Functions then run one after another, as sqlitestore's do, so
-	// a slow StreamSource holds up the updates queued behind it.
-	maxLeaders = 1
-)
-
 // updateOp is one UpdateConsumer call, queued for a batch.
 type updateOp struct {
 	ctx context.Context
 	id  string
 	fn  func(c *webhooks.Consumer) (webhooks.UpdateAction, error)
 
-	// Set by the batch that runs the op, before signal.
+	// Set by the batch that runs the op.
 	out      *webhooks.Consumer
 	err      error
 	panicked any // what fn panicked with, re-raised in the caller
-
-	signal chan bool // receives true to lead the next batch, false when done
 }
 
-// batcher is the queue of UpdateConsumer calls, run in batches led by the
-// callers themselves: a Store has no goroutine of its own.
-type batcher struct {
-	mu      sync.Mutex
-	queue   []*updateOp
-	leaders int
-}
+func (op *updateOp) context() context.Context { return op.ctx }
+func (op *updateOp) fail(err error)           { op.out, op.err = nil, err }
 
-// batched runs fn as UpdateConsumer documents it, in a batch.
+// batched runs fn as UpdateConsumer documents it, in a batch of the
+// updates made at once.
 func (s *Store) batched(ctx context.Context, id string, fn func(c *webhooks.Consumer) (webhooks.UpdateAction, error)) (*webhooks.Consumer, error) {
-	b := &s.batch
-	op := &updateOp{ctx: ctx, id: id, fn: fn, signal: make(chan bool, 1)}
-	b.mu.Lock()
-	lead := b.leaders < maxLeaders
-	if lead {
-		b.leaders++
-	} else {
-		b.queue = append(b.queue, op)
-	}
-	b.mu.Unlock()
-	if !lead {
-		select {
-		case lead = <-op.signal:
-		case <-ctx.Done():
-			if b.leave(op) {
-				return nil, ctx.Err()
-			}
-			// A batch has taken the op, or it was chosen to lead.
-			lead = <-op.signal
-		}
-	}
-	if lead {
-		s.lead(op)
+	op := &updateOp{ctx: ctx, id: id, fn: fn}
+	if !s.updates.do(ctx, op, s.runBatch) {
+		return nil, ctx.Err()
 	}
 	if op.panicked != nil {
 		panic(op.panicked)
 	}
 	return op.out, op.err
-}
-
-// leave takes op out of the queue if it is still there, neither taken by
-// a batch nor chosen to lead, and reports whether it did.
-func (b *batcher) leave(op *updateOp) bool {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	i := slices.Index(b.queue, op)
-	if i >= 0 {
-		b.queue = slices.Delete(b.queue, i, i+1)
-	}
-	return i >= 0
-}
-
-// lead runs own, which is not queued, and the ops queued behind it in one
-// batch, then hands the lead to the first op still queued, if any. Every
-// op is in one place at a time, changed under b.mu: queued, or taken by a
-// batch, or leading one; so each runs in one batch, and the number of
-// leaders stays within maxLeaders.
-func (s *Store) lead(own *updateOp) {
-	b := &s.batch
-	b.mu.Lock()
-	n := min(len(b.queue), maxBatch-1)
-	batch := append([]*updateOp{own}, b.queue[:n]...)
-	b.queue = slices.Delete(b.queue, 0, n)
-	b.mu.Unlock()
-	s.runBatch(batch)
-	for _, op := range batch[1:] {
-		op.signal <- false
-	}
-	b.mu.Lock()
-	if len(b.queue) == 0 {
-		b.leaders--
-		b.mu.Unlock()
-		return
-	}
-	next := b.queue[0]
-	b.queue = b.queue[1:]
-	b.mu.Unlock()
-	next.signal <- true
 }
 
 // runBatch runs ops in one transaction that locks their consumers' rows,
@@ -129,19 +45,11 @@ func (s *Store) lead(own *updateOp) {
 // it. If the writes fail, every op of a consumer they touched runs again
 // alone, so that one bad write fails only its own caller.
 func (s *Store) runBatch(ops []*updateOp) {
-	var live []*updateOp
-	for _, op := range ops {
-		if err := op.ctx.Err(); err != nil {
-			op.err = err
-		} else {
-			live = append(live, op)
-		}
-	}
+	live, ctx, cancel := begin(ops)
+	defer cancel()
 	if len(live) == 0 {
 		return
 	}
-	ctx, cancel := allDone(live)
-	defer cancel()
 	dirty, err := s.runLocked(ctx, live)
 	if err == nil {
 		return
@@ -203,14 +111,7 @@ func (s *Store) runLocked(ctx context.Context, ops []*updateOp) (dirty map[strin
 	if err != nil {
 		return all(), err
 	}
-	cur := make(map[string]*webhooks.Consumer, len(stored))
-	for id, c := range stored {
-		cur[id] = c
-	}
-	for _, op := range ops {
-		applyOp(op, cur)
-	}
-
+	cur := applyAll(ops, ids, stored)
 	b = &pgx.Batch{}
 	dirty = make(map[string]bool)
 	var (
@@ -266,14 +167,48 @@ const saveConsumersQuery = `UPDATE streamhooks_consumers c SET state = u.state, 
 
 const deleteConsumersQuery = "DELETE FROM streamhooks_consumers WHERE id = ANY ($1)"
 
-// applyOp runs op's fn on a copy of its consumer in cur and records the
-// result in cur and in op.
-func applyOp(op *updateOp, cur map[string]*webhooks.Consumer) {
-	c, ok := cur[op.id]
-	if !ok || c == nil {
-		op.err = webhooks.ErrConsumerNotFound
-		return
+// applyAll runs the ops' fns on the consumers stored under ids and
+// returns the consumers as the ops leave them, nil where deleted. The ops
+// of one consumer run in queue order, each on what the one before it left;
+// those of different consumers run at once, as they would unbatched, so
+// that the StreamSource reads of a batch do not add up.
+func applyAll(ops []*updateOp, ids []string, stored map[string]*webhooks.Consumer) map[string]*webhooks.Consumer {
+	byID := make(map[string][]*updateOp, len(ids))
+	for _, op := range ops {
+		byID[op.id] = append(byID[op.id], op)
 	}
+	finals := make([]*webhooks.Consumer, len(ids))
+	var wg sync.WaitGroup
+	for i, id := range ids {
+		chain := func() {
+			c, found := stored[id]
+			for _, op := range byID[id] {
+				if !found || c == nil {
+					op.err = webhooks.ErrConsumerNotFound
+					continue
+				}
+				c = applyOp(op, c)
+			}
+			finals[i] = c
+		}
+		if i == len(ids)-1 {
+			chain()
+		} else {
+			wg.Go(chain)
+		}
+	}
+	wg.Wait()
+	cur := make(map[string]*webhooks.Consumer, len(ids))
+	for i, id := range ids {
+		cur[id] = finals[i]
+	}
+	return cur
+}
+
+// applyOp runs op's fn on a copy of c, records the result in op, and
+// returns the consumer as op leaves it: c, a new version, or nil if op
+// deleted it.
+func applyOp(op *updateOp, c *webhooks.Consumer) *webhooks.Consumer {
 	next := c.Clone()
 	var action webhooks.UpdateAction
 	func() {
@@ -290,16 +225,17 @@ func applyOp(op *updateOp, cur map[string]*webhooks.Consumer) {
 	case action == webhooks.UpdateSave:
 		if next.ID != c.ID || next.SubscriptionID != c.SubscriptionID || next.PrimaryStream != c.PrimaryStream {
 			op.err = fmt.Errorf("pgstore: update of consumer %q changed its ID, SubscriptionID or PrimaryStream", op.id)
-			return
+			break
 		}
-		cur[op.id] = next
 		// fn may have kept next; hand back a copy it cannot reach.
 		op.out = next.Clone()
+		return next
 	case action == webhooks.UpdateDelete:
-		cur[op.id] = nil
+		return nil
 	default:
 		op.err = fmt.Errorf("pgstore: update of consumer %q returned unknown action %d", op.id, action)
 	}
+	return c
 }
 
 // readAllLocked sends b, a BEGIN and a read of consumers, and returns them
@@ -322,30 +258,4 @@ func readAllLocked(ctx context.Context, conn *pgx.Conn, b *pgx.Batch) (map[strin
 		err = cerr
 	}
 	return out, err
-}
-
-// allDone returns a context that is done once every op's context is: a
-// batch goes on while any of its callers waits for it.
-func allDone(ops []*updateOp) (context.Context, context.CancelFunc) {
-	ctx, cancel := context.WithCancel(context.Background())
-	var (
-		mu      sync.Mutex
-		waiting = len(ops)
-	)
-	stops := make([]func() bool, 0, len(ops))
-	for _, op := range ops {
-		stops = append(stops, context.AfterFunc(op.ctx, func() {
-			mu.Lock()
-			defer mu.Unlock()
-			if waiting--; waiting == 0 {
-				cancel()
-			}
-		}))
-	}
-	return ctx, func() {
-		for _, stop := range stops {
-			stop()
-		}
-		cancel()
-	}
 }

@@ -16,53 +16,6 @@ import (
 	"github.com/streamhooks/webhooks/internal/pgtest"
 )
 
-// held starts an update on each of maxLeaders consumers of its own under
-// subscription "s", whose fns wait, so that the updates started next
-// queue until release. release lets the held updates finish one at a
-// time: the first to finish hands the lead to the first queued update,
-// whose batch takes every update queued. queued returns once n updates
-// are queued.
-func held(t *testing.T, s *Store) (release func(), queued func(n int)) {
-	t.Helper()
-	var (
-		lets  []chan struct{}
-		dones []chan error
-	)
-	for i := range maxLeaders {
-		p := fmt.Sprintf("/held/%d", i)
-		c := &webhooks.Consumer{ID: webhooks.ConsumerID("s", p), SubscriptionID: "s", PrimaryStream: p, State: webhooks.StateIdle}
-		require.NoError(t, s.CreateConsumer(t.Context(), c))
-		entered, let, done := make(chan struct{}), make(chan struct{}), make(chan error, 1)
-		go func() {
-			_, err := s.UpdateConsumer(context.Background(), c.ID, func(*webhooks.Consumer) (webhooks.UpdateAction, error) {
-				close(entered)
-				<-let
-				return webhooks.UpdateNone, nil
-			})
-			done <- err
-		}()
-		<-entered
-		lets, dones = append(lets, let), append(dones, done)
-	}
-	var once sync.Once
-	release = func() {
-		once.Do(func() {
-			for i, let := range lets {
-				close(let)
-				require.NoError(t, <-dones[i])
-			}
-		})
-	}
-	t.Cleanup(release)
-	return release, func(n int) {
-		require.Eventually(t, func() bool {
-			s.batch.mu.Lock()
-			defer s.batch.mu.Unlock()
-			return len(s.batch.queue) == n
-		}, 10*time.Second, time.Millisecond)
-	}
-}
-
 // consumers creates subscription "s" with a consumer on each of paths and
 // returns their IDs.
 func consumers(t *testing.T, s *Store, paths ...string) []string {
@@ -113,7 +66,7 @@ func bump(c *webhooks.Consumer) (webhooks.UpdateAction, error) {
 func TestBatchSharesOneTransaction(t *testing.T) {
 	s := newStore(t)
 	ids := consumers(t, s, "/a", "/b", "/c")
-	release, queued := held(t, s)
+	release, queued := holdCombiner(t, &s.updates, &updateOp{ctx: t.Context()})
 	acquired := s.pool.Stat().AcquireCount()
 	var outs []<-chan outcome
 	for _, id := range []string{ids[0], ids[1], ids[2], ids[0]} {
@@ -144,7 +97,7 @@ func TestBatchFailedWriteFailsOnlyItsCaller(t *testing.T) {
 	ids := consumers(t, s, "/a", "/b", "/c")
 	_, err := s.pool.Exec(t.Context(), "ALTER TABLE streamhooks_consumers ADD CONSTRAINT no_live CHECK (state <> 'LIVE')")
 	require.NoError(t, err)
-	release, queued := held(t, s)
+	release, queued := holdCombiner(t, &s.updates, &updateOp{ctx: t.Context()})
 	goLive := func(c *webhooks.Consumer) (webhooks.UpdateAction, error) {
 		c.State = webhooks.StateLive
 		return webhooks.UpdateSave, nil
@@ -183,7 +136,7 @@ func TestBatchFailedWriteFailsOnlyItsCaller(t *testing.T) {
 func TestBatchPanicFailsOnlyItsCaller(t *testing.T) {
 	s := newStore(t)
 	ids := consumers(t, s, "/a", "/b")
-	release, queued := held(t, s)
+	release, queued := holdCombiner(t, &s.updates, &updateOp{ctx: t.Context()})
 	panics := goUpdate(t.Context(), s, ids[0], func(c *webhooks.Consumer) (webhooks.UpdateAction, error) {
 		c.Attempt = 9
 		panic("boom")
@@ -208,7 +161,7 @@ func TestBatchPanicFailsOnlyItsCaller(t *testing.T) {
 func TestBatchCallerGivesUpWhileQueued(t *testing.T) {
 	s := newStore(t)
 	ids := consumers(t, s, "/a")
-	release, queued := held(t, s)
+	release, queued := holdCombiner(t, &s.updates, &updateOp{ctx: t.Context()})
 	defer release()
 	ctx, cancel := context.WithCancel(t.Context())
 	var ran atomic.Bool
@@ -361,4 +314,31 @@ func TestBatchRunsEachUpdateOnce(t *testing.T) {
 		total += c.Attempt
 	}
 	require.Equal(t, workers*calls, total)
+}
+
+// TestBatchRunsConsumersAtOnce batches updates of two consumers whose fns
+// each wait for the other to start: they run at once, as they would
+// unbatched, so that slow StreamSource reads in a batch do not add up.
+func TestBatchRunsConsumersAtOnce(t *testing.T) {
+	s := newStore(t)
+	ids := consumers(t, s, "/a", "/b")
+	release, queued := holdCombiner(t, &s.updates, &updateOp{ctx: t.Context()})
+	started := []chan struct{}{make(chan struct{}), make(chan struct{})}
+	var outs []<-chan outcome
+	for i, id := range ids {
+		outs = append(outs, goUpdate(t.Context(), s, id, func(c *webhooks.Consumer) (webhooks.UpdateAction, error) {
+			close(started[i])
+			select {
+			case <-started[1-i]:
+			case <-time.After(10 * time.Second):
+				return webhooks.UpdateNone, errors.New("the other update did not start meanwhile")
+			}
+			return bump(c)
+		}))
+		queued(len(outs))
+	}
+	release()
+	for _, out := range outs {
+		require.NoError(t, (<-out).err)
+	}
 }

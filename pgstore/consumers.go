@@ -17,13 +17,7 @@ const consumerCols = `c.id, c.subscription_id, c.primary_stream, c.state, c.dead
 
 // The engine's hot queries, checked for index use by a test.
 const (
-	getConsumerQuery = `SELECT ` + consumerCols + ` FROM streamhooks_consumers c WHERE c.id = $1`
-	// A consumer's secondary paths exclude its primary stream, so the two
-	// halves never return the same consumer.
-	consumersByStreamQuery = `SELECT ` + consumerCols + ` FROM streamhooks_consumers c WHERE c.primary_stream = $1
-		UNION ALL
-		SELECT ` + consumerCols + ` FROM streamhooks_consumer_streams cs JOIN streamhooks_consumers c ON c.id = cs.consumer_id WHERE cs.path = $1
-		ORDER BY 1`
+	getConsumerQuery  = `SELECT ` + consumerCols + ` FROM streamhooks_consumers c WHERE c.id = $1`
 	dueConsumersQuery = `SELECT ` + consumerCols + ` FROM streamhooks_consumers c
 		WHERE c.deadline IS NOT NULL AND c.deadline <= $1 ORDER BY c.deadline, c.id LIMIT $2`
 	nextDeadlineQuery = "SELECT min(deadline) FROM streamhooks_consumers WHERE deadline IS NOT NULL"
@@ -67,12 +61,14 @@ func encodeConsumer(c *webhooks.Consumer) (*consumerRow, error) {
 	return &consumerRow{state: string(c.State), deadline: deadline, data: data}, nil
 }
 
-func scanConsumer(row pgx.Row) (*webhooks.Consumer, error) {
+// scanConsumer reads a consumer from row, after the columns scanned into
+// lead, if any.
+func scanConsumer(row pgx.Row, lead ...any) (*webhooks.Consumer, error) {
 	var (
 		c webhooks.Consumer
 		r consumerRow
 	)
-	if err := row.Scan(&c.ID, &c.SubscriptionID, &c.PrimaryStream, &r.state, &r.deadline, &r.data); err != nil {
+	if err := row.Scan(append(lead, &c.ID, &c.SubscriptionID, &c.PrimaryStream, &r.state, &r.deadline, &r.data)...); err != nil {
 		return nil, err
 	}
 	c.State = webhooks.ConsumerState(r.state)
@@ -240,11 +236,6 @@ func diff(a, b []string) []string {
 		}
 	}
 	return out
-}
-
-// ConsumersByStream implements webhooks.Store.
-func (s *Store) ConsumersByStream(ctx context.Context, path string) ([]*webhooks.Consumer, error) {
-	return s.queryConsumers(ctx, consumersByStreamQuery, path)
 }
 
 // DueConsumers implements webhooks.Store. Equal deadlines are ordered by

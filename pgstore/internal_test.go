@@ -28,7 +28,8 @@ func TestQueryPlansUseIndexes(t *testing.T) {
 		args []any
 	}{
 		"GetConsumer":       {getConsumerQuery + " FOR UPDATE", []any{"x"}},
-		"ConsumersByStream": {consumersByStreamQuery, []any{"x"}},
+		"ConsumersByStream": {consumersByStreamsQuery, []any{[]string{"x", "y"}}},
+		"GetSubscription":   {getSubscriptionsQuery, []any{[]string{"x", "y"}}},
 		"DueConsumers":      {dueConsumersQuery, []any{int64(1), 10}},
 		"NextDeadline":      {nextDeadlineQuery, nil},
 		"SaveConsumer":      {saveConsumerPathsQuery, []any{"x", "IDLE", nil, []byte{1}, []string{"/a"}, []string{"/b"}}},

@@ -63,9 +63,11 @@ func WithEncryptionKey(key []byte) Option {
 // It has no Close: the pool is the caller's, to close after the engine has
 // stopped.
 type Store struct {
-	pool   *pgxpool.Pool
-	sealer *seal.Sealer // nil: secrets are stored in plaintext
-	batch  batcher
+	pool              *pgxpool.Pool
+	sealer            *seal.Sealer // nil: secrets are stored in plaintext
+	updates           combiner[*updateOp]
+	subscriptionReads combiner[*subscriptionRead]
+	streamReads       combiner[*streamRead]
 }
 
 // New returns a Store on pool after bringing the schema up to date. Engines

@@ -39,15 +39,6 @@ func (s *Store) CreateSubscription(ctx context.Context, sub *webhooks.Subscripti
 	return nil
 }
 
-// GetSubscription implements webhooks.Store.
-func (s *Store) GetSubscription(ctx context.Context, id string) (*webhooks.Subscription, error) {
-	sub, err := s.scanSubscription(s.pool.QueryRow(ctx, "SELECT "+subscriptionCols+" FROM streamhooks_subscriptions WHERE id = $1", id))
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, webhooks.ErrSubscriptionNotFound
-	}
-	return sub, err
-}
-
 // ListSubscriptions implements webhooks.Store.
 func (s *Store) ListSubscriptions(ctx context.Context) ([]*webhooks.Subscription, error) {
 	// A failed Query's error comes back from CollectRows too.

@@ -1,0 +1,151 @@
+package pgstore
+
+import (
+	"context"
+	"slices"
+	"sync"
+)
+
+// Concurrent calls of one kind share a round trip, as River's completer
+// batches job completions: one caller leads a batch of every call queued
+// meanwhile, and a batch costs the database a few statements whatever its
+// size. Per wake cycle that is a share of the statements it cost before,
+// and statements are what bound a busy instance (docs/BENCHMARKS.md).
+//
+// One batch of a kind runs at a time: the batch that fills while another
+// runs is larger, and on the 2-core machine of docs/BENCHMARKS.md two at
+// once made fewer wake cycles (0.22 against 0.24 of the ceiling; with 3
+// instances 0.70-0.75 against 0.78-0.84 of one).
+
+// maxBatch bounds the calls of one batch.
+const maxBatch = 128
+
+// queued is a call waiting in a combiner.
+type queued[C any] struct {
+	call   C
+	signal chan bool // receives true to lead the next batch, false when done
+}
+
+// combiner queues calls of one kind and runs them in batches, led by the
+// callers themselves: a Store has no goroutine of its own. Every call is
+// in one place at a time, changed under mu: queued, or taken by a batch,
+// or leading one; so each runs in one batch, and one batch runs at a time.
+type combiner[C any] struct {
+	mu      sync.Mutex
+	queue   []*queued[C]
+	leading bool
+}
+
+// do runs call, by run, in a batch with the calls queued meanwhile, and
+// returns once it has run. It returns false, and call does not run, if ctx
+// ends while call waits in the queue. run gets every call of the batch and
+// sets their outcomes in them.
+func (b *combiner[C]) do(ctx context.Context, call C, run func([]C)) bool {
+	q := &queued[C]{call: call, signal: make(chan bool, 1)}
+	b.mu.Lock()
+	lead := !b.leading
+	if lead {
+		b.leading = true
+	} else {
+		b.queue = append(b.queue, q)
+	}
+	b.mu.Unlock()
+	if !lead {
+		select {
+		case lead = <-q.signal:
+		case <-ctx.Done():
+			if b.leave(q) {
+				return false
+			}
+			// A batch has taken the call, or chose it to lead.
+			lead = <-q.signal
+		}
+	}
+	if lead {
+		b.lead(q, run)
+	}
+	return true
+}
+
+// leave takes q out of the queue if it is still there, and reports whether
+// it did.
+func (b *combiner[C]) leave(q *queued[C]) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	i := slices.Index(b.queue, q)
+	if i >= 0 {
+		b.queue = slices.Delete(b.queue, i, i+1)
+	}
+	return i >= 0
+}
+
+// lead runs own, which is not queued, and the calls queued behind it in
+// one batch, then hands the lead to the first call still queued, if any.
+func (b *combiner[C]) lead(own *queued[C], run func([]C)) {
+	b.mu.Lock()
+	n := min(len(b.queue), maxBatch-1)
+	batch := append([]*queued[C]{own}, b.queue[:n]...)
+	b.queue = slices.Delete(b.queue, 0, n)
+	b.mu.Unlock()
+	calls := make([]C, len(batch))
+	for i, q := range batch {
+		calls[i] = q.call
+	}
+	run(calls)
+	for _, q := range batch[1:] {
+		q.signal <- false
+	}
+	b.mu.Lock()
+	if len(b.queue) == 0 {
+		b.leading = false
+		b.mu.Unlock()
+		return
+	}
+	next := b.queue[0]
+	b.queue = b.queue[1:]
+	b.mu.Unlock()
+	next.signal <- true
+}
+
+// call is what a batch needs of each call it runs.
+type call interface {
+	// context is the caller's context.
+	context() context.Context
+	// fail sets the call's outcome to err.
+	fail(err error)
+}
+
+// begin starts a batch: it returns the calls whose callers still wait,
+// failing the others with their context's error, and a context that is
+// done once every one of those callers' is, so that the batch goes on
+// while any of them waits for it.
+func begin[C call](calls []C) (waiting []C, _ context.Context, stop context.CancelFunc) {
+	for _, c := range calls {
+		if err := c.context().Err(); err != nil {
+			c.fail(err)
+		} else {
+			waiting = append(waiting, c)
+		}
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	var (
+		mu   sync.Mutex
+		left = len(waiting)
+	)
+	stops := make([]func() bool, 0, len(waiting))
+	for _, c := range waiting {
+		stops = append(stops, context.AfterFunc(c.context(), func() {
+			mu.Lock()
+			defer mu.Unlock()
+			if left--; left == 0 {
+				cancel()
+			}
+		}))
+	}
+	return waiting, ctx, func() {
+		for _, s := range stops {
+			s()
+		}
+		cancel()
+	}
+}
