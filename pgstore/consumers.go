@@ -113,13 +113,13 @@ func (s *Store) GetConsumer(ctx context.Context, id string) (*webhooks.Consumer,
 }
 
 // UpdateConsumer implements webhooks.Store. Calls made at once share a
-// transaction (see batch.go) that holds their consumers' row locks
-// (SELECT ... FOR UPDATE) and a pooled connection while their functions
-// run, one after another; the transaction takes two round trips whatever
-// its size. fn runs more than once only if a write failed, to learn whose:
-// it runs again alone. fn must not change the consumer's ID,
-// SubscriptionID or PrimaryStream; UpdateConsumer returns an error rather
-// than save such a change.
+// transaction of two round trips, whatever its size, which locks their
+// consumers' rows (SELECT ... FOR UPDATE) in ID order. The functions of
+// different consumers run at once, those of one consumer in call order,
+// each on what the one before it left. fn runs again, alone, only if the
+// shared write failed, to learn whose it was. fn must not change the
+// consumer's ID, SubscriptionID or PrimaryStream; UpdateConsumer returns
+// an error rather than save such a change.
 func (s *Store) UpdateConsumer(ctx context.Context, id string, fn func(c *webhooks.Consumer) (webhooks.UpdateAction, error)) (*webhooks.Consumer, error) {
 	return s.batched(ctx, id, fn)
 }
