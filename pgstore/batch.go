@@ -66,10 +66,9 @@ func (s *Store) runBatch(ops []*updateOp) {
 	}
 	for _, op := range retry {
 		op.out, op.err, op.panicked = nil, nil, nil
-		func() {
-			defer func() { op.panicked = recover() }()
-			op.out, op.err = s.updateOne(op.ctx, op.id, op.fn)
-		}()
+		if _, err := s.runLocked(op.ctx, []*updateOp{op}); err != nil {
+			op.fail(dbError("update consumer", err))
+		}
 	}
 }
 

@@ -30,9 +30,8 @@ const (
 			INSERT INTO streamhooks_consumer_streams (path, consumer_id) SELECT p, c.id FROM c, unnest($7::text[]) p
 		)
 		SELECT count(*) FROM c`
-	saveConsumerQuery = "UPDATE streamhooks_consumers SET state = $2, deadline = $3, data = $4 WHERE id = $1"
-	// saveConsumerPathsQuery is saveConsumerQuery for a change of paths:
-	// $5 are those to unindex, $6 those to index.
+	// saveConsumerPathsQuery stores a consumer whose paths changed: $5
+	// are those to unindex, $6 those to index.
 	saveConsumerPathsQuery = `WITH c AS (
 			UPDATE streamhooks_consumers SET state = $2, deadline = $3, data = $4 WHERE id = $1
 		), unindexed AS (
@@ -122,97 +121,6 @@ func (s *Store) GetConsumer(ctx context.Context, id string) (*webhooks.Consumer,
 // an error rather than save such a change.
 func (s *Store) UpdateConsumer(ctx context.Context, id string, fn func(c *webhooks.Consumer) (webhooks.UpdateAction, error)) (*webhooks.Consumer, error) {
 	return s.batched(ctx, id, fn)
-}
-
-// updateOne is UpdateConsumer alone in its transaction. BEGIN goes with
-// the read, and the write with COMMIT.
-func (s *Store) updateOne(ctx context.Context, id string, fn func(c *webhooks.Consumer) (webhooks.UpdateAction, error)) (*webhooks.Consumer, error) {
-	conn, err := s.pool.Acquire(ctx)
-	if err != nil {
-		return nil, dbError("update consumer", err)
-	}
-	// The pool destroys, rather than reuses, a connection released inside
-	// a transaction: one the ROLLBACK below did not reach, as when ctx is
-	// done.
-	defer conn.Release()
-	done := false
-	defer func() {
-		if !done {
-			_, _ = conn.Exec(ctx, "ROLLBACK")
-		}
-	}()
-
-	b := &pgx.Batch{}
-	b.Queue("BEGIN")
-	b.Queue(getConsumerQuery+" FOR UPDATE", id)
-	stored, err := readLocked(ctx, conn.Conn(), b)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return nil, webhooks.ErrConsumerNotFound
-	}
-	if err != nil {
-		return nil, dbError("update consumer", err)
-	}
-	c := stored.Clone()
-	action, err := fn(c)
-	if err != nil {
-		return nil, err
-	}
-	b = &pgx.Batch{}
-	var out *webhooks.Consumer
-	switch action {
-	case webhooks.UpdateNone:
-		out = stored
-	case webhooks.UpdateSave:
-		if c.ID != stored.ID || c.SubscriptionID != stored.SubscriptionID || c.PrimaryStream != stored.PrimaryStream {
-			return nil, fmt.Errorf("pgstore: update of consumer %q changed its ID, SubscriptionID or PrimaryStream", id)
-		}
-		if err := queueSave(b, stored, c); err != nil {
-			return nil, err
-		}
-		// fn may have kept c; hand back a copy it cannot reach.
-		out = c.Clone()
-	case webhooks.UpdateDelete:
-		b.Queue("DELETE FROM streamhooks_consumers WHERE id = $1", id)
-	default:
-		return nil, fmt.Errorf("pgstore: update of consumer %q returned unknown action %d", id, action)
-	}
-	b.Queue("COMMIT")
-	if err := conn.SendBatch(ctx, b).Close(); err != nil {
-		return nil, dbError("update consumer", err)
-	}
-	done = true
-	return out, nil
-}
-
-// readLocked sends b, a BEGIN and a read of one consumer, and returns the
-// consumer.
-func readLocked(ctx context.Context, conn *pgx.Conn, b *pgx.Batch) (*webhooks.Consumer, error) {
-	br := conn.SendBatch(ctx, b)
-	_, err := br.Exec()
-	var c *webhooks.Consumer
-	if err == nil {
-		c, err = scanConsumer(br.QueryRow())
-	}
-	if cerr := br.Close(); err == nil {
-		err = cerr
-	}
-	return c, err
-}
-
-// queueSave queues the writes that store c over old, its stored version.
-func queueSave(b *pgx.Batch, old, c *webhooks.Consumer) error {
-	r, err := encodeConsumer(c)
-	if err != nil {
-		return err
-	}
-	from, to := secondaryPaths(old), secondaryPaths(c)
-	unindex, index := diff(from, to), diff(to, from)
-	if len(unindex) == 0 && len(index) == 0 {
-		b.Queue(saveConsumerQuery, c.ID, r.state, r.deadline, r.data)
-	} else {
-		b.Queue(saveConsumerPathsQuery, c.ID, r.state, r.deadline, r.data, unindex, index)
-	}
-	return nil
 }
 
 // secondaryPaths returns the distinct paths of c's streams other than its

@@ -27,7 +27,7 @@ func TestQueryPlansUseIndexes(t *testing.T) {
 		sql  string
 		args []any
 	}{
-		"GetConsumer":       {getConsumerQuery + " FOR UPDATE", []any{"x"}},
+		"GetConsumer":       {getConsumerQuery, []any{"x"}},
 		"ConsumersByStream": {consumersByStreamsQuery, []any{[]string{"x", "y"}}},
 		"GetSubscription":   {getSubscriptionsQuery, []any{[]string{"x", "y"}}},
 		"DueConsumers":      {dueConsumersQuery, []any{int64(1), 10}},
