@@ -16,11 +16,17 @@ pg_bin() {
 	fi
 }
 
-# free_port prints a TCP port on 127.0.0.1 that nothing listens on.
+# free_port prints a TCP port on 127.0.0.1 that nothing listens on, below
+# the ephemeral range, where the local end of an outgoing connection could
+# hold it without listening.
 free_port() {
-	local port
+	local port low=32768
+	if [ -r /proc/sys/net/ipv4/ip_local_port_range ]; then
+		read -r low _ </proc/sys/net/ipv4/ip_local_port_range
+	fi
+	if [ "$low" -le 11000 ]; then low=32768; fi
 	while :; do
-		port=$((20000 + RANDOM % 20000))
+		port=$((10000 + RANDOM % (low - 10000)))
 		if ! (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
 			echo "$port"
 			return
@@ -58,15 +64,24 @@ start_postgres() {
 	PG_BIN="$bin"
 	trap stop_postgres EXIT
 
-	port="$(free_port)"
 	version="$("$bin/pg_ctl" --version)"
-	step "starting $version on 127.0.0.1:$port"
 	"${PG_AS[@]}" "$bin/initdb" -D "$PG_TMP/data" -U streamhooks --auth=trust --no-sync -E UTF8 >"$PG_TMP/initdb.log" ||
 		{ cat "$PG_TMP/initdb.log" >&2; return 1; }
-	# fsync off: the cluster is thrown away, and tests run faster.
-	"${PG_AS[@]}" "$bin/pg_ctl" -D "$PG_TMP/data" -l "$PG_TMP/run/postgres.log" -w \
-		-o "-c listen_addresses=127.0.0.1 -p $port -k $PG_TMP/run -c fsync=off -c max_connections=300" start >/dev/null ||
-		{ cat "$PG_TMP/run/postgres.log" >&2; return 1; }
+	# A port found free may be taken before the server binds it: try a
+	# few. fsync off: the cluster is thrown away, and tests run faster.
+	local attempt
+	for attempt in 1 2 3 4 5; do
+		port="$(free_port)"
+		step "starting $version on 127.0.0.1:$port"
+		if "${PG_AS[@]}" "$bin/pg_ctl" -D "$PG_TMP/data" -l "$PG_TMP/run/postgres.log" -w \
+			-o "-c listen_addresses=127.0.0.1 -p $port -k $PG_TMP/run -c fsync=off -c max_connections=300" start >/dev/null; then
+			break
+		fi
+		if [ "$attempt" -eq 5 ]; then
+			cat "$PG_TMP/run/postgres.log" >&2
+			return 1
+		fi
+	done
 	export STREAMHOOKS_TEST_POSTGRES="postgres://streamhooks@127.0.0.1:$port/postgres?sslmode=disable"
 }
 
