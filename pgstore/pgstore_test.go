@@ -3,6 +3,7 @@ package pgstore
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -145,4 +146,26 @@ func waitSignal[T any](t *testing.T, ch <-chan T, msg string) T {
 		t.Fatal(msg)
 		panic("unreachable")
 	}
+}
+
+// TestWatchSubscriptionsIgnoresOtherSchemas creates subscriptions in a
+// store in another schema of the database, then one in the watched store:
+// the watch reports only the last. Notifications arrive in commit order,
+// so those the watch failed to filter out would be reported first.
+func TestWatchSubscriptionsIgnoresOtherSchemas(t *testing.T) {
+	watched, other := newStore(t), newStore(t)
+	calls := make(chan struct{}, 64)
+	ctx, cancel := context.WithCancel(t.Context())
+	done := make(chan error, 1)
+	go func() { done <- watched.WatchSubscriptions(ctx, func() { calls <- struct{}{} }) }()
+	waitSignal(t, calls, "no call once watching")
+
+	for i := range 10 {
+		require.NoError(t, other.CreateSubscription(ctx, &webhooks.Subscription{ID: fmt.Sprint("elsewhere", i), Pattern: "/a", Webhook: "https://example.com"}))
+	}
+	require.NoError(t, watched.CreateSubscription(ctx, &webhooks.Subscription{ID: "here", Pattern: "/a", Webhook: "https://example.com"}))
+	waitSignal(t, calls, "the watch did not report a create in its schema")
+	cancel()
+	require.ErrorIs(t, waitSignal(t, done, "the watch did not end with its context"), context.Canceled)
+	require.Empty(t, calls, "the watch reported creates in another schema")
 }
