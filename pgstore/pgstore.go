@@ -16,10 +16,12 @@
 // configuration to keep them in a schema of their own.
 //
 // A batch of updates holds a pooled connection while the engine's update
-// functions run, which read the host's StreamSource. A StreamSource that
-// reads PostgreSQL must use another pool: on a shared one, every
-// connection could be held by an update that waits for a connection to
-// read a stream.
+// functions run, which read the host's StreamSource, and commits when the
+// slowest of them returns: a StreamSource read that hangs holds up the
+// updates batched with it and those queued behind it, so give the
+// StreamSource's reads a timeout. A StreamSource that reads PostgreSQL
+// must use another pool: on a shared one, every connection could be held
+// by an update that waits for a connection to read a stream.
 package pgstore
 
 import (
