@@ -116,9 +116,10 @@ func (s *Store) GetConsumer(ctx context.Context, id string) (*webhooks.Consumer,
 // consumers' rows (SELECT ... FOR UPDATE) in ID order. The functions of
 // different consumers run at once, those of one consumer in call order,
 // each on what the one before it left. fn runs again, alone, only if the
-// shared write failed, to learn whose it was. fn must not change the
-// consumer's ID, SubscriptionID or PrimaryStream; UpdateConsumer returns
-// an error rather than save such a change.
+// shared write failed, to learn whose it was. fn must not call the Store,
+// whose batch waits for it, nor change the consumer's ID, SubscriptionID
+// or PrimaryStream; UpdateConsumer returns an error rather than save such
+// a change.
 func (s *Store) UpdateConsumer(ctx context.Context, id string, fn func(c *webhooks.Consumer) (webhooks.UpdateAction, error)) (*webhooks.Consumer, error) {
 	return s.batched(ctx, id, fn)
 }
