@@ -328,11 +328,14 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 }
 
 // writeError answers with the one JSON error shape. Errors that are not
-// apiErrors are logged and answered with a generic 500: internal error text
-// never reaches clients.
+// apiErrors are logged and answered with a generic 500, or a 503 while the
+// Store cannot be reached: internal error text never reaches clients.
 func (e *Engine) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	ae := asAPIError(err)
-	if ae.code == CodeInternal || errors.Is(err, ErrStoreUnavailable) {
+	switch {
+	case errors.Is(err, ErrStoreUnavailable):
+		e.outages.failed(r, err)
+	case ae.code == CodeInternal:
 		e.log.ErrorContext(r.Context(), "webhooks: request failed", "method", r.Method, "path", r.URL.Path, "error", err)
 	}
 	if ae.status == http.StatusServiceUnavailable {

@@ -55,6 +55,8 @@ type Engine struct {
 	tel    *telemetry
 	// failures logs failed delivery attempts, sampled.
 	failures *failureLog
+	// outages logs API requests failed by a Store outage, sampled.
+	outages *outageLog
 	// metrics is this instance's claim to report the Store-wide gauge.
 	metrics *lease
 	// callbackPrefix is every callback URL but the consumer ID.
@@ -142,6 +144,7 @@ func New(store Store, source StreamSource, opts ...Option) (*Engine, error) {
 	}
 	e.callbackPrefix = cfg.callbackBase.String() + callbackSegment
 	e.failures = newFailureLog(cfg.logger, cfg.clock)
+	e.outages = newOutageLog(cfg.logger, cfg.clock)
 	e.metrics = metrics
 	e.lanes = newLanes(e.clock, cfg.maxConcurrentDeliveries, cfg.maxDeliveriesPerHost, e.startDelivery)
 	return e, nil
