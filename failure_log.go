@@ -36,9 +36,26 @@ type failureLog struct {
 
 // failureBucket samples the failure lines of one subscription.
 type failureBucket struct {
+	sampler
+	last time.Time // of the last failure
+}
+
+// sampler lets log lines through at a limiter's rate and counts the ones
+// it holds back, for the next line that goes through to report.
+type sampler struct {
 	limiter    *rate.Limiter
-	suppressed int       // lines not logged since the last one that was
-	last       time.Time // of the last failure
+	suppressed int // lines not logged since the last one that was
+}
+
+// take reports whether a line at now may be logged and, if so, how many
+// were held back before it.
+func (s *sampler) take(now time.Time) (allowed bool, suppressed int) {
+	if !s.limiter.AllowN(now, 1) {
+		s.suppressed++
+		return false, 0
+	}
+	suppressed, s.suppressed = s.suppressed, 0
+	return true, suppressed
 }
 
 func newFailureLog(log *slog.Logger, clk clock.Clock) *failureLog {
@@ -65,17 +82,11 @@ func (l *failureLog) failed(ctx context.Context, c *Consumer, f *deliveryFailure
 	idle := l.sweep(now)
 	b := l.subs[c.SubscriptionID]
 	if b == nil {
-		b = &failureBucket{limiter: rate.NewLimiter(rate.Every(failureLogEvery), failureLogBurst)}
+		b = &failureBucket{sampler: sampler{limiter: rate.NewLimiter(rate.Every(failureLogEvery), failureLogBurst)}}
 		l.subs[c.SubscriptionID] = b
 	}
 	b.last = now
-	allowed := b.limiter.AllowN(now, 1)
-	suppressed := b.suppressed
-	if allowed {
-		b.suppressed = 0
-	} else {
-		b.suppressed++
-	}
+	allowed, suppressed := b.take(now)
 	l.mu.Unlock()
 
 	for sub, n := range idle {

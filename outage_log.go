@@ -25,25 +25,18 @@ type outageLog struct {
 	log   *slog.Logger
 	clock clock.Clock
 
-	mu         sync.Mutex
-	limiter    *rate.Limiter
-	suppressed int // lines not logged since the last one that was
+	mu      sync.Mutex
+	sampler sampler
 }
 
 func newOutageLog(log *slog.Logger, clk clock.Clock) *outageLog {
-	return &outageLog{log: log, clock: clk, limiter: rate.NewLimiter(rate.Every(outageLogEvery), outageLogBurst)}
+	return &outageLog{log: log, clock: clk, sampler: sampler{limiter: rate.NewLimiter(rate.Every(outageLogEvery), outageLogBurst)}}
 }
 
 // failed logs that r failed with err, unless too many did lately.
 func (l *outageLog) failed(r *http.Request, err error) {
 	l.mu.Lock()
-	allowed := l.limiter.AllowN(l.clock.Now(), 1)
-	suppressed := l.suppressed
-	if allowed {
-		l.suppressed = 0
-	} else {
-		l.suppressed++
-	}
+	allowed, suppressed := l.sampler.take(l.clock.Now())
 	l.mu.Unlock()
 	if !allowed {
 		return
