@@ -3,22 +3,46 @@ package webhooks
 import (
 	"context"
 	"errors"
+	"maps"
+	"slices"
 	"sync"
+	"time"
 )
 
 // maxMissedStreams bounds the stream paths an engine remembers to retry
 // after a Store outage; past it, it sweeps every stream instead.
 const maxMissedStreams = 1024
 
-// missedStreams are the streams whose StreamCreated or StreamAppended
-// failed because the Store could not be reached. Nothing else would wake
-// their IDLE consumers until the next event on the same stream, so the
-// scheduler retries them once the Store answers again.
+// missedStreams are the streams whose StreamCreated, StreamAppended or
+// StreamDeleted failed because the Store could not be reached. Nothing
+// else would wake their IDLE consumers until the next event on the same
+// stream, nor remove the consumers of a deleted one, so the scheduler
+// retries them once the Store answers again.
 type missedStreams struct {
 	mu    sync.Mutex
 	paths map[string]struct{}
 	// sweep is set when more streams were missed than paths holds.
 	sweep bool
+	// deleted maps the streams whose deletion was missed to when it was.
+	deleted map[string]time.Time
+	// lost counts deletions missed past the bound, which no sweep finds.
+	lost int
+}
+
+// addDeleted records that the deletion at at of the stream at path was
+// missed. A creation or append of it missed before is moot now.
+func (m *missedStreams) addDeleted(path string, at time.Time) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.paths, path)
+	if _, ok := m.deleted[path]; !ok && len(m.deleted) >= maxMissedStreams {
+		m.lost++
+		return
+	}
+	if m.deleted == nil {
+		m.deleted = make(map[string]time.Time)
+	}
+	m.deleted[path] = at
 }
 
 func (m *missedStreams) add(path string) {
@@ -35,19 +59,31 @@ func (m *missedStreams) add(path string) {
 }
 
 // take empties the set and returns what it held.
-func (m *missedStreams) take() (paths []string, sweep bool) {
+func (m *missedStreams) take() (deleted map[string]time.Time, paths []string, sweep bool, lost int) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	for p := range m.paths {
-		paths = append(paths, p)
-	}
+	// In order, so that a retry is the same every time.
+	paths = slices.Sorted(maps.Keys(m.paths))
 	clear(m.paths)
+	deleted, m.deleted = m.deleted, nil
 	sweep, m.sweep = m.sweep, false
-	return paths, sweep
+	lost, m.lost = m.lost, 0
+	return deleted, paths, sweep, lost
 }
 
-// putBack returns what take returned and was not retried.
-func (m *missedStreams) putBack(paths []string, sweep bool) {
+// putBack returns what take returned and was not retried. A deletion
+// missed again meanwhile is the later one, and stays.
+func (m *missedStreams) putBack(deleted map[string]time.Time, paths []string, sweep bool) {
+	m.mu.Lock()
+	for p, at := range deleted {
+		if _, later := m.deleted[p]; !later {
+			if m.deleted == nil {
+				m.deleted = make(map[string]time.Time)
+			}
+			m.deleted[p] = at
+		}
+	}
+	m.mu.Unlock()
 	for _, p := range paths {
 		m.add(p)
 	}
@@ -59,14 +95,37 @@ func (m *missedStreams) putBack(paths []string, sweep bool) {
 }
 
 // retryMissed retries the stream events that failed while the Store could
-// not be reached. It reports false if the Store still cannot be reached;
-// the events not yet retried are kept for the next call.
+// not be reached, deletions first: a stream deleted and created again in
+// the outage loses the consumers of its old self, then gets new ones. It
+// reports false if the Store still cannot be reached; the events not yet
+// retried are kept for the next call.
 func (e *Engine) retryMissed(ctx context.Context) bool {
-	paths, sweep := e.missed.take()
+	deleted, paths, sweep, lost := e.missed.take()
+	if lost > 0 {
+		e.log.ErrorContext(ctx, "webhooks: stream deletions missed in a Store outage, past what the engine keeps; the consumers of those streams remain", "lost", lost)
+	}
+	gone := slices.Sorted(maps.Keys(deleted))
+	for i, p := range gone {
+		err := e.removeStream(ctx, p, deleted[p])
+		if errors.Is(err, ErrStoreUnavailable) {
+			rest := make(map[string]time.Time, len(gone)-i)
+			for _, q := range gone[i:] {
+				rest[q] = deleted[q]
+			}
+			e.missed.putBack(rest, paths, sweep)
+			if ctx.Err() == nil {
+				e.log.ErrorContext(ctx, "webhooks: retrying stream events missed in a Store outage", "stream", p, "error", err)
+			}
+			return false
+		}
+		if err != nil && ctx.Err() == nil {
+			e.log.ErrorContext(ctx, "webhooks: retrying a stream event missed in a Store outage", "stream", p, "error", err)
+		}
+	}
 	for i, p := range paths {
 		err := e.spawnAndWake(ctx, p, e.subs.index.match(p))
 		if errors.Is(err, ErrStoreUnavailable) {
-			e.missed.putBack(paths[i:], sweep)
+			e.missed.putBack(nil, paths[i:], sweep)
 			if ctx.Err() == nil {
 				e.log.ErrorContext(ctx, "webhooks: retrying stream events missed in a Store outage", "stream", p, "error", err)
 			}

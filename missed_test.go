@@ -131,3 +131,65 @@ func TestOutageRequestLogIsSampled(t *testing.T) {
 	get()
 	require.Equal(t, []int64{0, 0, 0, 0, 0, 95}, logs.lines(), "one more line, counting the 95 not logged")
 }
+
+// A stream deleted while the Store cannot be reached loses its consumer
+// once the Store answers again: the scheduler retries the deletion.
+func TestStreamDeletedInAnOutageIsRetried(t *testing.T) {
+	store := &outageStore{Store: memstore.New()}
+	h := newHarnessStore(t, store)
+	h.source.set(agentA, 10)
+	h.subscribe("s1", "/agents/*")
+	h.consumer(agentAID)
+
+	store.down.Store(true)
+	h.source.remove(agentA)
+	require.ErrorIs(t, h.engine.StreamDeleted(context.Background(), agentA), webhooks.ErrStoreUnavailable)
+	h.consumer(agentAID)
+
+	store.down.Store(false)
+	h.clock.Add(testPollInterval)
+	h.waitGone(agentAID)
+}
+
+// A stream deleted and created again while the Store cannot be reached
+// gets a new consumer from its start once the Store answers: the old one,
+// acked past the new stream's tail, would never see pending work in it.
+// A stream created and then deleted in the outage gets none.
+func TestStreamDeletedAndCreatedInAnOutage(t *testing.T) {
+	store := &outageStore{Store: memstore.New()}
+	h := newHarnessStore(t, store)
+	h.source.set(agentA, 10)
+	h.subscribe("s1", "/agents/*")
+	old := h.consumer(agentAID)
+	require.NotEqual(t, webhooks.OffsetNone, old.Streams[0].Offset, "adopted at its tail")
+
+	store.down.Store(true)
+	h.clock.Add(time.Second)
+	h.source.remove(agentA)
+	require.ErrorIs(t, h.engine.StreamDeleted(context.Background(), agentA), webhooks.ErrStoreUnavailable)
+	h.source.set(agentA, 3)
+	require.ErrorIs(t, h.engine.StreamCreated(context.Background(), agentA), webhooks.ErrStoreUnavailable)
+	const brief, last = "/agents/brief", "/agents/z"
+	h.source.set(brief, 3)
+	require.ErrorIs(t, h.engine.StreamCreated(context.Background(), brief), webhooks.ErrStoreUnavailable)
+	h.source.remove(brief)
+	require.ErrorIs(t, h.engine.StreamDeleted(context.Background(), brief), webhooks.ErrStoreUnavailable)
+	h.source.set(last, 3)
+	require.ErrorIs(t, h.engine.StreamCreated(context.Background(), last), webhooks.ErrStoreUnavailable)
+
+	store.down.Store(false)
+	h.clock.Add(testPollInterval)
+	got := map[string][]webhooks.StreamOffset{}
+	for range 2 {
+		d := h.nextDelivery()
+		got[d.n.ConsumerID] = d.n.Streams
+	}
+	require.Equal(t, map[string][]webhooks.StreamOffset{
+		agentAID:                        {{Path: agentA, Offset: webhooks.OffsetNone}},
+		webhooks.ConsumerID("s1", last): {{Path: last, Offset: webhooks.OffsetNone}},
+	}, got, "agentA has a new consumer, from its start")
+	// Missed events are retried in path order, so the brief stream's turn
+	// came before the last stream's webhook.
+	_, err := store.GetConsumer(context.Background(), webhooks.ConsumerID("s1", brief))
+	require.ErrorIs(t, err, webhooks.ErrConsumerNotFound, "a stream created and deleted in the outage has no consumer")
+}

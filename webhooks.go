@@ -23,6 +23,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/benbjohnson/clock"
 
@@ -381,8 +382,23 @@ func (e *Engine) recover(ctx context.Context) {
 // StreamDeleted tells the engine that the stream at path was deleted. The
 // consumers whose primary stream it was are removed; others drop it from
 // their streams, and are removed if it was their last. It works before
-// Start too: no sweep looks for deleted streams.
+// Start too: no sweep looks for deleted streams. An error that wraps
+// ErrStoreUnavailable needs no retry: once the Store answers again the
+// scheduler removes the stream from the consumers that existed at the
+// deletion, and not from those a new stream at path has since.
 func (e *Engine) StreamDeleted(ctx context.Context, path string) error {
+	at := e.clock.Now()
+	err := e.removeStream(ctx, path, time.Time{})
+	if errors.Is(err, ErrStoreUnavailable) {
+		e.missed.addDeleted(path, at)
+	}
+	return err
+}
+
+// removeStream removes the stream at path from its consumers, and those
+// whose primary stream it was, or whose last stream, with it. If before
+// is set it leaves alone the consumers created after it.
+func (e *Engine) removeStream(ctx context.Context, path string, before time.Time) error {
 	consumers, err := e.store.ConsumersByStream(ctx, path)
 	if err != nil {
 		return fmt.Errorf("webhooks: consumers of %s: %w", path, err)
@@ -390,6 +406,9 @@ func (e *Engine) StreamDeleted(ctx context.Context, path string) error {
 	var errs []error
 	for _, c := range consumers {
 		_, err := e.update(ctx, c.ID, func(c *Consumer) (UpdateAction, error) {
+			if !before.IsZero() && c.CreatedAt.After(before) {
+				return UpdateNone, nil
+			}
 			if c.PrimaryStream == path {
 				return UpdateDelete, nil
 			}
