@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	webhooks "github.com/streamhooks/webhooks"
+	"github.com/streamhooks/webhooks/internal/combine"
 )
 
 // updateOp is one UpdateConsumer call, queued for a batch.
@@ -23,14 +24,14 @@ type updateOp struct {
 	panicked any // what fn panicked with, re-raised in the caller
 }
 
-func (op *updateOp) context() context.Context { return op.ctx }
-func (op *updateOp) fail(err error)           { op.out, op.err = nil, err }
+func (op *updateOp) Context() context.Context { return op.ctx }
+func (op *updateOp) Fail(err error)           { op.out, op.err = nil, err }
 
 // batched runs fn as UpdateConsumer documents it, in a batch of the
 // updates made at once.
 func (s *Store) batched(ctx context.Context, id string, fn func(c *webhooks.Consumer) (webhooks.UpdateAction, error)) (*webhooks.Consumer, error) {
 	op := &updateOp{ctx: ctx, id: id, fn: fn}
-	if !s.updates.do(ctx, op, s.runBatch) {
+	if !s.updates.Do(ctx, op, s.runBatch) {
 		return nil, ctx.Err()
 	}
 	if op.panicked != nil {
@@ -45,7 +46,7 @@ func (s *Store) batched(ctx context.Context, id string, fn func(c *webhooks.Cons
 // it. If the writes fail, every op of a consumer they touched runs again
 // alone, so that one bad write fails only its own caller.
 func (s *Store) runBatch(ops []*updateOp) {
-	live, ctx, cancel := begin(ops)
+	live, ctx, cancel := combine.Begin(ops)
 	defer cancel()
 	if len(live) == 0 {
 		return
@@ -67,7 +68,7 @@ func (s *Store) runBatch(ops []*updateOp) {
 	for _, op := range retry {
 		op.out, op.err, op.panicked = nil, nil, nil
 		if _, err := s.runLocked(op.ctx, []*updateOp{op}); err != nil {
-			op.fail(dbError("update consumer", err))
+			op.Fail(dbError("update consumer", err))
 		}
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	webhooks "github.com/streamhooks/webhooks"
+	"github.com/streamhooks/webhooks/internal/combine/combinetest"
 	"github.com/streamhooks/webhooks/internal/pgtest"
 )
 
@@ -66,7 +67,7 @@ func bump(c *webhooks.Consumer) (webhooks.UpdateAction, error) {
 func TestBatchSharesOneTransaction(t *testing.T) {
 	s := newStore(t)
 	ids := consumers(t, s, "/a", "/b", "/c")
-	release, queued := holdCombiner(t, &s.updates, &updateOp{ctx: t.Context()})
+	release, queued := combinetest.Hold(t, &s.updates, &updateOp{ctx: t.Context()})
 	acquired := s.pool.Stat().AcquireCount()
 	var outs []<-chan outcome
 	for _, id := range []string{ids[0], ids[1], ids[2], ids[0]} {
@@ -97,7 +98,7 @@ func TestBatchFailedWriteFailsOnlyItsCaller(t *testing.T) {
 	ids := consumers(t, s, "/a", "/b", "/c")
 	_, err := s.pool.Exec(t.Context(), "ALTER TABLE streamhooks_consumers ADD CONSTRAINT no_live CHECK (state <> 'LIVE')")
 	require.NoError(t, err)
-	release, queued := holdCombiner(t, &s.updates, &updateOp{ctx: t.Context()})
+	release, queued := combinetest.Hold(t, &s.updates, &updateOp{ctx: t.Context()})
 	goLive := func(c *webhooks.Consumer) (webhooks.UpdateAction, error) {
 		c.State = webhooks.StateLive
 		return webhooks.UpdateSave, nil
@@ -136,7 +137,7 @@ func TestBatchFailedWriteFailsOnlyItsCaller(t *testing.T) {
 func TestBatchPanicFailsOnlyItsCaller(t *testing.T) {
 	s := newStore(t)
 	ids := consumers(t, s, "/a", "/b")
-	release, queued := holdCombiner(t, &s.updates, &updateOp{ctx: t.Context()})
+	release, queued := combinetest.Hold(t, &s.updates, &updateOp{ctx: t.Context()})
 	panics := goUpdate(t.Context(), s, ids[0], func(c *webhooks.Consumer) (webhooks.UpdateAction, error) {
 		c.Attempt = 9
 		panic("boom")
@@ -161,7 +162,7 @@ func TestBatchPanicFailsOnlyItsCaller(t *testing.T) {
 func TestBatchCallerGivesUpWhileQueued(t *testing.T) {
 	s := newStore(t)
 	ids := consumers(t, s, "/a")
-	release, queued := holdCombiner(t, &s.updates, &updateOp{ctx: t.Context()})
+	release, queued := combinetest.Hold(t, &s.updates, &updateOp{ctx: t.Context()})
 	defer release()
 	ctx, cancel := context.WithCancel(t.Context())
 	var ran atomic.Bool
@@ -322,7 +323,7 @@ func TestBatchRunsEachUpdateOnce(t *testing.T) {
 func TestBatchRunsConsumersAtOnce(t *testing.T) {
 	s := newStore(t)
 	ids := consumers(t, s, "/a", "/b")
-	release, queued := holdCombiner(t, &s.updates, &updateOp{ctx: t.Context()})
+	release, queued := combinetest.Hold(t, &s.updates, &updateOp{ctx: t.Context()})
 	started := []chan struct{}{make(chan struct{}), make(chan struct{})}
 	var outs []<-chan outcome
 	for i, id := range ids {

@@ -34,6 +34,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	webhooks "github.com/streamhooks/webhooks"
+	"github.com/streamhooks/webhooks/internal/combine"
 	"github.com/streamhooks/webhooks/internal/seal"
 )
 
@@ -72,9 +73,9 @@ func WithEncryptionKey(key []byte) Option {
 type Store struct {
 	pool              *pgxpool.Pool
 	sealer            *seal.Sealer // nil: secrets are stored in plaintext
-	updates           combiner[*updateOp]
-	subscriptionReads combiner[*subscriptionRead]
-	streamReads       combiner[*streamRead]
+	updates           combine.Combiner[*updateOp]
+	subscriptionReads combine.Combiner[*subscriptionRead]
+	streamReads       combine.Combiner[*streamRead]
 }
 
 // New returns a Store on pool after bringing the schema up to date. Engines

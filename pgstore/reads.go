@@ -6,6 +6,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	webhooks "github.com/streamhooks/webhooks"
+	"github.com/streamhooks/webhooks/internal/combine"
 )
 
 // The engine reads a subscription for every webhook it sends and a
@@ -35,18 +36,18 @@ type subscriptionRead struct {
 // GetSubscription implements webhooks.Store.
 func (s *Store) GetSubscription(ctx context.Context, id string) (*webhooks.Subscription, error) {
 	r := &subscriptionRead{ctx: ctx, id: id}
-	if !s.subscriptionReads.do(ctx, r, s.readSubscriptions) {
+	if !s.subscriptionReads.Do(ctx, r, s.readSubscriptions) {
 		return nil, ctx.Err()
 	}
 	return r.out, r.err
 }
 
-func (r *subscriptionRead) context() context.Context { return r.ctx }
-func (r *subscriptionRead) fail(err error)           { r.out, r.err = nil, err }
+func (r *subscriptionRead) Context() context.Context { return r.ctx }
+func (r *subscriptionRead) Fail(err error)           { r.out, r.err = nil, err }
 
 // readSubscriptions runs a batch of GetSubscription calls.
 func (s *Store) readSubscriptions(reads []*subscriptionRead) {
-	reads, ctx, cancel := begin(reads)
+	reads, ctx, cancel := combine.Begin(reads)
 	defer cancel()
 	if len(reads) == 0 {
 		return
@@ -65,9 +66,9 @@ func (s *Store) readSubscriptions(reads []*subscriptionRead) {
 	for _, r := range reads {
 		switch sub := byID[r.id]; {
 		case err != nil:
-			r.fail(dbError("get subscription", err))
+			r.Fail(dbError("get subscription", err))
 		case sub == nil:
-			r.fail(webhooks.ErrSubscriptionNotFound)
+			r.Fail(webhooks.ErrSubscriptionNotFound)
 		default:
 			// Each caller owns what it gets.
 			r.out = sub.Clone()
@@ -86,18 +87,18 @@ type streamRead struct {
 // ConsumersByStream implements webhooks.Store.
 func (s *Store) ConsumersByStream(ctx context.Context, path string) ([]*webhooks.Consumer, error) {
 	r := &streamRead{ctx: ctx, path: path}
-	if !s.streamReads.do(ctx, r, s.readStreams) {
+	if !s.streamReads.Do(ctx, r, s.readStreams) {
 		return nil, ctx.Err()
 	}
 	return r.out, r.err
 }
 
-func (r *streamRead) context() context.Context { return r.ctx }
-func (r *streamRead) fail(err error)           { r.out, r.err = nil, err }
+func (r *streamRead) Context() context.Context { return r.ctx }
+func (r *streamRead) Fail(err error)           { r.out, r.err = nil, err }
 
 // readStreams runs a batch of ConsumersByStream calls.
 func (s *Store) readStreams(reads []*streamRead) {
-	reads, ctx, cancel := begin(reads)
+	reads, ctx, cancel := combine.Begin(reads)
 	defer cancel()
 	if len(reads) == 0 {
 		return
@@ -124,7 +125,7 @@ func (s *Store) readStreams(reads []*streamRead) {
 	}
 	for _, r := range reads {
 		if err != nil {
-			r.fail(dbError("query consumers", err))
+			r.Fail(dbError("query consumers", err))
 			continue
 		}
 		r.out = make([]*webhooks.Consumer, 0, len(byPath[r.path]))

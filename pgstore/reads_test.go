@@ -1,46 +1,13 @@
 package pgstore
 
 import (
-	"context"
 	"testing"
-	"time"
 
 	"github.com/stretchr/testify/require"
 
 	webhooks "github.com/streamhooks/webhooks"
+	"github.com/streamhooks/webhooks/internal/combine/combinetest"
 )
-
-// holdCombiner makes a call through b whose batch waits for release, so
-// that the calls made next queue and then share the next batch. queued
-// returns once n calls are queued.
-func holdCombiner[C any](t *testing.T, b *combiner[C], call C) (release func(), queued func(n int)) {
-	t.Helper()
-	entered, let, done := make(chan struct{}), make(chan struct{}), make(chan struct{})
-	go func() {
-		defer close(done)
-		b.do(context.Background(), call, func([]C) {
-			close(entered)
-			<-let
-		})
-	}()
-	<-entered
-	released := false
-	release = func() {
-		if !released {
-			released = true
-			close(let)
-			<-done
-		}
-	}
-	t.Cleanup(release)
-	return release, func(n int) {
-		require.Eventually(t, func() bool {
-			b.mu.Lock()
-			defer b.mu.Unlock()
-			return len(b.queue) == n
-		}, 10*time.Second, time.Millisecond)
-	}
-}
 
 // TestReadsShareOneQuery queues reads of one kind behind a held one: they
 // run as one query on one connection, and each caller gets its own
@@ -52,7 +19,7 @@ func TestReadsShareOneQuery(t *testing.T) {
 	ctx := t.Context()
 
 	t.Run("GetSubscription", func(t *testing.T) {
-		release, queued := holdCombiner(t, &s.subscriptionReads, &subscriptionRead{ctx: ctx})
+		release, queued := combinetest.Hold(t, &s.subscriptionReads, &subscriptionRead{ctx: ctx})
 		acquired := s.pool.Stat().AcquireCount()
 		type answer struct {
 			sub *webhooks.Subscription
@@ -80,7 +47,7 @@ func TestReadsShareOneQuery(t *testing.T) {
 	})
 
 	t.Run("ConsumersByStream", func(t *testing.T) {
-		release, queued := holdCombiner(t, &s.streamReads, &streamRead{ctx: ctx})
+		release, queued := combinetest.Hold(t, &s.streamReads, &streamRead{ctx: ctx})
 		acquired := s.pool.Stat().AcquireCount()
 		type answer struct {
 			cs  []*webhooks.Consumer

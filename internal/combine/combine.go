@@ -1,4 +1,8 @@
-package pgstore
+// Package combine runs calls of one kind made at once together: one caller
+// leads a batch of every call queued while the batch before it ran, as
+// River's completer batches job completions. A Store then pays a batch's
+// fixed cost (a transaction, a query, a commit) once for many calls.
+package combine
 
 import (
 	"context"
@@ -7,41 +11,37 @@ import (
 	"sync"
 )
 
-// Concurrent calls of one kind share a round trip, as River's completer
-// batches job completions: one caller leads a batch of every call queued
-// meanwhile, and a batch costs the database a few statements whatever its
-// size. Per wake cycle that is a share of the statements it cost before,
-// and statements are what bound a busy instance (docs/BENCHMARKS.md).
-//
 // One batch of a kind runs at a time: the batch that fills while another
 // runs is larger, and on the 2-core machine of docs/BENCHMARKS.md two at
-// once made fewer wake cycles (0.22 against 0.24 of the ceiling; with 3
-// instances 0.70-0.75 against 0.78-0.84 of one).
+// once made fewer wake cycles on PostgreSQL (0.22 against 0.24 of the
+// ceiling; with 3 instances 0.70-0.75 against 0.78-0.84 of one).
 
-// maxBatch bounds the calls of one batch.
-const maxBatch = 128
+// MaxBatch bounds the calls of one batch.
+const MaxBatch = 128
 
-// queued is a call waiting in a combiner.
+// queued is a call waiting in a Combiner.
 type queued[C any] struct {
 	call   C
 	signal chan bool // receives true to lead the next batch, false when done
 }
 
-// combiner queues calls of one kind and runs them in batches, led by the
-// callers themselves: a Store has no goroutine of its own. Every call is
+// Combiner queues calls of one kind and runs them in batches, led by the
+// callers themselves, so that it needs no goroutine of its own. The zero
+// Combiner is ready to use. Every call is
 // in one place at a time, changed under mu: queued, or taken by a batch,
 // or leading one; so each runs in one batch, and one batch runs at a time.
-type combiner[C any] struct {
+type Combiner[C any] struct {
 	mu      sync.Mutex
 	queue   []*queued[C]
 	leading bool
 }
 
-// do runs call, by run, in a batch with the calls queued meanwhile, and
+// Do runs call, by run, in a batch with the calls queued meanwhile, and
 // returns once it has run. It returns false, and call does not run, if ctx
 // ends while call waits in the queue. run gets every call of the batch and
-// sets their outcomes in them.
-func (b *combiner[C]) do(ctx context.Context, call C, run func([]C)) bool {
+// sets their outcomes in them; every call of b passes the same run, since
+// the leader's runs the batch.
+func (b *Combiner[C]) Do(ctx context.Context, call C, run func([]C)) bool {
 	q := &queued[C]{call: call, signal: make(chan bool, 1)}
 	b.mu.Lock()
 	lead := !b.leading
@@ -70,7 +70,7 @@ func (b *combiner[C]) do(ctx context.Context, call C, run func([]C)) bool {
 
 // leave takes q out of the queue if it is still there, and reports whether
 // it did.
-func (b *combiner[C]) leave(q *queued[C]) bool {
+func (b *Combiner[C]) leave(q *queued[C]) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	i := slices.Index(b.queue, q)
@@ -82,14 +82,14 @@ func (b *combiner[C]) leave(q *queued[C]) bool {
 
 // lead runs own, which is not queued, and the calls queued behind it in
 // one batch, then hands the lead to the first call still queued, if any.
-func (b *combiner[C]) lead(own *queued[C], run func([]C)) {
+func (b *Combiner[C]) lead(own *queued[C], run func([]C)) {
 	// Callers made runnable with this one, by the same response or tick,
 	// queue while it yields once, and join its batch: on the machine of
-	// docs/BENCHMARKS.md the wake cycle went from 0.29 to 0.32 of the
-	// ceiling.
+	// docs/BENCHMARKS.md the wake cycle on PostgreSQL went from 0.29 to
+	// 0.32 of the ceiling.
 	runtime.Gosched()
 	b.mu.Lock()
-	n := min(len(b.queue), maxBatch-1)
+	n := min(len(b.queue), MaxBatch-1)
 	batch := append([]*queued[C]{own}, b.queue[:n]...)
 	b.queue = slices.Delete(b.queue, 0, n)
 	b.mu.Unlock()
@@ -113,22 +113,22 @@ func (b *combiner[C]) lead(own *queued[C], run func([]C)) {
 	next.signal <- true
 }
 
-// call is what a batch needs of each call it runs.
-type call interface {
-	// context is the caller's context.
-	context() context.Context
-	// fail sets the call's outcome to err.
-	fail(err error)
+// Call is what Begin needs of each call of a batch.
+type Call interface {
+	// Context is the caller's context.
+	Context() context.Context
+	// Fail sets the call's outcome to err.
+	Fail(err error)
 }
 
-// begin starts a batch: it returns the calls whose callers still wait,
+// Begin starts a batch: it returns the calls whose callers still wait,
 // failing the others with their context's error, and a context that is
 // done once every one of those callers' is, so that the batch goes on
 // while any of them waits for it.
-func begin[C call](calls []C) (waiting []C, _ context.Context, stop context.CancelFunc) {
+func Begin[C Call](calls []C) (waiting []C, _ context.Context, stop context.CancelFunc) {
 	for _, c := range calls {
-		if err := c.context().Err(); err != nil {
-			c.fail(err)
+		if err := c.Context().Err(); err != nil {
+			c.Fail(err)
 		} else {
 			waiting = append(waiting, c)
 		}
@@ -140,7 +140,7 @@ func begin[C call](calls []C) (waiting []C, _ context.Context, stop context.Canc
 	)
 	stops := make([]func() bool, 0, len(waiting))
 	for _, c := range waiting {
-		stops = append(stops, context.AfterFunc(c.context(), func() {
+		stops = append(stops, context.AfterFunc(c.Context(), func() {
 			mu.Lock()
 			defer mu.Unlock()
 			if left--; left == 0 {
@@ -154,4 +154,11 @@ func begin[C call](calls []C) (waiting []C, _ context.Context, stop context.Canc
 		}
 		cancel()
 	}
+}
+
+// Queued reports how many calls wait for a batch.
+func (b *Combiner[C]) Queued() int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return len(b.queue)
 }
