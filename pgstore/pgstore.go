@@ -74,8 +74,8 @@ type Store struct {
 	pool              *pgxpool.Pool
 	sealer            *seal.Sealer // nil: secrets are stored in plaintext
 	updates           combine.Combiner[*updateOp]
-	subscriptionReads combine.Combiner[*subscriptionRead]
-	streamReads       combine.Combiner[*streamRead]
+	subscriptionReads combine.Lookups[string, *webhooks.Subscription]
+	streamReads       combine.Lookups[string, []*webhooks.Consumer]
 }
 
 // New returns a Store on pool after bringing the schema up to date. Engines

@@ -10,8 +10,8 @@ import (
 )
 
 // The engine reads a subscription for every webhook it sends and a
-// stream's consumers for every append, so these reads are batched as
-// updates are (combine.go): the calls made at once share one query.
+// stream's consumers for every append, so the calls of each made at once
+// share one query (internal/combine).
 
 const (
 	getSubscriptionsQuery = "SELECT " + subscriptionCols + " FROM streamhooks_subscriptions WHERE id = ANY ($1)"
@@ -25,88 +25,33 @@ const (
 		ORDER BY 1, 2`
 )
 
-// subscriptionRead is one GetSubscription call, queued for a batch.
-type subscriptionRead struct {
-	ctx context.Context
-	id  string
-	out *webhooks.Subscription
-	err error
-}
-
 // GetSubscription implements webhooks.Store.
 func (s *Store) GetSubscription(ctx context.Context, id string) (*webhooks.Subscription, error) {
-	r := &subscriptionRead{ctx: ctx, id: id}
-	if !s.subscriptionReads.Do(ctx, r, s.readSubscriptions) {
-		return nil, ctx.Err()
-	}
-	return r.out, r.err
+	return s.subscriptionReads.Get(ctx, id, s.subscriptionsByID, (*webhooks.Subscription).Clone, webhooks.ErrSubscriptionNotFound)
 }
 
-func (r *subscriptionRead) Context() context.Context { return r.ctx }
-func (r *subscriptionRead) Fail(err error)           { r.out, r.err = nil, err }
-
-// readSubscriptions runs a batch of GetSubscription calls.
-func (s *Store) readSubscriptions(reads []*subscriptionRead) {
-	reads, ctx, cancel := combine.Begin(reads)
-	defer cancel()
-	if len(reads) == 0 {
-		return
-	}
-	ids := make([]string, len(reads))
-	for i, r := range reads {
-		ids[i] = r.id
-	}
+// subscriptionsByID reads the subscriptions with ids.
+func (s *Store) subscriptionsByID(ctx context.Context, ids []string) (map[string]*webhooks.Subscription, error) {
 	// A failed Query's error comes back from CollectRows too.
 	rows, _ := s.pool.Query(ctx, getSubscriptionsQuery, ids)
 	subs, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*webhooks.Subscription, error) { return s.scanSubscription(row) })
-	byID := make(map[string]*webhooks.Subscription, len(subs))
+	if err != nil {
+		return nil, dbError("get subscription", err)
+	}
+	out := make(map[string]*webhooks.Subscription, len(subs))
 	for _, sub := range subs {
-		byID[sub.ID] = sub
+		out[sub.ID] = sub
 	}
-	for _, r := range reads {
-		switch sub := byID[r.id]; {
-		case err != nil:
-			r.Fail(dbError("get subscription", err))
-		case sub == nil:
-			r.Fail(webhooks.ErrSubscriptionNotFound)
-		default:
-			// Each caller owns what it gets.
-			r.out = sub.Clone()
-		}
-	}
-}
-
-// streamRead is one ConsumersByStream call, queued for a batch.
-type streamRead struct {
-	ctx  context.Context
-	path string
-	out  []*webhooks.Consumer
-	err  error
+	return out, nil
 }
 
 // ConsumersByStream implements webhooks.Store.
 func (s *Store) ConsumersByStream(ctx context.Context, path string) ([]*webhooks.Consumer, error) {
-	r := &streamRead{ctx: ctx, path: path}
-	if !s.streamReads.Do(ctx, r, s.readStreams) {
-		return nil, ctx.Err()
-	}
-	return r.out, r.err
+	return s.streamReads.Get(ctx, path, s.consumersByPath, combine.OwnEach[*webhooks.Consumer], nil)
 }
 
-func (r *streamRead) Context() context.Context { return r.ctx }
-func (r *streamRead) Fail(err error)           { r.out, r.err = nil, err }
-
-// readStreams runs a batch of ConsumersByStream calls.
-func (s *Store) readStreams(reads []*streamRead) {
-	reads, ctx, cancel := combine.Begin(reads)
-	defer cancel()
-	if len(reads) == 0 {
-		return
-	}
-	paths := make([]string, len(reads))
-	for i, r := range reads {
-		paths[i] = r.path
-	}
+// consumersByPath reads the consumers of the streams at paths.
+func (s *Store) consumersByPath(ctx context.Context, paths []string) (map[string][]*webhooks.Consumer, error) {
 	type found struct {
 		path string
 		c    *webhooks.Consumer
@@ -119,19 +64,12 @@ func (s *Store) readStreams(reads []*streamRead) {
 		f.c = c
 		return f, err
 	})
-	byPath := make(map[string][]*webhooks.Consumer)
+	if err != nil {
+		return nil, dbError("query consumers", err)
+	}
+	out := make(map[string][]*webhooks.Consumer)
 	for _, f := range all {
-		byPath[f.path] = append(byPath[f.path], f.c)
+		out[f.path] = append(out[f.path], f.c)
 	}
-	for _, r := range reads {
-		if err != nil {
-			r.Fail(dbError("query consumers", err))
-			continue
-		}
-		r.out = make([]*webhooks.Consumer, 0, len(byPath[r.path]))
-		for _, c := range byPath[r.path] {
-			// Each caller owns what it gets.
-			r.out = append(r.out, c.Clone())
-		}
-	}
+	return out, nil
 }

@@ -16,10 +16,6 @@ const consumerCols = `c.id, c.subscription_id, c.primary_stream, c.state, c.dead
 const (
 	// A consumer's secondary paths exclude its primary stream, so the two
 	// halves never return the same consumer.
-	consumersByStreamQuery = `SELECT ` + consumerCols + ` FROM consumers c WHERE c.primary_stream = ?1
-		UNION ALL
-		SELECT ` + consumerCols + ` FROM consumer_streams cs JOIN consumers c ON c.id = cs.consumer_id WHERE cs.path = ?1
-		ORDER BY 1`
 	dueConsumersQuery = `SELECT ` + consumerCols + ` FROM consumers c
 		WHERE c.deadline IS NOT NULL AND c.deadline <= ?1 ORDER BY c.deadline, c.id LIMIT ?2`
 	nextDeadlineQuery = "SELECT min(deadline) FROM consumers WHERE deadline IS NOT NULL"
@@ -45,12 +41,12 @@ func encodeConsumer(c *webhooks.Consumer) (*consumerRow, error) {
 	return &consumerRow{state: string(c.State), deadline: deadline, data: data}, nil
 }
 
-func scanConsumer(row scanner) (*webhooks.Consumer, error) {
+func scanConsumer(row scanner, lead ...any) (*webhooks.Consumer, error) {
 	var (
 		c webhooks.Consumer
 		r consumerRow
 	)
-	if err := row.Scan(&c.ID, &c.SubscriptionID, &c.PrimaryStream, &r.state, &r.deadline, &r.data); err != nil {
+	if err := row.Scan(append(lead, &c.ID, &c.SubscriptionID, &c.PrimaryStream, &r.state, &r.deadline, &r.data)...); err != nil {
 		return nil, err
 	}
 	c.State = webhooks.ConsumerState(r.state)
@@ -201,11 +197,6 @@ func indexStreams(tx *wtx, id string, from, to map[string]struct{}) error {
 		}
 	}
 	return nil
-}
-
-// ConsumersByStream implements webhooks.Store.
-func (s *Store) ConsumersByStream(ctx context.Context, path string) ([]*webhooks.Consumer, error) {
-	return s.queryConsumers(ctx, consumersByStreamQuery, path)
 }
 
 // DueConsumers implements webhooks.Store. Equal deadlines are ordered by

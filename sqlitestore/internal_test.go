@@ -163,14 +163,15 @@ func TestQueryPlansUseIndexes(t *testing.T) {
 	defer s.Close()
 	for name, q := range map[string]string{
 		"GetConsumer":        "SELECT " + consumerCols + " FROM consumers c WHERE c.id = ?1",
-		"ConsumersByStream":  consumersByStreamQuery,
+		"ConsumersByStream":  consumersByStreamsQuery,
+		"GetSubscription":    getSubscriptionsQuery,
 		"DueConsumers":       dueConsumersQuery,
 		"NextDeadline":       nextDeadlineQuery,
 		"DeleteSubscription": "DELETE FROM subscriptions WHERE id = ?1",
 		"DeleteConsumer":     "DELETE FROM consumers WHERE id = ?1",
 		"UnindexStream":      "DELETE FROM consumer_streams WHERE path = ?1 AND consumer_id = ?1",
 	} {
-		rows, err := s.r.db.Query("EXPLAIN QUERY PLAN "+q, "x", 1)
+		rows, err := s.r.db.Query("EXPLAIN QUERY PLAN "+q, `["x","y"]`, 1)
 		require.NoError(t, err, name)
 		var plan []string
 		for rows.Next() {
@@ -182,7 +183,8 @@ func TestQueryPlansUseIndexes(t *testing.T) {
 		require.NoError(t, rows.Err())
 		rows.Close()
 		for _, step := range plan {
-			require.False(t, strings.HasPrefix(step, "SCAN"), "%s scans a table: %q", name, plan)
+			// A batched read scans its list of keys, and no table.
+			require.False(t, strings.HasPrefix(step, "SCAN") && !strings.HasPrefix(step, "SCAN json_each"), "%s scans a table: %q", name, plan)
 		}
 		require.NotEmpty(t, plan, name)
 	}

@@ -30,6 +30,7 @@ import (
 	_ "modernc.org/sqlite" // registers the "sqlite" database/sql driver
 
 	webhooks "github.com/streamhooks/webhooks"
+	"github.com/streamhooks/webhooks/internal/combine"
 	"github.com/streamhooks/webhooks/internal/seal"
 )
 
@@ -147,6 +148,9 @@ type Store struct {
 	sealer *seal.Sealer // nil: secrets are stored in plaintext
 
 	changePoll time.Duration
+
+	subscriptionReads combine.Lookups[string, *webhooks.Subscription]
+	streamReads       combine.Lookups[string, []*webhooks.Consumer]
 
 	ops        chan *op
 	closing    chan struct{}

@@ -36,15 +36,6 @@ func (s *Store) CreateSubscription(ctx context.Context, sub *webhooks.Subscripti
 	})
 }
 
-// GetSubscription implements webhooks.Store.
-func (s *Store) GetSubscription(ctx context.Context, id string) (*webhooks.Subscription, error) {
-	sub, err := s.scanSubscription(s.r.queryRow(ctx, "SELECT "+subscriptionCols+" FROM subscriptions WHERE id = ?", id))
-	if errors.Is(err, sql.ErrNoRows) {
-		return nil, webhooks.ErrSubscriptionNotFound
-	}
-	return sub, err
-}
-
 // ListSubscriptions implements webhooks.Store.
 func (s *Store) ListSubscriptions(ctx context.Context) ([]*webhooks.Subscription, error) {
 	rows, err := s.r.query(ctx, "SELECT "+subscriptionCols+" FROM subscriptions ORDER BY id")

@@ -22,7 +22,8 @@
 //	}
 //
 // A Store that several engine processes may share also runs RunShared, with
-// two handles on one database. The lease cases of both suites run only for
+// two handles on one database, and one that batches the reads made at once
+// runs RunBatchedReads. The lease cases of both suites run only for
 // a Store that implements webhooks.Leaser, and skip otherwise.
 //
 // Where the Store interface leaves a choice open, the suite accepts any

@@ -162,3 +162,70 @@ func (b *Combiner[C]) Queued() int {
 	defer b.mu.Unlock()
 	return len(b.queue)
 }
+
+// Lookups batches reads by key: the Get calls made at once share one read
+// of all their keys.
+type Lookups[K comparable, V any] struct {
+	calls Combiner[*lookup[K, V]]
+}
+
+// lookup is one Get call.
+type lookup[K comparable, V any] struct {
+	ctx context.Context
+	key K
+	out V
+	err error
+}
+
+func (l *lookup[K, V]) Context() context.Context { return l.ctx }
+func (l *lookup[K, V]) Fail(err error)           { l.err = err }
+
+// Get returns what read finds under key, read in a batch with the keys of
+// the Get calls made meanwhile. read returns what it finds by key; every
+// call of l passes the same read. Each caller gets own(v) of the value v
+// found, or of the zero value if there is none and missing is nil, and
+// missing otherwise.
+func (l *Lookups[K, V]) Get(ctx context.Context, key K, read func(ctx context.Context, keys []K) (map[K]V, error), own func(V) V, missing error) (V, error) {
+	call := &lookup[K, V]{ctx: ctx, key: key}
+	ran := l.calls.Do(ctx, call, func(calls []*lookup[K, V]) {
+		calls, ctx, cancel := Begin(calls)
+		defer cancel()
+		if len(calls) == 0 {
+			return
+		}
+		keys := make([]K, len(calls))
+		for i, c := range calls {
+			keys[i] = c.key
+		}
+		found, err := read(ctx, keys)
+		for _, c := range calls {
+			v, ok := found[c.key]
+			switch {
+			case err != nil:
+				c.err = err
+			case !ok && missing != nil:
+				c.err = missing
+			default:
+				c.out = own(v)
+			}
+		}
+	})
+	if !ran {
+		var zero V
+		return zero, ctx.Err()
+	}
+	return call.out, call.err
+}
+
+// Queued reports how many Get calls wait for a batch.
+func (l *Lookups[K, V]) Queued() int { return l.calls.Queued() }
+
+// OwnEach copies each of xs, for a caller to own; it returns an empty
+// slice, not nil, for none.
+func OwnEach[T interface{ Clone() T }](xs []T) []T {
+	out := make([]T, len(xs))
+	for i, x := range xs {
+		out[i] = x.Clone()
+	}
+	return out
+}

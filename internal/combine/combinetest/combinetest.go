@@ -18,10 +18,31 @@ import (
 // test has not called it.
 func Hold[C any](t testing.TB, b *combine.Combiner[C], call C) (release func(), queued func(n int)) {
 	t.Helper()
+	return hold(t, func(wait func()) {
+		b.Do(context.Background(), call, func([]C) { wait() })
+	}, b.Queued)
+}
+
+// HoldLookups is Hold for the Get calls of l.
+func HoldLookups[K comparable, V any](t testing.TB, l *combine.Lookups[K, V]) (release func(), queued func(n int)) {
+	t.Helper()
+	return hold(t, func(wait func()) {
+		var key K
+		_, _ = l.Get(context.Background(), key, func(context.Context, []K) (map[K]V, error) {
+			wait()
+			return nil, nil
+		}, func(v V) V { return v }, nil)
+	}, l.Queued)
+}
+
+// hold runs call in a goroutine, which calls wait inside its batch, and
+// returns once wait was called.
+func hold(t testing.TB, call func(wait func()), queuedNow func() int) (release func(), queued func(n int)) {
+	t.Helper()
 	entered, let, done := make(chan struct{}), make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(done)
-		b.Do(context.Background(), call, func([]C) {
+		call(func() {
 			close(entered)
 			<-let
 		})
@@ -37,6 +58,6 @@ func Hold[C any](t testing.TB, b *combine.Combiner[C], call C) (release func(), 
 	}
 	t.Cleanup(release)
 	return release, func(n int) {
-		require.Eventually(t, func() bool { return b.Queued() == n }, 10*time.Second, time.Millisecond)
+		require.Eventually(t, func() bool { return queuedNow() == n }, 10*time.Second, time.Millisecond)
 	}
 }
