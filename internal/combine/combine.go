@@ -27,9 +27,9 @@ type queued[C any] struct {
 
 // Combiner queues calls of one kind and runs them in batches, led by the
 // callers themselves, so that it needs no goroutine of its own. The zero
-// Combiner is ready to use. Every call is
-// in one place at a time, changed under mu: queued, or taken by a batch,
-// or leading one; so each runs in one batch, and one batch runs at a time.
+// Combiner is ready to use. Every call is in one place at a time, changed
+// under mu: queued, or taken by a batch, or leading one; so each runs in
+// one batch, and one batch runs at a time.
 type Combiner[C any] struct {
 	mu      sync.Mutex
 	queue   []*queued[C]
