@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 )
 
 // Limits on callbacks and consumers, so that no request can grow memory
@@ -284,6 +285,9 @@ func validateStreamPath(p string) error {
 	}
 	if r, ok := controlChar(p); ok {
 		return fmt.Errorf("stream path %.64q contains the control character %U", p, r)
+	}
+	if !utf8.ValidString(p) {
+		return fmt.Errorf("stream path %.64q is not valid UTF-8", p)
 	}
 	return nil
 }

@@ -181,3 +181,18 @@ func TestFaultLimitStreamPathLength(t *testing.T) {
 	require.Equal(t, http.StatusOK, r.status, "%.300s", r.raw)
 	require.Equal(t, webhooks.StateIdle, h.consumer(d.n.ConsumerID).State)
 }
+
+// A stream whose path is not valid UTF-8 gets no consumer, as one with a
+// control character: JSON could not carry its path to the consumer and
+// back, so the consumer could never ack it.
+func TestFaultStreamPathNotUTF8(t *testing.T) {
+	h := newHarness(t)
+	h.subscribe("s1", "/**")
+	bad := "/agents/\xff"
+	h.source.set(bad, 10)
+	require.ErrorContains(t, h.engine.StreamCreated(context.Background(), bad), "not valid UTF-8")
+	h.subNoConsumer(webhooks.ConsumerID("s1", bad))
+	// Nor does a subscription created after the stream adopt it.
+	h.subscribe("s2", "/**")
+	h.subNoConsumer(webhooks.ConsumerID("s2", bad))
+}

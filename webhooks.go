@@ -24,6 +24,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unicode/utf8"
 
 	"github.com/benbjohnson/clock"
 
@@ -294,6 +295,10 @@ func (e *Engine) spawnAndWake(ctx context.Context, path string, subs []string) e
 	if r, ok := controlChar(path); ok {
 		// Nor could it name one with a control character.
 		return fmt.Errorf("webhooks: stream path %q contains the control character %U: it gets no consumers", path, r)
+	}
+	if !utf8.ValidString(path) {
+		// Nor one that JSON cannot carry as it is.
+		return fmt.Errorf("webhooks: stream path %q is not valid UTF-8: it gets no consumers", path)
 	}
 	existing, err := e.store.ConsumersByStream(ctx, path)
 	if err != nil {
