@@ -373,6 +373,17 @@ func testConsumersByStream(t *testing.T, s webhooks.Store) {
 	require.Empty(t, byStream(t, s, "/x"))
 	require.Empty(t, byStream(t, s, "/y"))
 	require.Empty(t, byStream(t, s, "/p/q"))
+
+	// Any valid UTF-8 but control characters may be in a path, as the
+	// primary stream or in Streams: quotes, what HTML and JavaScript
+	// escape, and characters beyond the Basic Multilingual Plane.
+	odd := "/\"q\"/\\/<b>&amp;/\u2028/é/😀/%41 +"
+	mustCreate(t, s, newConsumer("a", odd))
+	mustUpdate(t, s, ap, func(c *webhooks.Consumer) {
+		c.Streams = append(c.Streams, webhooks.StreamOffset{Path: odd + "/2", Offset: "0"})
+	})
+	require.Equal(t, []string{webhooks.ConsumerID("a", odd)}, byStream(t, s, odd))
+	require.Equal(t, []string{ap}, byStream(t, s, odd+"/2"))
 }
 
 func testDueConsumers(t *testing.T, s webhooks.Store) {
