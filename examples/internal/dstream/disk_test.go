@@ -140,8 +140,7 @@ func TestDiskAckedOffsetAfterRestart(t *testing.T) {
 	f.ts.Close()
 	s, err := Open(dir, Options{})
 	require.NoError(t, err)
-	hook, waiting := waitingHook()
-	s.testHookWaiting = hook
+	waiting := watchWaiting(s)
 	f = serve(t, s)
 
 	r := f.send(t, http.MethodGet, "/events?offset="+acked, "", "")
@@ -153,8 +152,7 @@ func TestDiskAckedOffsetAfterRestart(t *testing.T) {
 
 	// A consumer caught up before the restart long-polls at the old tail and
 	// gets exactly the next event.
-	got := f.goSend(boundedCtx(t), http.MethodGet, "/events?live=long-poll&offset="+tail)
-	receive(t, waiting, "the long-poll to wait")
+	got := f.longPoll(t, waiting, "/events?offset="+tail)
 	next := f.mustAppend(t, "/events", "application/json", `{"e":6}`)
 	res := receive(t, got, "the long-poll reply")
 	require.NoError(t, res.err)

@@ -104,16 +104,27 @@ func (f *fixture) mustAppend(t *testing.T, path, contentType, body string) strin
 
 func off(pos int) string { return formatOffset(pos) }
 
-// waitingHook returns a testHookWaiting that reports on the channel each
-// long-poll that starts waiting.
-func waitingHook() (func(), <-chan struct{}) {
+// watchWaiting sets a testHookWaiting on s that reports on the channel
+// each long-poll that starts waiting.
+func watchWaiting(s *Server) <-chan struct{} {
 	ch := make(chan struct{}, 16)
-	return func() {
+	s.testHookWaiting = func() {
 		select {
 		case ch <- struct{}{}:
 		default: // no test waits for that many; never block a handler
 		}
-	}, ch
+	}
+	return ch
+}
+
+// longPoll sends a long-poll GET of pathAndQuery, which must have a query,
+// in the background, and returns its reply once it waits, as waiting
+// (watchWaiting) reports.
+func (f *fixture) longPoll(t *testing.T, waiting <-chan struct{}, pathAndQuery string) <-chan result {
+	t.Helper()
+	got := f.goSend(boundedCtx(t), http.MethodGet, pathAndQuery+"&live=long-poll")
+	receive(t, waiting, "the long-poll to wait")
+	return got
 }
 
 // receive waits a bounded time for a value, so a broken server fails the

@@ -37,13 +37,11 @@ func TestLongPollWakesOnAppend(t *testing.T) {
 		for _, offset := range []string{off(7), "now"} {
 			t.Run(offset, func(t *testing.T) {
 				s := open(Options{})
-				hook, waiting := waitingHook()
-				s.testHookWaiting = hook
+				waiting := watchWaiting(s)
 				f := serve(t, s)
 				f.mustCreate(t, "/j", "application/json", `{"n":0}`)
 
-				got := f.goSend(boundedCtx(t), http.MethodGet, "/j?offset="+offset+"&live=long-poll")
-				receive(t, waiting, "the long-poll to wait")
+				got := f.longPoll(t, waiting, "/j?offset="+offset)
 				tail := f.mustAppend(t, "/j", "application/json", `[{"n":1},{"n":2}]`)
 
 				r := receive(t, got, "the long-poll reply")
@@ -64,13 +62,11 @@ func TestLongPollTimeout(t *testing.T) {
 		mock := clock.NewMock()
 		mock.Set(cursorEpoch.Add(100*cursorInterval + time.Second))
 		s := open(Options{Clock: mock, LongPollTimeout: 5 * time.Second})
-		hook, waiting := waitingHook()
-		s.testHookWaiting = hook
+		waiting := watchWaiting(s)
 		f := serve(t, s)
 		tail := f.mustCreate(t, "/s", "text/plain", "abc")
 
-		got := f.goSend(boundedCtx(t), http.MethodGet, "/s?offset="+tail+"&live=long-poll")
-		receive(t, waiting, "the long-poll to wait")
+		got := f.longPoll(t, waiting, "/s?offset="+tail)
 		mock.Add(5 * time.Second)
 
 		r := receive(t, got, "the long-poll reply")
@@ -102,13 +98,11 @@ func TestLongPollTimeoutWallClock(t *testing.T) {
 func TestLongPollStreamDeleted(t *testing.T) {
 	eachMode(t, func(t *testing.T, open func(Options) *Server) {
 		s := open(Options{})
-		hook, waiting := waitingHook()
-		s.testHookWaiting = hook
+		waiting := watchWaiting(s)
 		f := serve(t, s)
 		f.mustCreate(t, "/s", "text/plain", "")
 
-		got := f.goSend(boundedCtx(t), http.MethodGet, "/s?offset=-1&live=long-poll")
-		receive(t, waiting, "the long-poll to wait")
+		got := f.longPoll(t, waiting, "/s?offset=-1")
 		require.Equal(t, http.StatusNoContent, f.send(t, http.MethodDelete, "/s", "", "").code)
 		// A new stream at the same path is not what the long-poll was reading.
 		f.mustCreate(t, "/s", "text/plain", "new")
@@ -122,8 +116,7 @@ func TestLongPollStreamDeleted(t *testing.T) {
 func TestLongPollEndsWhenClientLeaves(t *testing.T) {
 	eachMode(t, func(t *testing.T, open func(Options) *Server) {
 		s := open(Options{})
-		hook, waiting := waitingHook()
-		s.testHookWaiting = hook
+		waiting := watchWaiting(s)
 		returned := make(chan struct{})
 		f := serveWith(t, s, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			s.ServeHTTP(w, r)
@@ -146,13 +139,11 @@ func TestLongPollEndsWhenClientLeaves(t *testing.T) {
 func TestCloseEndsLongPolls(t *testing.T) {
 	eachMode(t, func(t *testing.T, open func(Options) *Server) {
 		s := open(Options{})
-		hook, waiting := waitingHook()
-		s.testHookWaiting = hook
+		waiting := watchWaiting(s)
 		f := serve(t, s)
 		tail := f.mustCreate(t, "/s", "text/plain", "abc")
 
-		got := f.goSend(boundedCtx(t), http.MethodGet, "/s?offset="+tail+"&live=long-poll")
-		receive(t, waiting, "the long-poll to wait")
+		got := f.longPoll(t, waiting, "/s?offset="+tail)
 		s.Close()
 
 		r := receive(t, got, "the long-poll reply")

@@ -107,13 +107,11 @@ func TestPostgresServersShareStreams(t *testing.T) {
 func TestPostgresLongPollWakesOnOtherServersAppend(t *testing.T) {
 	db := newDatabase(t)
 	sa := db.open(t)(Options{Clock: clock.NewMock()})
-	hook, waiting := waitingHook()
-	sa.testHookWaiting = hook
+	waiting := watchWaiting(sa)
 	a, b := serve(t, sa), serve(t, db.open(t)(Options{}))
 	tail := a.mustCreate(t, "/j", "application/json", `{"n":0}`)
 
-	got := a.goSend(boundedCtx(t), http.MethodGet, "/j?offset="+tail+"&live=long-poll")
-	receive(t, waiting, "the long-poll to wait")
+	got := a.longPoll(t, waiting, "/j?offset="+tail)
 	next := b.mustAppend(t, "/j", "application/json", `{"n":1}`)
 
 	r := receive(t, got, "the long-poll reply")
@@ -123,8 +121,7 @@ func TestPostgresLongPollWakesOnOtherServersAppend(t *testing.T) {
 	require.Equal(t, next, r.header.Get("Stream-Next-Offset"))
 
 	// A delete through another Server ends the long-poll too.
-	got = a.goSend(boundedCtx(t), http.MethodGet, "/j?offset="+next+"&live=long-poll")
-	receive(t, waiting, "the long-poll to wait")
+	got = a.longPoll(t, waiting, "/j?offset="+next)
 	require.Equal(t, http.StatusNoContent, b.send(t, http.MethodDelete, "/j", "", "").code)
 	r = receive(t, got, "the long-poll reply")
 	require.NoError(t, r.err)
@@ -138,13 +135,11 @@ func TestPostgresLongPollRechecks(t *testing.T) {
 	db := newDatabase(t)
 	mock := clock.NewMock()
 	s := db.open(t)(Options{Clock: mock})
-	hook, waiting := waitingHook()
-	s.testHookWaiting = hook
+	waiting := watchWaiting(s)
 	f := serve(t, s)
 	tail := f.mustCreate(t, "/s", "text/plain", "abc")
 
-	got := f.goSend(boundedCtx(t), http.MethodGet, "/s?offset="+tail+"&live=long-poll")
-	receive(t, waiting, "the long-poll to wait")
+	got := f.longPoll(t, waiting, "/s?offset="+tail)
 	pgtest.Exec(t, `WITH c AS (INSERT INTO `+db.schema+`.dstream_chunks (stream_id, pos, data)
 		SELECT id, 3, 'de'::bytea FROM `+db.schema+`.dstream_streams WHERE path = '/s')
 		UPDATE `+db.schema+`.dstream_streams SET tail = 5 WHERE path = '/s'`)
@@ -237,13 +232,11 @@ func TestPostgresListenerReconnects(t *testing.T) {
 	quiet := Options{Logger: slog.New(slog.DiscardHandler)}
 	sa := db.open(t)(quiet)
 	sa.recheck = 0
-	hook, waiting := waitingHook()
-	sa.testHookWaiting = hook
+	waiting := watchWaiting(sa)
 	a, b := serve(t, sa), serve(t, db.open(t)(quiet))
 	tail := a.mustCreate(t, "/s", "text/plain", "abc")
 
-	got := a.goSend(boundedCtx(t), http.MethodGet, "/s?offset="+tail+"&live=long-poll")
-	receive(t, waiting, "the long-poll to wait")
+	got := a.longPoll(t, waiting, "/s?offset="+tail)
 	pgtest.Exec(t, `SELECT pg_terminate_backend(pid) FROM pg_stat_activity
 		WHERE application_name = '`+db.schema+`' AND query = 'LISTEN `+pgChannel+`'`)
 	// An append no notification announces, as one made while nobody listens.
@@ -255,8 +248,7 @@ func TestPostgresListenerReconnects(t *testing.T) {
 	require.Equal(t, http.StatusOK, r.code)
 	require.Equal(t, "de", r.body)
 
-	got = a.goSend(boundedCtx(t), http.MethodGet, "/s?offset="+off(5)+"&live=long-poll")
-	receive(t, waiting, "the long-poll to wait")
+	got = a.longPoll(t, waiting, "/s?offset="+off(5))
 	b.mustAppend(t, "/s", "text/plain", "f")
 	r = receive(t, got, "the long-poll reply")
 	require.NoError(t, r.err)

@@ -44,8 +44,7 @@ func TestOfficialTypeScriptClient(t *testing.T) {
 	// cannot signal "waiting" to the other.
 	start := func(t *testing.T) (*fixture, <-chan struct{}) {
 		s := New(Options{})
-		hook, waiting := waitingHook()
-		s.testHookWaiting = hook
+		waiting := watchWaiting(s)
 		return serve(t, s), waiting
 	}
 
