@@ -105,27 +105,19 @@ func (e *Engine) retryMissed(ctx context.Context) bool {
 		e.log.ErrorContext(ctx, "webhooks: stream deletions missed in a Store outage, past what the engine keeps; the consumers of those streams remain", "lost", lost)
 	}
 	gone := slices.Sorted(maps.Keys(deleted))
-	for i, p := range gone {
-		err := e.removeStream(ctx, p, deleted[p])
+	for i, p := range slices.Concat(gone, paths) {
+		var err error
+		if i < len(gone) {
+			err = e.removeStream(ctx, p, deleted[p])
+		} else {
+			err = e.spawnAndWake(ctx, p, e.subs.index.match(p))
+		}
 		if errors.Is(err, ErrStoreUnavailable) {
-			rest := make(map[string]time.Time, len(gone)-i)
-			for _, q := range gone[i:] {
+			rest := make(map[string]time.Time)
+			for _, q := range gone[min(i, len(gone)):] {
 				rest[q] = deleted[q]
 			}
-			e.missed.putBack(rest, paths, sweep)
-			if ctx.Err() == nil {
-				e.log.ErrorContext(ctx, "webhooks: retrying stream events missed in a Store outage", "stream", p, "error", err)
-			}
-			return false
-		}
-		if err != nil && ctx.Err() == nil {
-			e.log.ErrorContext(ctx, "webhooks: retrying a stream event missed in a Store outage", "stream", p, "error", err)
-		}
-	}
-	for i, p := range paths {
-		err := e.spawnAndWake(ctx, p, e.subs.index.match(p))
-		if errors.Is(err, ErrStoreUnavailable) {
-			e.missed.putBack(nil, paths[i:], sweep)
+			e.missed.putBack(rest, paths[max(i-len(gone), 0):], sweep)
 			if ctx.Err() == nil {
 				e.log.ErrorContext(ctx, "webhooks: retrying stream events missed in a Store outage", "stream", p, "error", err)
 			}

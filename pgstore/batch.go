@@ -27,19 +27,6 @@ type updateOp struct {
 func (op *updateOp) Context() context.Context { return op.ctx }
 func (op *updateOp) Fail(err error)           { op.out, op.err = nil, err }
 
-// batched runs fn as UpdateConsumer documents it, in a batch of the
-// updates made at once.
-func (s *Store) batched(ctx context.Context, id string, fn func(c *webhooks.Consumer) (webhooks.UpdateAction, error)) (*webhooks.Consumer, error) {
-	op := &updateOp{ctx: ctx, id: id, fn: fn}
-	if !s.updates.Do(ctx, op, s.runBatch) {
-		return nil, ctx.Err()
-	}
-	if op.panicked != nil {
-		panic(op.panicked)
-	}
-	return op.out, op.err
-}
-
 // runBatch runs ops in one transaction that locks their consumers' rows,
 // in ID order so that batches of several instances cannot deadlock. Each
 // op's fn runs in queue order on the consumer as the ops before it left
@@ -58,7 +45,7 @@ func (s *Store) runBatch(ops []*updateOp) {
 	var retry []*updateOp
 	for _, op := range live {
 		switch {
-		case !dirty[op.id]:
+		case dirty != nil && !dirty[op.id]:
 		case unreachable(err) || ctx.Err() != nil:
 			op.out, op.err = nil, dbError("update consumer", err)
 		default:
@@ -75,7 +62,8 @@ func (s *Store) runBatch(ops []*updateOp) {
 
 // runLocked is runBatch's transaction. It returns the IDs of the consumers
 // that the ops changed, and an error if those changes did not commit; an
-// op of any other consumer has its outcome already.
+// op of any other consumer has its outcome already. With an error before
+// the writes were sent, dirty is nil: no op has its outcome.
 func (s *Store) runLocked(ctx context.Context, ops []*updateOp) (dirty map[string]bool, err error) {
 	ids := make([]string, 0, len(ops))
 	for _, op := range ops {
@@ -83,16 +71,9 @@ func (s *Store) runLocked(ctx context.Context, ops []*updateOp) (dirty map[strin
 			ids = append(ids, op.id)
 		}
 	}
-	all := func() map[string]bool {
-		m := make(map[string]bool, len(ids))
-		for _, id := range ids {
-			m[id] = true
-		}
-		return m
-	}
 	conn, err := s.pool.Acquire(ctx)
 	if err != nil {
-		return all(), err
+		return nil, err
 	}
 	// The pool destroys, rather than reuses, a connection released inside
 	// a transaction: one the ROLLBACK below did not reach.
@@ -109,9 +90,9 @@ func (s *Store) runLocked(ctx context.Context, ops []*updateOp) (dirty map[strin
 	b.Queue(lockConsumersQuery, ids)
 	stored, err := readAllLocked(ctx, conn.Conn(), b)
 	if err != nil {
-		return all(), err
+		return nil, err
 	}
-	cur := applyAll(ops, ids, stored)
+	finals := applyAll(ops, ids, stored)
 	b = &pgx.Batch{}
 	dirty = make(map[string]bool)
 	var (
@@ -120,8 +101,8 @@ func (s *Store) runLocked(ctx context.Context, ops []*updateOp) (dirty map[strin
 		upDeadlines     []*int64
 		upData          [][]byte
 	)
-	for _, id := range ids {
-		old, c := stored[id], cur[id]
+	for i, id := range ids {
+		old, c := stored[id], finals[i]
 		if old == c {
 			continue
 		}
@@ -132,7 +113,7 @@ func (s *Store) runLocked(ctx context.Context, ops []*updateOp) (dirty map[strin
 		}
 		r, err := encodeConsumer(c)
 		if err != nil {
-			return all(), err
+			return nil, err
 		}
 		from, to := secondaryPaths(old), secondaryPaths(c)
 		if unindex, index := diff(from, to), diff(to, from); len(unindex) > 0 || len(index) > 0 {
@@ -168,11 +149,12 @@ const saveConsumersQuery = `UPDATE streamhooks_consumers c SET state = u.state, 
 const deleteConsumersQuery = "DELETE FROM streamhooks_consumers WHERE id = ANY ($1)"
 
 // applyAll runs the ops' fns on the consumers stored under ids and
-// returns the consumers as the ops leave them, nil where deleted. The ops
+// returns the consumers as the ops leave them, in the order of ids, nil
+// where deleted or missing. The ops
 // of one consumer run in queue order, each on what the one before it left;
 // those of different consumers run at once, as they would unbatched, so
 // that the StreamSource reads of a batch do not add up.
-func applyAll(ops []*updateOp, ids []string, stored map[string]*webhooks.Consumer) map[string]*webhooks.Consumer {
+func applyAll(ops []*updateOp, ids []string, stored map[string]*webhooks.Consumer) []*webhooks.Consumer {
 	byID := make(map[string][]*updateOp, len(ids))
 	for _, op := range ops {
 		byID[op.id] = append(byID[op.id], op)
@@ -198,11 +180,7 @@ func applyAll(ops []*updateOp, ids []string, stored map[string]*webhooks.Consume
 		}
 	}
 	wg.Wait()
-	cur := make(map[string]*webhooks.Consumer, len(ids))
-	for i, id := range ids {
-		cur[id] = finals[i]
-	}
-	return cur
+	return finals
 }
 
 // applyOp runs op's fn on a copy of c, records the result in op, and

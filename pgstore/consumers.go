@@ -121,7 +121,14 @@ func (s *Store) GetConsumer(ctx context.Context, id string) (*webhooks.Consumer,
 // or PrimaryStream; UpdateConsumer returns an error rather than save such
 // a change.
 func (s *Store) UpdateConsumer(ctx context.Context, id string, fn func(c *webhooks.Consumer) (webhooks.UpdateAction, error)) (*webhooks.Consumer, error) {
-	return s.batched(ctx, id, fn)
+	op := &updateOp{ctx: ctx, id: id, fn: fn}
+	if !s.updates.Do(ctx, op, s.runBatch) {
+		return nil, ctx.Err()
+	}
+	if op.panicked != nil {
+		panic(op.panicked)
+	}
+	return op.out, op.err
 }
 
 // secondaryPaths returns the distinct paths of c's streams other than its

@@ -2,6 +2,7 @@ package sqlitestore
 
 import (
 	"context"
+	"database/sql"
 	"encoding/json"
 	"fmt"
 
@@ -33,11 +34,7 @@ func (s *Store) GetSubscription(ctx context.Context, id string) (*webhooks.Subsc
 
 // subscriptionsByID reads the subscriptions with ids.
 func (s *Store) subscriptionsByID(ctx context.Context, ids []string) (map[string]*webhooks.Subscription, error) {
-	keys, err := json.Marshal(ids)
-	if err != nil {
-		return nil, err
-	}
-	rows, err := s.r.query(ctx, getSubscriptionsQuery, string(keys))
+	rows, err := s.queryKeys(ctx, getSubscriptionsQuery, ids)
 	if err != nil {
 		return nil, fmt.Errorf("sqlitestore: get subscription: %w", err)
 	}
@@ -63,11 +60,7 @@ func (s *Store) ConsumersByStream(ctx context.Context, path string) ([]*webhooks
 
 // consumersByPath reads the consumers of the streams at paths.
 func (s *Store) consumersByPath(ctx context.Context, paths []string) (map[string][]*webhooks.Consumer, error) {
-	keys, err := json.Marshal(paths)
-	if err != nil {
-		return nil, err
-	}
-	rows, err := s.r.query(ctx, consumersByStreamsQuery, string(keys))
+	rows, err := s.queryKeys(ctx, consumersByStreamsQuery, paths)
 	if err != nil {
 		return nil, fmt.Errorf("sqlitestore: query consumers: %w", err)
 	}
@@ -85,4 +78,13 @@ func (s *Store) consumersByPath(ctx context.Context, paths []string) (map[string
 		return nil, fmt.Errorf("sqlitestore: query consumers: %w", err)
 	}
 	return out, nil
+}
+
+// queryKeys runs query with keys as its one parameter, a JSON array.
+func (s *Store) queryKeys(ctx context.Context, query string, keys []string) (*sql.Rows, error) {
+	arg, err := json.Marshal(keys)
+	if err != nil {
+		return nil, err
+	}
+	return s.r.query(ctx, query, string(arg))
 }

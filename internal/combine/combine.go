@@ -9,6 +9,7 @@ import (
 	"runtime"
 	"slices"
 	"sync"
+	"sync/atomic"
 )
 
 // One batch of a kind runs at a time: the batch that fills while another
@@ -133,17 +134,17 @@ func Begin[C Call](calls []C) (waiting []C, _ context.Context, stop context.Canc
 			waiting = append(waiting, c)
 		}
 	}
+	if len(waiting) == 1 {
+		// The one caller's own context is the batch's.
+		return waiting, waiting[0].Context(), func() {}
+	}
 	ctx, cancel := context.WithCancel(context.Background())
-	var (
-		mu   sync.Mutex
-		left = len(waiting)
-	)
+	var left atomic.Int64
+	left.Store(int64(len(waiting)))
 	stops := make([]func() bool, 0, len(waiting))
 	for _, c := range waiting {
 		stops = append(stops, context.AfterFunc(c.Context(), func() {
-			mu.Lock()
-			defer mu.Unlock()
-			if left--; left == 0 {
+			if left.Add(-1) == 0 {
 				cancel()
 			}
 		}))
