@@ -10,8 +10,8 @@ import (
 // SubscriptionFeed is an optional Store capability that lets engines
 // sharing one Store cooperate: each learns of the subscriptions created or
 // deleted through the others, and reloads them into the index by which it
-// gives new streams their consumers. The engine finds it by type assertion
-// on its Store.
+// gives new streams their consumers and from which it takes each webhook's
+// URL and secret. The engine finds it by type assertion on its Store.
 //
 // Only subscriptions go through the feed. Deadlines set by another engine
 // need none: the scheduler reads the Store's deadlines at least every poll
@@ -37,32 +37,40 @@ type SubscriptionFeed interface {
 	WatchSubscriptions(ctx context.Context, changed func()) error
 }
 
-// subscriptionSet is the engine's view of the subscriptions: their
-// patterns, and the index built from them. The subscription API changes it
-// after each create or delete it commits; the feed's reload brings it in
-// line with the Store. A reload's list may predate a change the API has
-// just applied, so the ids the API changes while a reload runs are left as
-// the API set them.
+// subscriptionSet is the engine's view of the subscriptions: each one, as
+// stored, with its parsed pattern, and the index built from the patterns.
+// Deliveries take a subscription's webhook and secret from it rather than
+// from the Store. The subscription API changes it after each create or
+// delete it commits; the feed's reload brings it in line with the Store. A
+// reload's list may predate a change the API has just applied, so the ids
+// the API changes while a reload runs are left as the API set them.
 type subscriptionSet struct {
 	index *patternIndex
 
-	mu       sync.Mutex
-	patterns map[string]*Pattern // id → pattern of every indexed subscription
+	mu      sync.RWMutex
+	entries map[string]indexed // id → every indexed subscription
 	// touched, while a reload runs, holds the ids the API changed since
 	// the reload began; nil otherwise.
 	touched map[string]bool
 }
 
-func newSubscriptionSet() *subscriptionSet {
-	return &subscriptionSet{index: newPatternIndex(), patterns: make(map[string]*Pattern)}
+// indexed is a subscription of the set and its parsed pattern.
+type indexed struct {
+	pattern *Pattern
+	sub     *Subscription
 }
 
-// add indexes subscription id on p, for a create the API committed.
-func (s *subscriptionSet) add(p *Pattern, id string) {
+func newSubscriptionSet() *subscriptionSet {
+	return &subscriptionSet{index: newPatternIndex(), entries: make(map[string]indexed)}
+}
+
+// add indexes sub on p, its parsed pattern, for a create the API
+// committed.
+func (s *subscriptionSet) add(p *Pattern, sub *Subscription) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.put(p, id)
-	s.touch(id)
+	s.put(p, sub)
+	s.touch(sub.ID)
 }
 
 // remove unindexes subscription id, for a delete the API committed.
@@ -73,28 +81,47 @@ func (s *subscriptionSet) remove(id string) {
 	s.touch(id)
 }
 
+// get returns subscription id, or nil if the set lacks it. The caller must
+// not change it.
+func (s *subscriptionSet) get(id string) *Subscription {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	return s.entries[id].sub
+}
+
+// patterns returns the pattern of every subscription in the set, by id.
+func (s *subscriptionSet) patterns() map[string]*Pattern {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	out := make(map[string]*Pattern, len(s.entries))
+	for id, e := range s.entries {
+		out[id] = e.pattern
+	}
+	return out
+}
+
 func (s *subscriptionSet) touch(id string) {
 	if s.touched != nil {
 		s.touched[id] = true
 	}
 }
 
-// put and drop change the index; the caller holds mu.
-func (s *subscriptionSet) put(p *Pattern, id string) {
-	if old := s.patterns[id]; old != nil {
-		if old.String() == p.String() {
-			return
-		}
-		s.index.remove(old, id)
+// put and drop change the set and its index; the caller holds mu.
+func (s *subscriptionSet) put(p *Pattern, sub *Subscription) {
+	old, ok := s.entries[sub.ID]
+	if ok && old.pattern.String() != p.String() {
+		s.index.remove(old.pattern, sub.ID)
 	}
-	s.patterns[id] = p
-	s.index.add(p, id)
+	if !ok || old.pattern.String() != p.String() {
+		s.index.add(p, sub.ID)
+	}
+	s.entries[sub.ID] = indexed{pattern: p, sub: sub.Clone()}
 }
 
 func (s *subscriptionSet) drop(id string) {
-	if old := s.patterns[id]; old != nil {
-		s.index.remove(old, id)
-		delete(s.patterns, id)
+	if old, ok := s.entries[id]; ok {
+		s.index.remove(old.pattern, id)
+		delete(s.entries, id)
 	}
 }
 
@@ -105,10 +132,10 @@ func (s *subscriptionSet) beginReload() {
 	s.touched = make(map[string]bool)
 }
 
-// endReload makes the index what subs, listed after beginReload, say,
-// except for the ids the API has changed since then. It returns the ids
-// added and removed, and the stored subscriptions whose pattern does not
-// parse.
+// endReload makes the set what subs, listed after beginReload, say, except
+// for the ids the API has changed since then. It returns the ids added or
+// replaced and removed, and the stored subscriptions whose pattern does
+// not parse.
 func (s *subscriptionSet) endReload(subs []*Subscription) (added, removed []string, errs []error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -125,18 +152,27 @@ func (s *subscriptionSet) endReload(subs []*Subscription) (added, removed []stri
 			errs = append(errs, fmt.Errorf("stored subscription %s: %w", sub.ID, err))
 			continue
 		}
-		if old := s.patterns[sub.ID]; old == nil || old.String() != p.String() {
+		// A subscription deleted and created again under its id through
+		// another engine is replaced, webhook and secret too.
+		if old, ok := s.entries[sub.ID]; !ok || !sameSubscription(old.sub, sub) {
 			added = append(added, sub.ID)
+			s.put(p, sub)
 		}
-		s.put(p, sub.ID)
 	}
-	for id := range s.patterns {
+	for id := range s.entries {
 		if !listed[id] && !touched[id] {
 			s.drop(id)
 			removed = append(removed, id)
 		}
 	}
 	return added, removed, errs
+}
+
+// sameSubscription reports whether a and b are the same stored
+// subscription.
+func sameSubscription(a, b *Subscription) bool {
+	return a.ID == b.ID && a.Pattern == b.Pattern && a.Webhook == b.Webhook && a.Description == b.Description &&
+		a.Secret == b.Secret && a.CreatedAt.Equal(b.CreatedAt)
 }
 
 // abortReload ends a reload whose list failed, changing nothing.

@@ -221,6 +221,59 @@ func TestFeedReloadKeepsAConcurrentDelete(t *testing.T) {
 	require.Zero(t, s.spawned("s1"), "the engine spawned a consumer of a subscription it deleted")
 }
 
+// A subscription deleted and created again under its id through another
+// engine, between two reloads of this one, is replaced at the next: this
+// engine's webhooks are then signed with the new secret.
+func TestFeedReloadReplacesASubscriptionCreatedAgain(t *testing.T) {
+	mem := memstore.New()
+	ha := newHarnessStore(t, mem)
+	ha.subscribe("s1", "/a/*")
+	pb := newProbeStore(mem).gate()
+	hb := &harness{t: t, clock: ha.clock, store: pb, source: ha.source, recv: ha.recv}
+	hb.startEngine() // B loads s1 as it is now
+	changed := receive(t, pb.watching)
+
+	rec := ha.do(http.MethodDelete, "/a/*?subscription=s1", "")
+	require.Equal(t, http.StatusNoContent, rec.Code, rec.Body.String())
+	secret := ha.subscribe("s1", "/a/*")
+	pb.hold.Store(true)
+	changed()
+	receive(t, pb.listed) // a list with the new s1
+	pb.release <- struct{}{}
+	changed()
+	receive(t, pb.listed) // the first reload has ended
+	pb.release <- struct{}{}
+
+	hb.create("/a/1", 1)
+	d := hb.nextDelivery()
+	require.NoError(t, webhooks.VerifySignature(secret, d.header.Get(webhooks.SignatureHeader), d.body,
+		hb.clock.Now(), webhooks.DefaultSignatureTolerance), "engine B signed with the deleted subscription's secret")
+}
+
+// subscriptionReadsStore counts GetSubscription calls.
+type subscriptionReadsStore struct {
+	*memstore.Store
+	reads atomic.Int32
+}
+
+func (s *subscriptionReadsStore) GetSubscription(ctx context.Context, id string) (*webhooks.Subscription, error) {
+	s.reads.Add(1)
+	return s.Store.GetSubscription(ctx, id)
+}
+
+// A delivery takes its webhook and secret from the engine's subscriptions,
+// which the API and the feed keep, so that a wake cycle reads no
+// subscription from the Store.
+func TestDeliveryReadsNoSubscription(t *testing.T) {
+	s := &subscriptionReadsStore{Store: memstore.New()}
+	h := newHarnessStore(t, s)
+	h.subscribe("s1", "/a/*")
+	s.reads.Store(0)
+	h.create("/a/1", 1)
+	require.Equal(t, webhooks.ConsumerID("s1", "/a/1"), h.nextDelivery().n.ConsumerID)
+	require.Zero(t, s.reads.Load(), "a delivery read its subscription from the Store")
+}
+
 // receive waits for the next value on ch.
 func receive[T any](t *testing.T, ch <-chan T) T {
 	t.Helper()

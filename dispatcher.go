@@ -184,8 +184,15 @@ func (e *Engine) handleDue(ctx context.Context, snapshot *Consumer) error {
 }
 
 // send hands the attempt of c, just marked as sent, to the lane of its
-// webhook's host.
+// webhook's host. The subscription comes from the engine's set, and from
+// the Store only if the set lacks it: one created through another engine
+// that the feed has not reported yet.
 func (e *Engine) send(ctx context.Context, c *Consumer) {
+	sub := e.subs.get(c.SubscriptionID)
+	if sub != nil {
+		e.lanes.enqueue(ctx, laneKey(sub.Webhook), c, sub)
+		return
+	}
 	sub, err := e.store.GetSubscription(ctx, c.SubscriptionID)
 	if err != nil {
 		// A deleted subscription took the consumer with it. After another

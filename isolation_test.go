@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -147,15 +148,26 @@ func (s *subscriptionErrStore) GetSubscription(ctx context.Context, id string) (
 }
 
 // TestAttemptWhoseHostCannotBeReadIsRetried checks that an attempt whose
-// subscription the Store fails to read, after it was marked as sent, is
-// not lost: it times out like a lost POST and is retried.
+// subscription the engine has not loaded (created through another engine,
+// and not yet reported by the feed) and the Store fails to read, after the
+// attempt was marked as sent, is not lost: it times out like a lost POST
+// and is retried.
 func TestAttemptWhoseHostCannotBeReadIsRetried(t *testing.T) {
+	ctx := context.Background()
 	store := &subscriptionErrStore{Store: memstore.New()}
-	h := newHarnessStore(t, store, faultConstBackoff(time.Second))
-	h.subscribe("s1", "/agents/*")
-	// The stream's creation wakes its consumer and sends the first attempt.
+	// The feed never reports: the engine knows only what Start loaded.
+	h := newHarnessStore(t, newProbeStore(store).gate(), faultConstBackoff(time.Second))
+	require.NoError(t, store.CreateSubscription(ctx, &webhooks.Subscription{
+		ID: "s1", Pattern: "/agents/*", Webhook: h.recv.url(), Secret: "whsec_" + strings.Repeat("A", 43), CreatedAt: h.clock.Now(),
+	}))
+	h.source.set(agentA, 10)
+	require.NoError(t, store.CreateConsumer(ctx, &webhooks.Consumer{
+		ID: agentAID, SubscriptionID: "s1", PrimaryStream: agentA,
+		State: webhooks.StateWaking, Epoch: 1, WakeID: "w_00000000000000000000000000000001",
+		Streams: streamOffsets(agentA, webhooks.OffsetNone), Deadline: h.clock.Now(),
+	}))
 	store.fail.Store(true)
-	h.create(agentA, 0)
+	h.clock.Add(testPollInterval) // the poll finds the consumer due
 	h.waitConsumer(agentAID, func(c *webhooks.Consumer) bool { return c.InFlight && c.Attempt == 1 })
 	require.Eventually(t, func() bool { return !store.fail.Load() }, waitFor, time.Millisecond)
 	h.faultRequireNoDelivery()

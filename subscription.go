@@ -195,7 +195,7 @@ func (e *Engine) createSubscription(ctx context.Context, pattern *Pattern, id st
 	}
 	// Index first: a stream created during the scan below then gets its
 	// consumer from StreamCreated, and the scan's create finds it exists.
-	e.subs.add(pattern, id)
+	e.subs.add(pattern, sub)
 	if err := e.adoptExistingStreams(ctx, pattern, id); err != nil {
 		return 0, nil, err
 	}

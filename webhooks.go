@@ -214,7 +214,7 @@ func (e *Engine) load(ctx context.Context) error {
 		return fmt.Errorf("webhooks: %w", errs[0])
 	}
 	// The set is not shared yet, so its patterns need no lock.
-	e.tokens, e.subs, e.stored = newTokens(key, e.cfg.tokenTTL, e.clock), set, maps.Clone(set.patterns)
+	e.tokens, e.subs, e.stored = newTokens(key, e.cfg.tokenTTL, e.clock), set, set.patterns()
 	e.loaded.Store(true)
 	return nil
 }

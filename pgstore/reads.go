@@ -9,9 +9,10 @@ import (
 	"github.com/streamhooks/webhooks/internal/combine"
 )
 
-// The engine reads a subscription for every webhook it sends and a
-// stream's consumers for every append, so the calls of each made at once
-// share one query (internal/combine).
+// The engine reads a stream's consumers for every append, and
+// subscriptions for the API and for the webhooks of those it has not
+// loaded, so the calls of each made at once share one query
+// (internal/combine).
 
 const (
 	getSubscriptionsQuery = "SELECT " + subscriptionCols + " FROM streamhooks_subscriptions WHERE id = ANY ($1)"
