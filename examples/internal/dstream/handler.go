@@ -226,9 +226,13 @@ func (s *Server) read(w http.ResponseWriter, r *http.Request) {
 	var changed <-chan struct{}
 	stopWatching := func() {}
 	defer func() { stopWatching() }()
+	var err error
 	if live != "" {
 		// Before the read, so that no change after it goes unnoticed.
-		changed, stopWatching = s.waiters.watch(path)
+		if changed, stopWatching, err = s.watch(r.Context(), path); err != nil {
+			s.storageError(r.Context(), "watch", path, err).write(w)
+			return
+		}
 	}
 	v, ok, err := s.store.read(r.Context(), path, from)
 	switch {
@@ -265,7 +269,10 @@ func (s *Server) read(w http.ResponseWriter, r *http.Request) {
 				return
 			}
 			stopWatching()
-			changed, stopWatching = s.waiters.watch(path)
+			if changed, stopWatching, err = s.watch(r.Context(), path); err != nil {
+				s.storageError(r.Context(), "watch", path, err).write(w)
+				return
+			}
 			v, ok, err = s.store.read(r.Context(), path, off)
 			switch {
 			case err != nil:
@@ -305,6 +312,18 @@ func etagListed(ifNoneMatch, etag string) bool {
 		}
 	}
 	return false
+}
+
+// watch returns the channel closed at path's next change, and the function
+// to call once the caller stops waiting on it, after it has the storage
+// report changes to path through other Servers.
+func (s *Server) watch(ctx context.Context, path string) (<-chan struct{}, func(), error) {
+	changed, stop := s.waiters.watch(path)
+	if err := s.store.watch(ctx, path); err != nil {
+		stop()
+		return nil, func() {}, err
+	}
+	return changed, stop, nil
 }
 
 type waitResult int

@@ -11,6 +11,8 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/benbjohnson/clock"
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -36,11 +38,22 @@ CREATE TABLE IF NOT EXISTS dstream_chunks (
 	pos       bigint NOT NULL,
 	data      bytea NOT NULL,
 	PRIMARY KEY (stream_id, pos)
+);
+CREATE TABLE IF NOT EXISTS dstream_waits (
+	stream_id bigint NOT NULL REFERENCES dstream_streams (id) ON DELETE CASCADE,
+	server    text NOT NULL,
+	until     timestamptz NOT NULL,
+	PRIMARY KEY (stream_id, server)
 );`
 
-	// pgChannel is where each append and delete is announced, with the
-	// stream's path as the payload, to the long-polls of every Server.
+	// pgChannel is where each append to a stream that a Server waits on,
+	// and each delete, is announced, with the stream's path as the
+	// payload, to the long-polls of every Server.
 	pgChannel = "dstream_changes"
+
+	// pgWaitFor is how long a Server stays registered in dstream_waits as
+	// waiting on a stream, at least, after a long-poll on it begins.
+	pgWaitFor = 5 * time.Minute
 
 	// pgMaxPathBytes bounds stream paths well below what a btree index
 	// entry and a notification payload may hold.
@@ -61,7 +74,9 @@ CREATE TABLE IF NOT EXISTS dstream_chunks (
 // change is committed before it is answered or reported to this Server's
 // Observer, and a long-poll on one Server wakes when an append through
 // another commits, by LISTEN/NOTIFY on a connection of its own, and else
-// within about a second.
+// within about a second. Only appends to streams that some Server
+// long-polls are announced: a notification wakes every listening
+// connection on the database, whatever its channel.
 //
 // The caller owns pool and closes it after Close. Stream paths are limited
 // to 1024 bytes of valid UTF-8 without NUL, as the database stores text.
@@ -75,7 +90,10 @@ func OpenPostgres(ctx context.Context, pool *pgxpool.Pool, opts Options) (*Serve
 		return nil, fmt.Errorf("dstream: listening: %w", err)
 	}
 	lctx, cancel := context.WithCancel(context.Background())
-	p := &pgStorage{pool: pool, cancel: cancel}
+	p := &pgStorage{
+		pool: pool, cancel: cancel, clock: s.clock, server: uuid.NewString(),
+		waitFor: max(pgWaitFor, 2*s.timeout), waiting: make(map[string]time.Time),
+	}
 	p.done.Add(1)
 	go p.listen(lctx, conn, s)
 	s.store = p
@@ -112,6 +130,16 @@ type pgStorage struct {
 	pool   *pgxpool.Pool
 	cancel context.CancelFunc
 	done   sync.WaitGroup
+
+	clock   clock.Clock
+	server  string        // this Server's name in dstream_waits
+	waitFor time.Duration // how long a registration in dstream_waits lasts
+
+	mu sync.Mutex
+	// waiting holds, by path, when this Server's registration as waiting
+	// on a stream ends, as its clock tells; at least that late.
+	waiting map[string]time.Time
+	sweepAt int // len(waiting) at which expired entries are dropped
 }
 
 // listen wakes s's long-polls for each notification until ctx ends. When
@@ -178,7 +206,11 @@ func pgMeta(id int64, contentType string, tail int64) (streamMeta, error) {
 }
 
 // insertChunks stores chunks, the first at position start, and sets the
-// stream's tail past them; announce names the path to notify.
+// stream's tail past them; announce names the path to notify if a Server
+// waits on the stream. The stream's row is locked, so a registration in
+// dstream_waits either committed before this statement began, and it
+// notifies, or begins after the append commits, and the long-poll's read
+// that follows it sees the append.
 const insertChunks = `
 WITH chunks AS (
 	INSERT INTO dstream_chunks (stream_id, pos, data)
@@ -186,7 +218,52 @@ WITH chunks AS (
 ), moved AS (
 	UPDATE dstream_streams SET tail = $4 WHERE id = $1
 )
-SELECT CASE WHEN $5::text <> '' THEN pg_notify('` + pgChannel + `', $5) END`
+SELECT pg_notify('` + pgChannel + `', $5)
+WHERE $5::text <> '' AND EXISTS (SELECT 1 FROM dstream_waits WHERE stream_id = $1 AND until > now())`
+
+// registerWait registers server $2 as waiting on the stream at path $1
+// for $3 milliseconds, and drops the expired registrations of other
+// Servers on it. It locks the stream's row, so that it waits for an append
+// in progress to commit (see insertChunks).
+const registerWait = `
+WITH s AS (
+	SELECT id FROM dstream_streams WHERE path = $1 FOR SHARE
+), expired AS (
+	DELETE FROM dstream_waits w USING s WHERE w.stream_id = s.id AND w.server <> $2 AND w.until <= now()
+)
+INSERT INTO dstream_waits (stream_id, server, until)
+SELECT id, $2, now() + $3 * interval '1 millisecond' FROM s
+ON CONFLICT (stream_id, server) DO UPDATE SET until = excluded.until`
+
+// watch registers this Server as waiting on path, unless it is for longer
+// than a long-poll may wait. Two long-polls at once may both register.
+func (p *pgStorage) watch(ctx context.Context, path string) error {
+	if !storable(path) {
+		return nil
+	}
+	now := p.clock.Now()
+	p.mu.Lock()
+	until, ok := p.waiting[path]
+	p.mu.Unlock()
+	if ok && until.Sub(now) >= p.waitFor/2 {
+		return nil
+	}
+	if _, err := p.pool.Exec(ctx, registerWait, path, p.server, p.waitFor.Milliseconds()); err != nil {
+		return err
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.waiting[path] = now.Add(p.waitFor)
+	if len(p.waiting) >= p.sweepAt {
+		for path, until := range p.waiting {
+			if !until.After(now) {
+				delete(p.waiting, path)
+			}
+		}
+		p.sweepAt = max(64, 2*len(p.waiting))
+	}
+	return nil
+}
 
 // writeChunks runs insertChunks for chunks appended at tail, returning the
 // new tail.

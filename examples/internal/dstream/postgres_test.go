@@ -9,8 +9,10 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/benbjohnson/clock"
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -126,6 +128,48 @@ func TestPostgresLongPollWakesOnOtherServersAppend(t *testing.T) {
 	r = receive(t, got, "the long-poll reply")
 	require.NoError(t, r.err)
 	require.Equal(t, http.StatusNotFound, r.code)
+}
+
+// TestPostgresAnnouncesOnlyWaitedStreams checks that an append is
+// announced only while a Server waits on its stream: a notification wakes
+// every listening connection on the database, whatever its channel.
+func TestPostgresAnnouncesOnlyWaitedStreams(t *testing.T) {
+	db := newDatabase(t)
+	sa := db.open(t)(Options{Clock: clock.NewMock()})
+	waiting := watchWaiting(sa)
+	a, b := serve(t, sa), serve(t, db.open(t)(Options{}))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	listener, err := pgx.Connect(ctx, db.dsn)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = listener.Close(context.Background()) })
+	_, err = listener.Exec(ctx, "LISTEN "+pgChannel)
+	require.NoError(t, err)
+
+	const unwaited, expired, waited = "/announce-unwaited", "/announce-expired", "/announce-waited"
+	for _, path := range []string{unwaited, expired, waited} {
+		b.mustCreate(t, path, "text/plain", "a")
+	}
+	// A registration that has run out, as one of a Server that died.
+	pgtest.Exec(t, `INSERT INTO `+db.schema+`.dstream_waits (stream_id, server, until)
+		SELECT id, 'gone', now() - interval '1 second' FROM `+db.schema+`.dstream_streams WHERE path = '`+expired+`'`)
+	got := a.longPoll(t, waiting, waited+"?offset="+off(1))
+	for _, path := range []string{unwaited, expired, waited} {
+		b.mustAppend(t, path, "text/plain", "b")
+	}
+	// Notifications come in commit order, other tests' among them.
+	for {
+		n, err := listener.WaitForNotification(ctx)
+		require.NoError(t, err, "no notification of the append to %s", waited)
+		require.NotContains(t, []string{unwaited, expired}, n.Payload, "an append nobody waits on was announced")
+		if n.Payload == waited {
+			break
+		}
+	}
+	r := receive(t, got, "the long-poll reply")
+	require.NoError(t, r.err)
+	require.Equal(t, http.StatusOK, r.code)
+	require.Equal(t, "b", r.body)
 }
 
 // TestPostgresLongPollRechecks appends behind the Server's back, without a
@@ -277,6 +321,7 @@ func TestPostgresUnreachableIs503(t *testing.T) {
 		f.send(t, http.MethodPut, "/b", "text/plain", "x"),
 		f.send(t, http.MethodPost, "/a", "text/plain", "d"),
 		f.send(t, http.MethodGet, "/a", "", ""),
+		f.send(t, http.MethodGet, "/a?offset=-1&live=long-poll", "", ""),
 		f.send(t, http.MethodHead, "/a", "", ""),
 		f.send(t, http.MethodDelete, "/a", "", ""),
 	} {

@@ -28,6 +28,10 @@ type storage interface {
 	// the chunk that holds position from to the tail.
 	read(ctx context.Context, path string, from int) (v snapshot, ok bool, err error)
 	stat(ctx context.Context, path string) (m streamMeta, ok bool, err error)
+	// watch says that a long-poll will wait on path, before it reads the
+	// stream, so that the storage reports a change through another Server
+	// after that read to this one's waiters.
+	watch(ctx context.Context, path string) error
 	// match returns the streams whose paths pattern matches, in any order.
 	match(ctx context.Context, pattern *webhooks.Pattern) ([]webhooks.StreamInfo, error)
 	remove(ctx context.Context, path string) (ok bool, err error)
@@ -165,6 +169,9 @@ func (m *memStorage) remove(_ context.Context, path string) (bool, error) {
 }
 
 func (m *memStorage) close() {}
+
+// watch has nothing to do: every change is made through this Server.
+func (m *memStorage) watch(context.Context, string) error { return nil }
 
 // waiters wakes the long-polls waiting for a change to a stream. A
 // long-poll takes the channel for its path before it reads the stream, so
