@@ -111,7 +111,7 @@ func (e *Engine) callback(ctx context.Context, r *http.Request) (*successRespons
 		return nil, err
 	}
 	expired := errors.Is(terr, errTokenExpired)
-	c, err := e.update(ctx, id, func(c *Consumer) (UpdateAction, error) {
+	c, err := e.update(ctx, id, func(c *Consumer) (change, error) {
 		return e.applyCallback(ctx, c, claims, expired, req)
 	})
 	if errors.Is(err, ErrConsumerNotFound) {
@@ -133,40 +133,40 @@ func (e *Engine) callback(ctx context.Context, r *http.Request) (*successRespons
 
 // applyCallback is the transition a callback makes, atomic in one
 // UpdateConsumer: it fails as a whole or applies as a whole.
-func (e *Engine) applyCallback(ctx context.Context, c *Consumer, claims *tokenClaims, expired bool, req *CallbackRequest) (UpdateAction, error) {
+func (e *Engine) applyCallback(ctx context.Context, c *Consumer, claims *tokenClaims, expired bool, req *CallbackRequest) (change, error) {
 	// A token is bound to the epoch it was issued at, as the request is:
 	// either of another epoch is a zombie's (S6), whatever else it claims.
 	// Its signature is valid, so this is STALE_EPOCH, not TOKEN_INVALID,
 	// and the consumer learns to stop.
 	if claims.Epoch != c.Epoch {
-		return UpdateNone, newAPIError(http.StatusConflict, CodeStaleEpoch, "token was issued for epoch %d; current epoch is %d", claims.Epoch, c.Epoch)
+		return noChange, newAPIError(http.StatusConflict, CodeStaleEpoch, "token was issued for epoch %d; current epoch is %d", claims.Epoch, c.Epoch)
 	}
 	if *req.Epoch < c.Epoch {
-		return UpdateNone, newAPIError(http.StatusConflict, CodeStaleEpoch, "epoch %d is stale; current epoch is %d", *req.Epoch, c.Epoch)
+		return noChange, newAPIError(http.StatusConflict, CodeStaleEpoch, "epoch %d is stale; current epoch is %d", *req.Epoch, c.Epoch)
 	}
 	if *req.Epoch > c.Epoch {
-		return UpdateNone, newAPIError(http.StatusConflict, CodeStaleEpoch, "epoch %d is ahead of the current epoch %d", *req.Epoch, c.Epoch)
+		return noChange, newAPIError(http.StatusConflict, CodeStaleEpoch, "epoch %d is ahead of the current epoch %d", *req.Epoch, c.Epoch)
 	}
 	if claims.WakeID != c.WakeID {
 		// Same ID and epoch, another wake: the consumer was removed and
 		// spawned again, and this token is of the earlier one.
-		return UpdateNone, newAPIError(http.StatusConflict, CodeStaleEpoch, "token is of an earlier consumer with this ID")
+		return noChange, newAPIError(http.StatusConflict, CodeStaleEpoch, "token is of an earlier consumer with this ID")
 	}
 	if expired {
 		token, err := e.tokens.issue(c.ID, c.Epoch, c.WakeID)
 		if err != nil {
-			return UpdateNone, err
+			return noChange, err
 		}
 		ae := newAPIError(http.StatusUnauthorized, CodeTokenExpired, "token has expired; retry with the new token")
 		ae.token = token
-		return UpdateNone, ae
+		return noChange, ae
 	}
 	if req.WakeID != "" && req.WakeID != c.WakeID {
-		return UpdateNone, newAPIError(http.StatusConflict, CodeAlreadyClaimed, "wake_id %q is not the current wake", req.WakeID)
+		return noChange, newAPIError(http.StatusConflict, CodeAlreadyClaimed, "wake_id %q is not the current wake", req.WakeID)
 	}
 	t, err := e.readTails(ctx, callbackPaths(c, req))
 	if err != nil {
-		return UpdateNone, err
+		return noChange, err
 	}
 	now := e.clock.Now()
 	if c.State == StateWaking {
@@ -188,22 +188,23 @@ func (e *Engine) applyCallback(ctx context.Context, c *Consumer, claims *tokenCl
 		c.WakeTails = slices.DeleteFunc(c.WakeTails, func(s StreamOffset) bool { return s.Path == p })
 	}
 	if len(c.Streams) > MaxStreamsPerConsumer {
-		return UpdateNone, newAPIError(http.StatusBadRequest, CodeInvalidRequest, "a consumer may subscribe to at most %d streams", MaxStreamsPerConsumer)
+		return noChange, newAPIError(http.StatusBadRequest, CodeInvalidRequest, "a consumer may subscribe to at most %d streams", MaxStreamsPerConsumer)
 	}
 	for _, a := range req.Acks {
 		if err := ack(c, a, t, e.source); err != nil {
-			return UpdateNone, err
+			return noChange, err
 		}
 	}
 	c.Streams = slices.DeleteFunc(c.Streams, func(s StreamOffset) bool { return slices.Contains(req.Unsubscribe, s.Path) })
 	if len(c.Streams) == 0 {
-		return UpdateDelete, nil
+		return changeDelete, nil
 	}
+	ch := changeSave
 	if req.Done && c.State == StateLive {
-		e.m.finish(c, t, now)
+		ch = e.m.finish(c, t, now)
 	}
 	e.m.touch(c, now)
-	return UpdateSave, nil
+	return ch, nil
 }
 
 // ack moves one stream's acked offset forward. An older offset is accepted

@@ -106,33 +106,56 @@ func (m *machine) wake(c *Consumer, t tails, triggeredBy []string, now time.Time
 	m.startAttempt(c, now)
 }
 
-// wakeIfPending wakes an IDLE consumer that has pending work. It reports
-// whether the consumer changed.
-func (m *machine) wakeIfPending(c *Consumer, t tails, now time.Time) bool {
+// change is what a transition did to a consumer, and so what the
+// UpdateConsumer that ran it must do.
+type change int
+
+const (
+	noChange     change = iota // nothing; another engine may have got there first
+	changeSave                 // save the consumer
+	changeSend                 // save it, then send the delivery attempt it started
+	changeDelete               // delete it: failure GC
+)
+
+// action is the Store's action for ch.
+func (ch change) action() UpdateAction {
+	switch ch {
+	case changeSave, changeSend:
+		return UpdateSave
+	case changeDelete:
+		return UpdateDelete
+	default:
+		return UpdateNone
+	}
+}
+
+// wakeIfPending wakes an IDLE consumer that has pending work.
+func (m *machine) wakeIfPending(c *Consumer, t tails, now time.Time) change {
 	if c.State != StateIdle {
-		return false
+		return noChange
 	}
 	pending := pendingStreams(c, t)
 	if len(pending) == 0 {
-		return false
+		return noChange
 	}
 	m.wake(c, t, pending, now)
-	return true
+	return changeSend
 }
 
 // finish ends a wake cycle: to IDLE, or straight into a new wake if work is
 // pending (L3; the same rule keeps L1 after a liveness timeout).
-func (m *machine) finish(c *Consumer, t tails, now time.Time) {
+func (m *machine) finish(c *Consumer, t tails, now time.Time) change {
 	c.State = StateIdle
 	c.InFlight = false
 	c.Deadline = time.Time{}
-	if !m.wakeIfPending(c, t, now) {
-		// Only a wake cycle reads these: an IDLE consumer, of which there
-		// may be millions, does not keep them. WakeID stays, since
-		// callbacks and late webhook outcomes of the ended cycle are told
-		// apart by it.
-		c.WakeTails, c.TriggeredBy = nil, nil
+	if ch := m.wakeIfPending(c, t, now); ch != noChange {
+		return ch
 	}
+	// Only a wake cycle reads these: an IDLE consumer, of which there may
+	// be millions, does not keep them. WakeID stays, since callbacks and
+	// late webhook outcomes of the ended cycle are told apart by it.
+	c.WakeTails, c.TriggeredBy = nil, nil
+	return changeSave
 }
 
 // goLive moves a WAKING consumer to LIVE and starts its liveness timeout.
@@ -177,35 +200,33 @@ type deliveryResult struct {
 	done    bool // 2xx with {"done": true}
 }
 
-// applyDelivery applies a webhook outcome. It reports whether the consumer
-// changed and whether it must be deleted (failure GC). A response from a
-// wake cycle that has ended changes nothing.
-func (m *machine) applyDelivery(c *Consumer, r deliveryResult, t tails, now time.Time) (changed, remove bool) {
+// applyDelivery applies a webhook outcome. A response from a wake cycle
+// that has ended changes nothing.
+func (m *machine) applyDelivery(c *Consumer, r deliveryResult, t tails, now time.Time) change {
 	if c.Epoch != r.epoch || c.WakeID != r.wakeID {
-		return false, false
+		return noChange
 	}
 	switch {
 	case r.ok && r.done:
 		if c.State == StateIdle {
-			return false, false
+			return noChange
 		}
 		deliveryOK(c)
 		m.autoAck(c)
-		m.finish(c, t, now)
-		return true, false
+		return m.finish(c, t, now)
 	case r.ok:
 		// LIVE and IDLE consumers have no failure run to end: goLive
 		// ended it.
 		if c.State != StateWaking {
-			return false, false
+			return noChange
 		}
 		m.goLive(c, now)
-		return true, false
+		return changeSave
 	default:
 		if c.State != StateWaking || !c.InFlight || c.Attempt != r.attempt {
-			return false, false
+			return noChange
 		}
-		return true, m.fail(c, now)
+		return m.fail(c, now)
 	}
 }
 
@@ -220,19 +241,19 @@ func (m *machine) autoAck(c *Consumer) {
 	}
 }
 
-// fail records a failed attempt and schedules the retry. It reports whether
-// the failures have lasted long enough to collect the consumer.
-func (m *machine) fail(c *Consumer, now time.Time) (remove bool) {
+// fail records a failed attempt and schedules the retry, or collects the
+// consumer once its failures have lasted long enough.
+func (m *machine) fail(c *Consumer, now time.Time) change {
 	c.InFlight = false
 	c.Failures++
 	if c.FailingSince.IsZero() {
 		c.FailingSince = now
 	}
 	if m.gcDue(c, now) {
-		return true
+		return changeDelete
 	}
 	c.Deadline = m.gcCap(c, now.Add(m.backoff(c.Failures)))
-	return false
+	return changeSave
 }
 
 func (m *machine) gcCap(c *Consumer, t time.Time) time.Time {
@@ -249,43 +270,29 @@ func (m *machine) gcDue(c *Consumer, now time.Time) bool {
 	return !c.FailingSince.IsZero() && !now.Before(c.FailingSince.Add(m.failureGCAfter))
 }
 
-// dueAction is what the scheduler must do for a consumer whose deadline
-// has passed.
-type dueAction int
-
-const (
-	dueNone    dueAction = iota // nothing; another engine got there first
-	dueSend                     // send a delivery attempt
-	dueChanged                  // the consumer changed; save it
-	dueRemove                   // failure GC: delete the consumer
-)
-
-// onDue handles a passed deadline: sends the next attempt, times out a
+// onDue handles a passed deadline: starts the next attempt, times out a
 // WAKING attempt (a failure) or a LIVE consumer, or collects the consumer.
-func (m *machine) onDue(c *Consumer, t tails, now time.Time) dueAction {
+// A deadline not yet passed is another engine's doing: it got there first.
+func (m *machine) onDue(c *Consumer, t tails, now time.Time) change {
 	if c.Deadline.IsZero() || c.Deadline.After(now) {
-		return dueNone
+		return noChange
 	}
 	switch c.State {
 	case StateWaking:
 		if m.gcDue(c, now) {
-			return dueRemove
+			return changeDelete
 		}
 		if c.InFlight {
-			if m.fail(c, now) {
-				return dueRemove
-			}
-			return dueChanged
+			return m.fail(c, now)
 		}
 		m.startAttempt(c, now)
-		return dueSend
+		return changeSend
 	case StateLive:
-		m.finish(c, t, now)
-		return dueChanged
+		return m.finish(c, t, now)
 	default:
 		// IDLE schedules nothing; clear a stray deadline rather than spin
 		// on it.
 		c.Deadline = time.Time{}
-		return dueChanged
+		return changeSave
 	}
 }

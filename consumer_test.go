@@ -44,11 +44,11 @@ func TestWakeIfPendingOnlyFromIdle(t *testing.T) {
 	for _, st := range []ConsumerState{StateWaking, StateLive} {
 		c := newConsumer("s", "/a", OffsetNone, t0)
 		c.State = st
-		require.False(t, m.wakeIfPending(c, tl, t0), st)
+		require.Equal(t, noChange, m.wakeIfPending(c, tl, t0), st)
 		require.Zero(t, c.Epoch)
 	}
 	c := newConsumer("s", "/a", OffsetNone, t0)
-	require.True(t, m.wakeIfPending(c, tl, t0))
+	require.Equal(t, changeSend, m.wakeIfPending(c, tl, t0), "the wake starts an attempt to send")
 	require.Equal(t, StateWaking, c.State)
 	require.Equal(t, int64(1), c.Epoch)
 	require.Equal(t, 1, c.Attempt, "the wake starts its first attempt")
@@ -63,13 +63,13 @@ func TestStartAttemptIsExclusive(t *testing.T) {
 	m.wake(c, tails{}, nil, t0)
 	require.Equal(t, 1, c.Attempt)
 	require.Equal(t, t0.Add(DefaultWakingTimeout), c.Deadline)
-	require.Equal(t, dueNone, m.onDue(c, nil, t0), "no engine may send the attempt the wake started")
-	require.Equal(t, dueChanged, m.onDue(c, nil, c.Deadline), "the WAKING timeout")
+	require.Equal(t, noChange, m.onDue(c, nil, t0), "no engine may send the attempt the wake started")
+	require.Equal(t, changeSave, m.onDue(c, nil, c.Deadline), "the WAKING timeout")
 	retry := c.Deadline
-	require.Equal(t, dueSend, m.onDue(c, nil, retry))
+	require.Equal(t, changeSend, m.onDue(c, nil, retry))
 	require.Equal(t, 2, c.Attempt)
 	require.Equal(t, retry.Add(DefaultWakingTimeout), c.Deadline)
-	require.Equal(t, dueNone, m.onDue(c, nil, retry), "a second engine must not send the same attempt")
+	require.Equal(t, noChange, m.onDue(c, nil, retry), "a second engine must not send the same attempt")
 	require.Equal(t, 2, c.Attempt)
 }
 
@@ -80,12 +80,10 @@ func TestStaleFailureIsIgnored(t *testing.T) {
 	r := deliveryResult{epoch: c.Epoch, wakeID: c.WakeID, attempt: 1}
 	// Attempt 1 timed out; attempt 2 is in flight when attempt 1's failure
 	// finally arrives: it must not count twice.
-	require.Equal(t, dueChanged, m.onDue(c, nil, t0.Add(DefaultWakingTimeout)))
+	require.Equal(t, changeSave, m.onDue(c, nil, t0.Add(DefaultWakingTimeout)))
 	require.Equal(t, 1, c.Failures)
-	require.Equal(t, dueSend, m.onDue(c, nil, c.Deadline))
-	changed, remove := m.applyDelivery(c, r, nil, c.Deadline)
-	require.False(t, changed)
-	require.False(t, remove)
+	require.Equal(t, changeSend, m.onDue(c, nil, c.Deadline))
+	require.Equal(t, noChange, m.applyDelivery(c, r, nil, c.Deadline))
 	require.Equal(t, 1, c.Failures)
 }
 
@@ -94,7 +92,7 @@ func TestOnDueIgnoresFutureDeadlines(t *testing.T) {
 	c := newConsumer("s", "/a", OffsetNone, t0)
 	c.State = StateLive
 	c.Deadline = t0.Add(time.Second)
-	require.Equal(t, dueNone, m.onDue(c, nil, t0))
+	require.Equal(t, noChange, m.onDue(c, nil, t0))
 	require.Equal(t, StateLive, c.State)
 }
 
@@ -102,10 +100,9 @@ func TestFinishToIdleDropsWhatOnlyTheWakeReads(t *testing.T) {
 	m := testMachine()
 	tl := tails{"/a": {Path: "/a", Tail: "0000000000000000_0000000000000010"}}
 	c := newConsumer("s", "/a", OffsetNone, t0)
-	require.True(t, m.wakeIfPending(c, tl, t0))
+	require.Equal(t, changeSend, m.wakeIfPending(c, tl, t0))
 	wakeID := c.WakeID
-	changed, _ := m.applyDelivery(c, deliveryResult{epoch: 1, wakeID: wakeID, attempt: 1, ok: true, done: true}, tl, t0)
-	require.True(t, changed)
+	require.Equal(t, changeSave, m.applyDelivery(c, deliveryResult{epoch: 1, wakeID: wakeID, attempt: 1, ok: true, done: true}, tl, t0))
 	require.Equal(t, StateIdle, c.State)
 	require.Nil(t, c.WakeTails)
 	require.Nil(t, c.TriggeredBy)
@@ -114,7 +111,7 @@ func TestFinishToIdleDropsWhatOnlyTheWakeReads(t *testing.T) {
 	// A finish that wakes again keeps them, for the new cycle.
 	c.State = StateLive
 	tl["/a"] = StreamInfo{Path: "/a", Tail: "0000000000000000_0000000000000020"}
-	m.finish(c, tl, t0)
+	require.Equal(t, changeSend, m.finish(c, tl, t0), "the new wake's attempt is to send")
 	require.Equal(t, StateWaking, c.State)
 	require.Equal(t, []string{"/a"}, c.TriggeredBy)
 	require.Equal(t, []StreamOffset{{Path: "/a", Offset: "0000000000000000_0000000000000020"}}, c.WakeTails)

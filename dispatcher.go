@@ -140,43 +140,32 @@ func (e *Engine) runDue(ctx context.Context) time.Time {
 // endpoints that hang cannot hold up other deadlines.
 func (e *Engine) handleDue(ctx context.Context, snapshot *Consumer) error {
 	var (
-		action   dueAction
+		ch       change
 		timedOut *Consumer // the attempt the WAKING timeout failed
 	)
-	c, err := e.update(ctx, snapshot.ID, func(c *Consumer) (UpdateAction, error) {
+	c, err := e.update(ctx, snapshot.ID, func(c *Consumer) (change, error) {
 		timedOut = nil
 		before := *c
 		var t tails
 		if c.State == StateLive {
 			var err error
 			if t, err = e.readTails(ctx, streamPaths(c)); err != nil {
-				return UpdateNone, err
+				return noChange, err
 			}
 		}
-		action = e.m.onDue(c, t, e.clock.Now())
+		ch = e.m.onDue(c, t, e.clock.Now())
 		if c.Failures > before.Failures {
 			timedOut = &before
 		}
-		switch action {
-		case dueNone:
-			return UpdateNone, nil
-		case dueRemove:
-			return UpdateDelete, nil
-		default:
-			return UpdateSave, nil
-		}
+		return ch, nil
 	})
-	if action == dueSend && err == nil {
-		e.send(ctx, c)
-		return nil
-	}
 	if timedOut != nil && err == nil {
 		e.attemptFailed(ctx, timedOut, transportFailure(errWakingTimeout), c)
 	}
 	if errors.Is(err, ErrConsumerNotFound) {
 		return nil
 	}
-	if action == dueRemove && err == nil {
+	if ch == changeDelete && err == nil {
 		e.log.InfoContext(ctx, "webhooks: consumer removed after continuous delivery failure",
 			"consumer_id", snapshot.ID, "failing_since", snapshot.FailingSince)
 	}
@@ -206,13 +195,13 @@ func (e *Engine) send(ctx context.Context, c *Consumer) {
 	e.lanes.enqueue(ctx, laneKey(sub.Webhook), c, sub)
 }
 
-// sendWoken sends the first attempt of c, just woken by this engine's
-// transition, which started the attempt (machine.wake): the scheduler needs
-// no write to start it. The attempt runs in the engine's context, not the
-// caller's, which may be a request's. It counts as a delivery, so that Stop
-// waits for it; an engine not running leaves the attempt to time out and be
-// retried, as after a crash.
-func (e *Engine) sendWoken(c *Consumer) {
+// sendStarted sends the attempt of c that this engine's transition has
+// just started and stored: a wake's first (machine.wake), which needs no
+// further write, or a retry come due. The attempt runs in the engine's
+// context, not the caller's, which may be a request's. It counts as a
+// delivery, so that Stop waits for it; an engine not running leaves the
+// attempt to time out and be retried, as after a crash.
+func (e *Engine) sendStarted(c *Consumer) {
 	if c.State != StateWaking || !c.InFlight {
 		return
 	}
@@ -291,25 +280,20 @@ func (e *Engine) deliver(ctx context.Context, c *Consumer, sub *Subscription) (o
 // attempt that has already ended changes nothing.
 func (e *Engine) record(ctx context.Context, id string, result deliveryResult) (stored *Consumer, applied bool) {
 	var failingSince time.Time
-	c, err := e.update(ctx, id, func(cur *Consumer) (UpdateAction, error) {
+	c, err := e.update(ctx, id, func(cur *Consumer) (change, error) {
 		var t tails
 		if result.done {
 			var err error
 			if t, err = e.readTails(ctx, streamPaths(cur)); err != nil {
-				return UpdateNone, err
+				return noChange, err
 			}
 		}
-		changed, remove := e.m.applyDelivery(cur, result, t, e.clock.Now())
-		applied = changed || remove
-		switch {
-		case remove:
+		ch := e.m.applyDelivery(cur, result, t, e.clock.Now())
+		applied = ch != noChange
+		if ch == changeDelete {
 			failingSince = cur.FailingSince
-			return UpdateDelete, nil
-		case changed:
-			return UpdateSave, nil
-		default:
-			return UpdateNone, nil
 		}
+		return ch, nil
 	})
 	switch {
 	case err != nil:

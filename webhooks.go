@@ -328,18 +328,15 @@ func (e *Engine) spawnAndWake(ctx context.Context, path string, subs []string) e
 		}
 	}
 	for _, id := range ids {
-		_, err := e.update(ctx, id, func(c *Consumer) (UpdateAction, error) {
+		_, err := e.update(ctx, id, func(c *Consumer) (change, error) {
 			if c.State != StateIdle {
-				return UpdateNone, nil
+				return noChange, nil
 			}
 			t, err := e.readTails(ctx, streamPaths(c))
 			if err != nil {
-				return UpdateNone, err
+				return noChange, err
 			}
-			if e.m.wakeIfPending(c, t, e.clock.Now()) {
-				return UpdateSave, nil
-			}
-			return UpdateNone, nil
+			return e.m.wakeIfPending(c, t, e.clock.Now()), nil
 		})
 		if err != nil && !errors.Is(err, ErrConsumerNotFound) {
 			errs = append(errs, fmt.Errorf("webhooks: waking consumer %s: %w", id, err))
@@ -410,22 +407,22 @@ func (e *Engine) removeStream(ctx context.Context, path string, before time.Time
 	}
 	var errs []error
 	for _, c := range consumers {
-		_, err := e.update(ctx, c.ID, func(c *Consumer) (UpdateAction, error) {
+		_, err := e.update(ctx, c.ID, func(c *Consumer) (change, error) {
 			if !before.IsZero() && c.CreatedAt.After(before) {
-				return UpdateNone, nil
+				return noChange, nil
 			}
 			if c.PrimaryStream == path {
-				return UpdateDelete, nil
+				return changeDelete, nil
 			}
 			n := len(c.Streams)
 			c.Streams = slices.DeleteFunc(c.Streams, func(s StreamOffset) bool { return s.Path == path })
 			switch {
 			case len(c.Streams) == 0:
-				return UpdateDelete, nil
+				return changeDelete, nil
 			case len(c.Streams) < n:
-				return UpdateSave, nil
+				return changeSave, nil
 			default:
-				return UpdateNone, nil
+				return noChange, nil
 			}
 		})
 		if err != nil && !errors.Is(err, ErrConsumerNotFound) {
@@ -461,13 +458,19 @@ func (e *Engine) callbackURL(id string) string {
 }
 
 // update runs one atomic transition of a consumer through the Store,
-// stamping UpdatedAt, counting wakes and waking the scheduler when the
-// consumer has a deadline.
-func (e *Engine) update(ctx context.Context, id string, fn func(c *Consumer) (UpdateAction, error)) (*Consumer, error) {
-	var before int64
+// stamping UpdatedAt, counting wakes, sending the delivery attempt the
+// transition started, and waking the scheduler when the consumer has a
+// deadline.
+func (e *Engine) update(ctx context.Context, id string, fn func(c *Consumer) (change, error)) (*Consumer, error) {
+	var (
+		before int64
+		ch     change
+	)
 	c, err := e.store.UpdateConsumer(ctx, id, func(c *Consumer) (UpdateAction, error) {
 		before = c.Epoch
-		action, err := fn(c)
+		var err error
+		ch, err = fn(c)
+		action := ch.action()
 		if action == UpdateSave {
 			c.UpdatedAt = e.clock.Now()
 		}
@@ -478,7 +481,9 @@ func (e *Engine) update(ctx context.Context, id string, fn func(c *Consumer) (Up
 	}
 	if c.Epoch > before {
 		e.tel.woke(ctx)
-		e.sendWoken(c)
+	}
+	if ch == changeSend {
+		e.sendStarted(c)
 	}
 	if !c.Deadline.IsZero() {
 		e.kickScheduler(c.Deadline)
