@@ -1,23 +1,12 @@
 package webhooks
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
-	"io"
-	"net/http"
 	"time"
-
-	"go.opentelemetry.io/otel/attribute"
-	"go.opentelemetry.io/otel/trace"
 )
 
 const (
-	// MaxWebhookResponseBytes bounds how much of a webhook response body is
-	// read. A longer body is not looked at for {"done": true}: the 2xx
-	// alone counts.
-	MaxWebhookResponseBytes = 64 << 10
 	// dueBatch is how many due consumers one Store query returns.
 	dueBatch = 256
 	// storeErrorRetry is how long the scheduler waits after a Store error.
@@ -26,9 +15,6 @@ const (
 	// scheduler assumes the clock jumped meanwhile and looks again.
 	armSlack = time.Millisecond
 )
-
-// errRequestTimeout cancels a webhook POST that outlived the request timeout.
-var errRequestTimeout = errors.New("webhook request timed out")
 
 // errWakingTimeout fails an attempt that got no 2xx within the WAKING
 // timeout, while its POST may still be open.
@@ -170,206 +156,4 @@ func (e *Engine) handleDue(ctx context.Context, snapshot *Consumer) error {
 			"consumer_id", snapshot.ID, "failing_since", snapshot.FailingSince)
 	}
 	return err
-}
-
-// send hands the attempt of c, just marked as sent, to the lane of its
-// webhook's host. The subscription comes from the engine's set, and from
-// the Store only if the set lacks it: one created through another engine
-// that the feed has not reported yet.
-func (e *Engine) send(ctx context.Context, c *Consumer) {
-	sub := e.subs.get(c.SubscriptionID)
-	if sub != nil {
-		e.lanes.enqueue(ctx, laneKey(sub.Webhook), c, sub)
-		return
-	}
-	sub, err := e.store.GetSubscription(ctx, c.SubscriptionID)
-	if err != nil {
-		// A deleted subscription took the consumer with it. After another
-		// error the attempt stays in flight in the Store and times out like
-		// a lost POST.
-		if !errors.Is(err, ErrSubscriptionNotFound) && ctx.Err() == nil {
-			e.log.ErrorContext(ctx, "webhooks: loading subscription", "consumer_id", c.ID, "error", err)
-		}
-		return
-	}
-	e.lanes.enqueue(ctx, laneKey(sub.Webhook), c, sub)
-}
-
-// sendStarted sends the attempt of c that this engine's transition has
-// just started and stored: a wake's first (machine.wake), which needs no
-// further write, or a retry come due. The attempt runs in the engine's
-// context, not the caller's, which may be a request's. It counts as a
-// delivery, so that Stop waits for it; an engine not running leaves the
-// attempt to time out and be retried, as after a crash.
-func (e *Engine) sendStarted(c *Consumer) {
-	if c.State != StateWaking || !c.InFlight {
-		return
-	}
-	e.mu.Lock()
-	if !e.running || e.stopped {
-		e.mu.Unlock()
-		return
-	}
-	// Counted before Stop can begin to wait.
-	e.deliveries.Add(1)
-	ctx := e.runCtx
-	e.mu.Unlock()
-	defer e.deliveries.Done()
-	e.send(ctx, c)
-}
-
-// startDelivery runs attempt a, started by its lane, in a goroutine that
-// Stop waits for.
-func (e *Engine) startDelivery(a *attempt) {
-	e.deliveries.Add(1)
-	go e.runDelivery(a)
-}
-
-// runDelivery sends attempt a and reports its outcome to its lane.
-func (e *Engine) runDelivery(a *attempt) {
-	defer e.deliveries.Done()
-	e.lanes.finish(a, laneOutcomeOf(e.deliver(a.ctx, a.c, a.sub)))
-}
-
-// deliver sends one delivery attempt for c, a consumer of sub just marked
-// as sending, and applies its outcome. It returns the outcome, or "" if it
-// made no POST.
-func (e *Engine) deliver(ctx context.Context, c *Consumer, sub *Subscription) (outcome string) {
-	ctx, span := e.tel.tracer.Start(ctx, "webhooks.deliver", trace.WithAttributes(consumerAttrs(c)...))
-	defer span.End()
-	body, err := e.notification(c)
-	if err != nil {
-		e.log.ErrorContext(ctx, "webhooks: building notification", "consumer_id", c.ID, "error", err)
-		return
-	}
-	result := deliveryResult{epoch: c.Epoch, wakeID: c.WakeID, attempt: c.Attempt}
-	start := e.clock.Now()
-	var failure *deliveryFailure
-	outcome, failure = e.post(ctx, sub, body, func() {
-		// A 2xx proves receipt: the consumer is LIVE at once, even if the
-		// receiver holds the body open while it works (spec: WAKING
-		// Timeout).
-		accepted := result
-		accepted.ok = true
-		e.record(ctx, c.ID, accepted)
-	})
-	if ctx.Err() != nil {
-		// Shutting down: the attempt stays in flight in the Store and times
-		// out like any other after a restart.
-		return
-	}
-	e.tel.delivered(ctx, span, outcome, failure, e.clock.Since(start))
-	switch outcome {
-	case outcomeOK:
-		// Recorded when the status arrived.
-	case outcomeDone:
-		result.ok, result.done = true, true
-		e.record(ctx, c.ID, result)
-	default:
-		// An attempt the WAKING timeout failed first was logged then.
-		if stored, applied := e.record(ctx, c.ID, result); applied {
-			e.attemptFailed(ctx, c, failure, stored)
-		}
-	}
-	return outcome
-}
-
-// record applies the outcome of a delivery attempt to consumer id. It
-// returns the consumer as stored afterwards, nil if there is none, and
-// whether the outcome changed or removed it (failure GC): an outcome of an
-// attempt that has already ended changes nothing.
-func (e *Engine) record(ctx context.Context, id string, result deliveryResult) (stored *Consumer, applied bool) {
-	var failingSince time.Time
-	c, err := e.update(ctx, id, func(cur *Consumer) (change, error) {
-		var t tails
-		if result.done {
-			var err error
-			if t, err = e.readTails(ctx, streamPaths(cur)); err != nil {
-				return noChange, err
-			}
-		}
-		ch := e.m.applyDelivery(cur, result, t, e.clock.Now())
-		applied = ch != noChange
-		if ch == changeDelete {
-			failingSince = cur.FailingSince
-		}
-		return ch, nil
-	})
-	switch {
-	case err != nil:
-		// After Stop the attempt stays in flight and times out.
-		if !errors.Is(err, ErrConsumerNotFound) && ctx.Err() == nil {
-			e.log.ErrorContext(ctx, "webhooks: recording delivery outcome", "consumer_id", id, "error", err)
-		}
-		return nil, false
-	case c == nil:
-		e.log.InfoContext(ctx, "webhooks: consumer removed after continuous delivery failure",
-			"consumer_id", id, "failing_since", failingSince)
-		return nil, true
-	default:
-		return c, applied
-	}
-}
-
-// notification builds the signed body of a wake-up POST. Every attempt gets
-// a fresh token; the wake_id stays that of the cycle (S2).
-func (e *Engine) notification(c *Consumer) ([]byte, error) {
-	token, err := e.tokens.issue(c.ID, c.Epoch, c.WakeID)
-	if err != nil {
-		return nil, err
-	}
-	return json.Marshal(Notification{
-		ConsumerID:    c.ID,
-		Epoch:         c.Epoch,
-		WakeID:        c.WakeID,
-		PrimaryStream: c.PrimaryStream,
-		Streams:       c.Streams,
-		TriggeredBy:   c.TriggeredBy,
-		Callback:      e.callbackURL(c.ID),
-		Token:         token,
-	})
-}
-
-// post sends one signed webhook POST and classifies the outcome, and the
-// failure if it is one. It calls accepted as soon as a 2xx status arrives,
-// before reading the body. The timeout runs on the engine's clock; it
-// cancels the request rather than setting a context deadline, which the
-// dialer would read against the real clock.
-func (e *Engine) post(ctx context.Context, sub *Subscription, body []byte, accepted func()) (outcome string, failure *deliveryFailure) {
-	ctx, cancel := context.WithCancelCause(ctx)
-	defer cancel(nil)
-	timer := e.clock.AfterFunc(e.cfg.requestTimeout, func() { cancel(errRequestTimeout) })
-	defer timer.Stop()
-
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, sub.Webhook, bytes.NewReader(body))
-	if err != nil {
-		return outcomeError, transportFailure(err)
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("User-Agent", "streamhooks")
-	req.Header.Set(SignatureHeader, SignPayload(sub.Secret, e.clock.Now(), body))
-	resp, err := e.client.Do(req)
-	if err != nil {
-		if errors.Is(context.Cause(ctx), errRequestTimeout) {
-			// A transport other than net/http's may not pass the cause on.
-			return outcomeTimeout, transportFailure(errRequestTimeout)
-		}
-		trace.SpanFromContext(ctx).SetAttributes(attribute.String("webhooks.error", err.Error()))
-		return outcomeError, transportFailure(err)
-	}
-	defer resp.Body.Close()
-	trace.SpanFromContext(ctx).SetAttributes(attribute.Int("http.response.status_code", resp.StatusCode))
-	if f := statusFailure(resp.StatusCode); f != nil {
-		return outcomeHTTPError, f
-	}
-	accepted()
-	// Only a body read whole can finish the wake: a "done" in a body cut
-	// short or past the limit may not be what the receiver meant, and
-	// auto-acking on it could lose events.
-	data, err := io.ReadAll(io.LimitReader(resp.Body, MaxWebhookResponseBytes+1))
-	var d DoneResponse
-	if err == nil && len(data) <= MaxWebhookResponseBytes && json.Unmarshal(data, &d) == nil && d.Done {
-		return outcomeDone, nil
-	}
-	return outcomeOK, nil
 }
