@@ -66,3 +66,42 @@ func validOffset(source StreamSource, offset string) bool {
 	}
 	return true
 }
+
+// EventReader is an optional capability of a StreamSource that event-push
+// delivery needs: it reads a stream's events, which the engine sends in
+// the body of its POST rather than waking a consumer to read them. The
+// engine reads at send time and keeps no events between attempts, so
+// whatever a receiver does, no buffer grows per consumer.
+type EventReader interface {
+	// ReadEvents reads the events of the stream at path from offset from,
+	// "-1" for its start, within limit. It returns ErrStreamNotFound if
+	// there is no stream at path, and an error if from is not an offset
+	// the stream could read from. The events may share memory with the
+	// source; the engine does not change them.
+	ReadEvents(ctx context.Context, path, from string, limit ReadLimit) (EventBatch, error)
+}
+
+// ReadLimit bounds one ReadEvents: at most MaxEvents events of at most
+// MaxBytes bytes in all, except that the first event there is comes back
+// whatever its size, so that one large event cannot stall a stream. Zero
+// means no bound.
+type ReadLimit struct {
+	MaxEvents int
+	MaxBytes  int
+}
+
+// EventBatch is what one ReadEvents read.
+type EventBatch struct {
+	// JSON is true for a JSON stream, whose events are its messages, one
+	// JSON value each. Other streams have no message boundaries: their one
+	// event is the bytes read, cut at MaxBytes.
+	JSON bool
+	// Events are the events read, in stream order; none at the tail.
+	Events [][]byte
+	// Next is the offset just after the last event read, from which to
+	// read on. With no event it is the offset read from, or for "-1" the
+	// stream's first offset.
+	Next string
+	// UpToDate is true when Next is the stream's tail.
+	UpToDate bool
+}

@@ -120,6 +120,9 @@ func TestDiskReloadPreservesStreams(t *testing.T) {
 	require.Equal(t, `[{"a":1},[2,3],"three",{"b":"x y"},null,[[4]],{"c":5}]`, f.send(t, http.MethodGet, "/j", "", "").body)
 	require.Equal(t, `[{"c":5}]`, f.send(t, http.MethodGet, "/j?offset="+offsets["/j"][2], "", "").body)
 	require.Equal(t, "first", f.send(t, http.MethodGet, "/empty/bytes", "", "").body)
+	events, err := f.s.ReadEvents(ctx, "/j", offsets["/j"][1], webhooks.ReadLimit{})
+	require.NoError(t, err)
+	require.Equal(t, [][]byte{[]byte(`{"b":"x y"}`), []byte(`null`), []byte(`[[4]]`), []byte(`{"c":5}`)}, events.Events, "a reloaded stream's messages")
 }
 
 func TestDiskAckedOffsetAfterRestart(t *testing.T) {

@@ -17,6 +17,7 @@ import (
 var (
 	_ webhooks.StreamSource    = (*Server)(nil)
 	_ webhooks.OffsetValidator = (*Server)(nil)
+	_ webhooks.EventReader     = (*Server)(nil)
 )
 
 // fakeObserver records each call together with what Stream reports at that
@@ -188,6 +189,83 @@ func TestStreamSource(t *testing.T) {
 		f.send(t, http.MethodDelete, "/agents/b", "", "")
 		_, err = s.Stream(ctx, "/agents/b")
 		require.ErrorIs(t, err, webhooks.ErrStreamNotFound)
+	})
+}
+
+// TestReadEvents reads a JSON stream's messages and a byte stream's bytes
+// within limits, in every storage mode.
+func TestReadEvents(t *testing.T) {
+	eachMode(t, func(t *testing.T, open func(Options) *Server) {
+		s := open(Options{})
+		f := serve(t, s)
+		ctx := context.Background()
+		read := func(path, from string, limit webhooks.ReadLimit) (webhooks.EventBatch, []string) {
+			t.Helper()
+			b, err := s.ReadEvents(ctx, path, from, limit)
+			require.NoError(t, err)
+			var events []string
+			for _, e := range b.Events {
+				events = append(events, string(e))
+			}
+			return b, events
+		}
+
+		f.mustCreate(t, "/j", "application/json", "")
+		b, events := read("/j", "-1", webhooks.ReadLimit{})
+		require.Empty(t, events)
+		require.Equal(t, webhooks.EventBatch{JSON: true, Next: off(0), UpToDate: true}, b, "an empty stream")
+		f.mustAppend(t, "/j", "application/json", `[{"n":1},{"n":2}]`)
+		const third = `{"n":3,"pad":"xxxxxxxxxx"}`
+		tail := f.mustAppend(t, "/j", "application/json", third)
+
+		b, events = read("/j", "-1", webhooks.ReadLimit{})
+		require.Equal(t, []string{`{"n":1}`, `{"n":2}`, third}, events)
+		require.Equal(t, tail, b.Next)
+		require.True(t, b.UpToDate)
+
+		b, events = read("/j", "-1", webhooks.ReadLimit{MaxEvents: 2})
+		require.Equal(t, []string{`{"n":1}`, `{"n":2}`}, events, "at most MaxEvents")
+		require.Equal(t, off(14), b.Next)
+		require.False(t, b.UpToDate)
+		b, events = read("/j", b.Next, webhooks.ReadLimit{MaxEvents: 2})
+		require.Equal(t, []string{third}, events, "on from Next")
+		require.Equal(t, tail, b.Next)
+		require.True(t, b.UpToDate)
+
+		b, events = read("/j", "-1", webhooks.ReadLimit{MaxBytes: 13})
+		require.Equal(t, []string{`{"n":1}`}, events, "at most MaxBytes in all")
+		require.Equal(t, off(7), b.Next)
+		_, events = read("/j", "-1", webhooks.ReadLimit{MaxBytes: 14})
+		require.Equal(t, []string{`{"n":1}`, `{"n":2}`}, events, "MaxBytes is inclusive")
+		_, events = read("/j", off(14), webhooks.ReadLimit{MaxBytes: 1})
+		require.Equal(t, []string{third}, events, "the first event, whatever its size")
+
+		b, events = read("/j", tail, webhooks.ReadLimit{})
+		require.Empty(t, events)
+		require.Equal(t, tail, b.Next)
+		require.True(t, b.UpToDate)
+
+		for _, from := range []string{off(3), "now", "x", off(1000)} {
+			_, err := s.ReadEvents(ctx, "/j", from, webhooks.ReadLimit{})
+			require.Error(t, err, from)
+		}
+		_, err := s.ReadEvents(ctx, "/missing", "-1", webhooks.ReadLimit{})
+		require.ErrorIs(t, err, webhooks.ErrStreamNotFound)
+
+		f.mustCreate(t, "/b", "text/plain", "hello")
+		tail = f.mustAppend(t, "/b", "text/plain", " world")
+		b, events = read("/b", "-1", webhooks.ReadLimit{MaxBytes: 4, MaxEvents: 1})
+		require.Equal(t, []string{"hell"}, events, "a byte stream's bytes, cut at MaxBytes")
+		require.False(t, b.JSON)
+		require.Equal(t, off(4), b.Next)
+		require.False(t, b.UpToDate)
+		b, events = read("/b", b.Next, webhooks.ReadLimit{})
+		require.Equal(t, []string{"o world"}, events, "across appends: a byte stream has no boundaries")
+		require.Equal(t, tail, b.Next)
+		require.True(t, b.UpToDate)
+		b, events = read("/b", tail, webhooks.ReadLimit{})
+		require.Empty(t, events, "no event at the tail")
+		require.Equal(t, tail, b.Next)
 	})
 }
 

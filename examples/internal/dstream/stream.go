@@ -163,6 +163,40 @@ func (v *snapshot) body(off int) []byte {
 	return b.Bytes()
 }
 
+// events returns the events from byte position off, a position the
+// snapshot holds (see position), within limit: the messages of a JSON
+// stream, or a byte stream's bytes as one event.
+func (v *snapshot) events(off int, limit webhooks.ReadLimit) webhooks.EventBatch {
+	b := webhooks.EventBatch{JSON: v.json}
+	end := off
+	if v.json {
+		size := 0
+		for i := sort.SearchInts(v.starts, off); i < len(v.starts); i++ {
+			next := v.tail
+			if i+1 < len(v.starts) {
+				next = v.starts[i+1]
+			}
+			msg := v.data[v.starts[i]-v.base : next-v.base]
+			full := limit.MaxEvents > 0 && len(b.Events) == limit.MaxEvents ||
+				limit.MaxBytes > 0 && len(b.Events) > 0 && size+len(msg) > limit.MaxBytes
+			if full {
+				break
+			}
+			b.Events = append(b.Events, msg)
+			size += len(msg)
+			end = next
+		}
+	} else if end = v.tail; end > off {
+		if limit.MaxBytes > 0 {
+			end = min(end, off+limit.MaxBytes)
+		}
+		b.Events = [][]byte{v.data[off-v.base : end-v.base]}
+	}
+	b.Next = formatOffset(end)
+	b.UpToDate = end == v.tail
+	return b
+}
+
 // parseOffset checks a client offset's form: beyond the reserved -1 and now,
 // only offsets of formatOffset's form with a read sequence of 0. It returns
 // the byte position, or now.
@@ -288,6 +322,32 @@ func (s *Server) Stream(ctx context.Context, path string) (webhooks.StreamInfo, 
 		return webhooks.StreamInfo{}, webhooks.ErrStreamNotFound
 	}
 	return webhooks.StreamInfo{Path: path, Tail: formatOffset(m.tail)}, nil
+}
+
+// ReadEvents implements webhooks.EventReader. A JSON stream's events are
+// its messages; a byte stream's are the bytes from the offset on, as one
+// event. Every storage reads from the offset to the tail and then applies
+// the limit: in memory that copies nothing, but on PostgreSQL a long
+// backlog is loaded whole for each read.
+func (s *Server) ReadEvents(ctx context.Context, path, from string, limit webhooks.ReadLimit) (webhooks.EventBatch, error) {
+	pos, now, err := parseOffset(from)
+	if err == nil && now {
+		err = errors.New(`offset "now" names no position to read from`)
+	}
+	if err != nil {
+		return webhooks.EventBatch{}, err
+	}
+	v, ok, err := s.store.read(ctx, path, pos)
+	switch {
+	case err != nil:
+		return webhooks.EventBatch{}, err
+	case !ok:
+		return webhooks.EventBatch{}, webhooks.ErrStreamNotFound
+	}
+	if pos, err = v.position(from, pos, false); err != nil {
+		return webhooks.EventBatch{}, err
+	}
+	return v.events(pos, limit), nil
 }
 
 // ValidOffset implements webhooks.OffsetValidator: the engine accepts only
