@@ -157,7 +157,11 @@ func TestStreamDeletedInAnOutageIsRetried(t *testing.T) {
 // A stream created and then deleted in the outage gets none.
 func TestStreamDeletedAndCreatedInAnOutage(t *testing.T) {
 	store := &outageStore{Store: memstore.New()}
-	h := newHarnessStore(t, store)
+	// The clock jumps a poll interval at once. A timeout within the jump
+	// (of a POST still on its way, of its WAKING or of its LIVE consumer)
+	// would send a consumer a second webhook.
+	long := 2 * testPollInterval
+	h := newHarnessStore(t, store, webhooks.WithTimeouts(long, long, long))
 	h.source.set(agentA, 10)
 	h.subscribe("s1", "/agents/*")
 	old := h.consumer(agentAID)
