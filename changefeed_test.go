@@ -113,7 +113,7 @@ func (s *probeStore) ListSubscriptions(ctx context.Context) ([]*webhooks.Subscri
 // mock clock, one stream source and one webhook receiver.
 func feedEngines(t *testing.T, a, b webhooks.Store) (*harness, *harness) {
 	ha := newHarnessStore(t, a)
-	hb := &harness{t: t, clock: ha.clock, store: b, source: ha.source, recv: ha.recv}
+	hb := &harness{t: t, clock: ha.clock, store: b, source: ha.source, recv: ha.recv, progressed: ha.signals()}
 	hb.startEngine()
 	return ha, hb
 }
@@ -229,7 +229,7 @@ func TestFeedReloadReplacesASubscriptionCreatedAgain(t *testing.T) {
 	ha := newHarnessStore(t, mem)
 	ha.subscribe("s1", "/a/*")
 	pb := newProbeStore(mem).gate()
-	hb := &harness{t: t, clock: ha.clock, store: pb, source: ha.source, recv: ha.recv}
+	hb := &harness{t: t, clock: ha.clock, store: pb, source: ha.source, recv: ha.recv, progressed: ha.signals()}
 	hb.startEngine() // B loads s1 as it is now
 	changed := receive(t, pb.watching)
 
@@ -312,7 +312,7 @@ func TestFeedReloadErrorIsRetried(t *testing.T) {
 func testFeedRetries(t *testing.T, a webhooks.Store, b *probeStore, msg string, armed func() bool) {
 	logs, logger := newLogCapture()
 	ha := newHarnessStore(t, a)
-	hb := &harness{t: t, clock: ha.clock, store: b, source: ha.source, recv: ha.recv}
+	hb := &harness{t: t, clock: ha.clock, store: b, source: ha.source, recv: ha.recv, progressed: ha.signals()}
 	hb.startEngine(webhooks.WithLogger(logger))
 	require.Eventually(t, armed, waitFor, time.Millisecond)
 	ha.subscribe("s1", "/a/*")

@@ -345,6 +345,7 @@ func TestDialTimeSSRFGuardBlocksLoopback(t *testing.T) {
 	e, err := webhooks.New(store, h.source, webhooks.WithClock(h.clock), webhooks.WithCallbackBaseURL(callbackBase),
 		webhooks.WithBackoff(func(int) time.Duration { return time.Hour }))
 	require.NoError(t, err)
+	webhooks.SignalProgress(e, h.signals())
 	h.engine = e
 	require.NoError(t, e.Start(context.Background()))
 	t.Cleanup(func() { require.NoError(t, e.Stop(context.Background())) })
@@ -537,6 +538,7 @@ func TestStartSweepSkipsSubscriptionsCreatedSinceStart(t *testing.T) {
 		webhooks.WithCallbackBaseURL(callbackBase),
 		webhooks.WithWebhookPolicy(webhooks.WebhookPolicy{AllowLoopback: true}))
 	require.NoError(t, err)
+	webhooks.SignalProgress(e, h.signals())
 	h.engine, h.handler = e, e.Handler(http.NotFoundHandler())
 	startForTest(t, e)
 	created := make(chan int, 1)

@@ -251,7 +251,7 @@ func TestFailureStormLogIsBounded(t *testing.T) {
 		}
 	}
 	require.Eventually(t, func() bool { return fh.failures(t)["status_5xx"] == storm+others }, waitFor, 10*time.Millisecond)
-	require.Eventually(t, func() bool { return webhooks.FaultSlotsInUse(fh.engine) == 0 }, waitFor, time.Millisecond)
+	require.True(t, fh.waitProgress(func() bool { return webhooks.FaultSlotsInUse(fh.engine) == 0 }), "a delivery never ended")
 
 	bySub := func() map[string][]map[string]any {
 		out := map[string][]map[string]any{}
@@ -323,7 +323,7 @@ func TestLateFailureOfTimedOutAttemptIsNotLoggedAgain(t *testing.T) {
 
 	close(late)
 	// Only the retry is still in flight once the late POST is done with.
-	require.Eventually(t, func() bool { return webhooks.FaultSlotsInUse(fh.engine) == 1 }, waitFor, time.Millisecond)
+	require.True(t, fh.waitProgress(func() bool { return webhooks.FaultSlotsInUse(fh.engine) == 1 }), "a delivery never ended")
 	lines := fh.logs.lines(t, failedMsg)
 	require.Len(t, lines, 1)
 	require.Equal(t, "timeout", lines[0]["error_class"])
@@ -422,7 +422,7 @@ func TestSchedulerRemovalIsLogged(t *testing.T) {
 	require.Equal(t, agentAID, removals[0]["consumer_id"])
 
 	close(hold)
-	require.Eventually(t, func() bool { return webhooks.FaultSlotsInUse(fh.engine) == 0 }, waitFor, time.Millisecond)
+	require.True(t, fh.waitProgress(func() bool { return webhooks.FaultSlotsInUse(fh.engine) == 0 }), "a delivery never ended")
 	lines := fh.logs.lines(t, failedMsg)
 	require.Len(t, lines, 1)
 	require.Equal(t, 1.0, lines[0]["attempt"])

@@ -171,6 +171,7 @@ func TestFaultSSRFRefusedAtDialTime(t *testing.T) {
 				webhooks.WithTracerProvider(tp), faultConstBackoff(time.Hour),
 				webhooks.WithWebhookPolicy(webhooks.WebhookPolicy{AllowLoopback: tc.dev}))
 			require.NoError(t, err)
+			webhooks.SignalProgress(e, h.signals())
 			h.engine = e
 			require.NoError(t, e.Start(context.Background()))
 			t.Cleanup(func() { require.NoError(t, e.Stop(context.Background())) })

@@ -113,8 +113,7 @@ func (h *harness) faultSubscribe(id, pattern, webhook string) {
 // have a deadline, IDLE has none and nothing in flight.
 func (h *harness) faultRequireSettled(id string) *webhooks.Consumer {
 	h.t.Helper()
-	require.Eventually(h.t, func() bool { return webhooks.FaultSlotsInUse(h.engine) == 0 },
-		waitFor, time.Millisecond, "a delivery slot was never given back")
+	require.True(h.t, h.waitProgress(func() bool { return webhooks.FaultSlotsInUse(h.engine) == 0 }), "a delivery slot was never given back")
 	c := h.consumer(id)
 	switch c.State {
 	case webhooks.StateIdle:
@@ -580,7 +579,7 @@ func TestFaultGCWhileAttemptHangs(t *testing.T) {
 	require.Equal(t, 1, webhooks.FaultSlotsInUse(h.engine))
 	h.clock.Add(webhooks.DefaultRequestTimeout)
 	<-hung.ctx.Done()
-	require.Eventually(t, func() bool { return webhooks.FaultSlotsInUse(h.engine) == 0 }, waitFor, time.Millisecond)
+	require.True(t, h.waitProgress(func() bool { return webhooks.FaultSlotsInUse(h.engine) == 0 }), "a delivery never ended")
 	_, err := h.store.GetConsumer(context.Background(), agentAID)
 	require.ErrorIs(t, err, webhooks.ErrConsumerNotFound, "the late outcome brought the consumer back")
 }
@@ -619,7 +618,6 @@ func TestFaultLateFailureOfSupersededAttempt(t *testing.T) {
 	before := h.waitConsumer(agentAID, func(c *webhooks.Consumer) bool { return c.InFlight && c.Attempt == 2 })
 
 	close(late)
-	require.Eventually(t, func() bool { return webhooks.FaultSlotsInUse(h.engine) == 1 }, waitFor, time.Millisecond,
-		"the first attempt's outcome was never applied")
+	require.True(t, h.waitProgress(func() bool { return webhooks.FaultSlotsInUse(h.engine) == 1 }), "the first attempt's outcome was never applied")
 	require.Equal(t, before, h.consumer(agentAID))
 }

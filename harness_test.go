@@ -160,6 +160,20 @@ type harness struct {
 	handler http.Handler
 	// wrap, if set, gives the engine another view of source.
 	wrap func(*fakeSource) webhooks.StreamSource
+	// progressed receives a token after the engines' consumer writes and
+	// ended deliveries; engines on one Store share it (see signals).
+	progressed chan struct{}
+}
+
+// signals returns the channel h's engines signal after their consumer
+// writes and ended deliveries, making it on first use. A harness for a
+// second engine on the same Store takes the first one's, so that a wait on
+// either sees both.
+func (h *harness) signals() chan struct{} {
+	if h.progressed == nil {
+		h.progressed = make(chan struct{}, 1)
+	}
+	return h.progressed
 }
 
 const callbackBase = "http://streams.test"
@@ -220,6 +234,7 @@ func (h *harness) startEngine(opts ...webhooks.Option) {
 	}
 	e, err := webhooks.New(h.store, source, append(base, opts...)...)
 	require.NoError(h.t, err)
+	webhooks.SignalProgress(e, h.signals())
 	h.engine = e
 	h.handler = e.Handler(http.NotFoundHandler())
 	startForTest(h.t, e)
@@ -296,28 +311,50 @@ func (h *harness) consumer(id string) *webhooks.Consumer {
 	return c
 }
 
-// waitConsumer waits until the stored consumer satisfies cond.
+// waitConsumer waits until the stored consumer satisfies cond, looking
+// again after each consumer write of h's engines.
 func (h *harness) waitConsumer(id string, cond func(c *webhooks.Consumer) bool) *webhooks.Consumer {
 	h.t.Helper()
 	var last *webhooks.Consumer
-	require.Eventually(h.t, func() bool {
+	ok := h.waitProgress(func() bool {
 		c, err := h.store.GetConsumer(context.Background(), id)
 		if err != nil {
 			return false
 		}
 		last = c
 		return cond(c)
-	}, waitFor, time.Millisecond, "consumer %s never reached the expected state; last: %+v", id, last)
+	})
+	if !ok {
+		h.t.Fatalf("consumer %s never reached the expected state; last: %+v", id, last)
+	}
 	return last
 }
 
 // waitGone waits until the consumer is removed.
 func (h *harness) waitGone(id string) {
 	h.t.Helper()
-	require.Eventually(h.t, func() bool {
+	ok := h.waitProgress(func() bool {
 		_, err := h.store.GetConsumer(context.Background(), id)
 		return err != nil
-	}, waitFor, time.Millisecond, "consumer %s was not removed", id)
+	})
+	if !ok {
+		h.t.Fatalf("consumer %s was not removed", id)
+	}
+}
+
+// waitProgress checks done now and after each consumer write and ended
+// delivery of h's engines, until it holds or waitFor passes, and reports
+// whether it held.
+func (h *harness) waitProgress(done func() bool) bool {
+	timeout := time.After(waitFor)
+	for !done() {
+		select {
+		case <-h.signals():
+		case <-timeout:
+			return false
+		}
+	}
+	return true
 }
 
 // settled reports a consumer that no pending engine work will change: not

@@ -810,7 +810,7 @@ func modelRun(t *testing.T, seed uint64) {
 	engines, handlers := []*webhooks.Engine{h.engine}, []http.Handler{h.handler}
 	if split {
 		modelCount("sequences split over two engines")
-		other := &harness{t: t, clock: h.clock, store: h.store, source: h.source, recv: h.recv}
+		other := &harness{t: t, clock: h.clock, store: h.store, source: h.source, recv: h.recv, progressed: h.signals()}
 		other.startEngine(opts...)
 		engines, handlers = append(engines, other.engine), append(handlers, other.handler)
 	}

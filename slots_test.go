@@ -54,6 +54,7 @@ func TestAttemptOfStaleSnapshotGoesThroughItsLane(t *testing.T) {
 		webhooks.WithMaxConcurrentDeliveries(1),
 	)
 	require.NoError(t, err)
+	webhooks.SignalProgress(e, h.signals())
 	h.engine, h.handler = e, e.Handler(http.NotFoundHandler())
 	require.NoError(t, e.Start(context.Background()))
 	t.Cleanup(func() {
@@ -85,8 +86,7 @@ func TestAttemptOfStaleSnapshotGoesThroughItsLane(t *testing.T) {
 	d2 := h.nextDelivery()
 	require.EqualValues(t, 2, d2.n.Epoch)
 	h.waitConsumer(agentAID, func(c *webhooks.Consumer) bool { return c.State == webhooks.StateLive && c.Epoch == 2 })
-	require.Eventually(t, func() bool { return webhooks.FaultSlotsInUse(h.engine) == 0 }, waitFor, time.Millisecond,
-		"a delivery's place in its lane was never given back")
+	require.True(t, h.waitProgress(func() bool { return webhooks.FaultSlotsInUse(h.engine) == 0 }), "a delivery's place in its lane was never given back")
 
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
 	defer cancel()

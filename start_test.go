@@ -63,6 +63,7 @@ func newUnstartedHarness(t *testing.T, store webhooks.Store, opts ...webhooks.Op
 		webhooks.WithWebhookPolicy(webhooks.WebhookPolicy{AllowLoopback: true}),
 	}, opts...)...)
 	require.NoError(t, err)
+	webhooks.SignalProgress(e, h.signals())
 	h.engine, h.handler = e, e.Handler(http.NotFoundHandler())
 	return h
 }

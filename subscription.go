@@ -236,6 +236,7 @@ func (e *Engine) adoptExistingStreams(ctx context.Context, pattern *Pattern, id 
 			continue // as in StreamCreated
 		}
 		err := e.store.CreateConsumer(ctx, newConsumer(id, s.Path, s.Tail, e.clock.Now()))
+		e.progressed.Send()
 		if err != nil && !errors.Is(err, ErrConsumerExists) {
 			return fmt.Errorf("creating consumer for %s: %w", s.Path, err)
 		}
@@ -257,7 +258,9 @@ func (e *Engine) deleteSubscription(ctx context.Context, pattern *Pattern, id st
 	if err != nil {
 		return 0, nil, err
 	}
-	if err := e.store.DeleteSubscription(ctx, id); err != nil {
+	err = e.store.DeleteSubscription(ctx, id)
+	e.progressed.Send() // its consumers went with it
+	if err != nil {
 		if errors.Is(err, ErrSubscriptionNotFound) {
 			return 0, nil, newAPIError(http.StatusNotFound, CodeSubscriptionNotFound, "no subscription %s under %s", id, pattern)
 		}

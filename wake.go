@@ -85,6 +85,7 @@ func (e *Engine) startDelivery(a *attempt) {
 func (e *Engine) runDelivery(a *attempt) {
 	defer e.deliveries.Done()
 	e.lanes.finish(a, laneOutcomeOf(e.deliver(a.ctx, a.c, a.sub)))
+	e.progressed.Send()
 }
 
 // deliver sends one delivery attempt for c, a consumer of sub just marked

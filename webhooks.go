@@ -29,6 +29,7 @@ import (
 	"github.com/benbjohnson/clock"
 
 	"github.com/streamhooks/webhooks/internal/netguard"
+	"github.com/streamhooks/webhooks/internal/testsignal"
 )
 
 // ErrStopped is returned by Start after Stop.
@@ -63,6 +64,9 @@ type Engine struct {
 	metrics *lease
 	// callbackPrefix is every callback URL but the consumer ID.
 	callbackPrefix string
+	// progressed tells a test that the engine has written, or tried to
+	// write, consumers to the Store, or ended a delivery attempt.
+	progressed testsignal.Signal
 
 	// loaded is set once Start has set tokens, subs and stored, which are
 	// read only after it.
@@ -319,6 +323,7 @@ func (e *Engine) spawnAndWake(ctx context.Context, path string, subs []string) e
 			continue
 		}
 		err := e.store.CreateConsumer(ctx, newConsumer(sub, path, OffsetNone, e.clock.Now()))
+		e.progressed.Send()
 		switch {
 		case err == nil, errors.Is(err, ErrConsumerExists):
 			ids = append(ids, id)
@@ -476,6 +481,7 @@ func (e *Engine) update(ctx context.Context, id string, fn func(c *Consumer) (ch
 		}
 		return action, err
 	})
+	e.progressed.Send()
 	if err != nil || c == nil {
 		return c, err
 	}
