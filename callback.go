@@ -373,26 +373,6 @@ func asAPIError(err error) *apiError {
 	}
 }
 
-// readTails asks the source about each path once. Paths with no stream are
-// left out.
-func (e *Engine) readTails(ctx context.Context, paths []string) (tails, error) {
-	t := make(tails, len(paths))
-	for _, p := range paths {
-		if _, seen := t[p]; seen {
-			continue
-		}
-		info, err := e.source.Stream(ctx, p)
-		if errors.Is(err, ErrStreamNotFound) {
-			continue
-		}
-		if err != nil {
-			return nil, fmt.Errorf("reading stream %s: %w", p, err)
-		}
-		t[p] = info
-	}
-	return t, nil
-}
-
 // callbackPaths lists the streams whose tails a callback needs: those it
 // acks or subscribes to, and all of them if it may finish the cycle.
 func callbackPaths(c *Consumer, req *CallbackRequest) []string {
@@ -402,15 +382,6 @@ func callbackPaths(c *Consumer, req *CallbackRequest) []string {
 	}
 	if req.Done {
 		paths = append(paths, streamPaths(c)...)
-	}
-	return paths
-}
-
-// streamPaths lists the paths of c's subscribed streams.
-func streamPaths(c *Consumer) []string {
-	paths := make([]string, len(c.Streams))
-	for i, s := range c.Streams {
-		paths[i] = s.Path
 	}
 	return paths
 }

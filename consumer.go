@@ -1,7 +1,10 @@
 package webhooks
 
 import (
+	"context"
 	"encoding/hex"
+	"errors"
+	"fmt"
 	"slices"
 	"time"
 
@@ -36,6 +39,35 @@ func newConsumer(sub, path, offset string, now time.Time) *Consumer {
 		CreatedAt:      now,
 		UpdatedAt:      now,
 	}
+}
+
+// readTails asks the source about each path once. Paths with no stream are
+// left out.
+func (e *Engine) readTails(ctx context.Context, paths []string) (tails, error) {
+	t := make(tails, len(paths))
+	for _, p := range paths {
+		if _, seen := t[p]; seen {
+			continue
+		}
+		info, err := e.source.Stream(ctx, p)
+		if errors.Is(err, ErrStreamNotFound) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("reading stream %s: %w", p, err)
+		}
+		t[p] = info
+	}
+	return t, nil
+}
+
+// streamPaths lists the paths of c's subscribed streams.
+func streamPaths(c *Consumer) []string {
+	paths := make([]string, len(c.Streams))
+	for i, s := range c.Streams {
+		paths[i] = s.Path
+	}
+	return paths
 }
 
 // compareOffsets orders two offsets of one stream. OffsetNone sorts before
@@ -295,4 +327,39 @@ func (m *machine) onDue(c *Consumer, t tails, now time.Time) change {
 		c.Deadline = time.Time{}
 		return changeSave
 	}
+}
+
+// update runs one atomic transition of a consumer through the Store,
+// stamping UpdatedAt, counting wakes, sending the delivery attempt the
+// transition started, and waking the scheduler when the consumer has a
+// deadline.
+func (e *Engine) update(ctx context.Context, id string, fn func(c *Consumer) (change, error)) (*Consumer, error) {
+	var (
+		before int64
+		ch     change
+	)
+	c, err := e.store.UpdateConsumer(ctx, id, func(c *Consumer) (UpdateAction, error) {
+		before = c.Epoch
+		var err error
+		ch, err = fn(c)
+		action := ch.action()
+		if action == UpdateSave {
+			c.UpdatedAt = e.clock.Now()
+		}
+		return action, err
+	})
+	e.progressed.Send()
+	if err != nil || c == nil {
+		return c, err
+	}
+	if c.Epoch > before {
+		e.tel.woke(ctx)
+	}
+	if ch == changeSend {
+		e.sendStarted(c)
+	}
+	if !c.Deadline.IsZero() {
+		e.kickScheduler(c.Deadline)
+	}
+	return c, nil
 }

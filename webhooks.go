@@ -461,38 +461,3 @@ func (e *Engine) Handler(next http.Handler) http.Handler {
 func (e *Engine) callbackURL(id string) string {
 	return e.callbackPrefix + id
 }
-
-// update runs one atomic transition of a consumer through the Store,
-// stamping UpdatedAt, counting wakes, sending the delivery attempt the
-// transition started, and waking the scheduler when the consumer has a
-// deadline.
-func (e *Engine) update(ctx context.Context, id string, fn func(c *Consumer) (change, error)) (*Consumer, error) {
-	var (
-		before int64
-		ch     change
-	)
-	c, err := e.store.UpdateConsumer(ctx, id, func(c *Consumer) (UpdateAction, error) {
-		before = c.Epoch
-		var err error
-		ch, err = fn(c)
-		action := ch.action()
-		if action == UpdateSave {
-			c.UpdatedAt = e.clock.Now()
-		}
-		return action, err
-	})
-	e.progressed.Send()
-	if err != nil || c == nil {
-		return c, err
-	}
-	if c.Epoch > before {
-		e.tel.woke(ctx)
-	}
-	if ch == changeSend {
-		e.sendStarted(c)
-	}
-	if !c.Deadline.IsZero() {
-		e.kickScheduler(c.Deadline)
-	}
-	return c, nil
-}
