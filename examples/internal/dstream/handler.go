@@ -234,7 +234,7 @@ func (s *Server) read(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	v, ok, err := s.store.read(r.Context(), path, from)
+	v, ok, err := s.store.read(r.Context(), path, from, 0)
 	switch {
 	case err != nil:
 		s.storageError(r.Context(), "read", path, err).write(w)
@@ -273,7 +273,7 @@ func (s *Server) read(w http.ResponseWriter, r *http.Request) {
 				s.storageError(r.Context(), "watch", path, err).write(w)
 				return
 			}
-			v, ok, err = s.store.read(r.Context(), path, off)
+			v, ok, err = s.store.read(r.Context(), path, off, 0)
 			switch {
 			case err != nil:
 				s.storageError(r.Context(), "read", path, err).write(w)

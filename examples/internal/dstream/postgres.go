@@ -342,20 +342,31 @@ func (p *pgStorage) append(ctx context.Context, path, mediaType string, body []b
 }
 
 // readChunks returns a stream's row with the chunks from the one holding
-// position $2 on; one statement, so they agree with the tail.
+// position $2 on, at most $3 of them unless $3 is NULL; one statement, so
+// they agree with the tail.
 const readChunks = `
 SELECT s.id, s.content_type, s.tail, c.pos, c.data
 FROM dstream_streams s
-LEFT JOIN dstream_chunks c ON c.stream_id = s.id AND c.pos >= (
-	SELECT coalesce(max(pos), 0) FROM dstream_chunks WHERE stream_id = s.id AND pos <= $2)
+LEFT JOIN LATERAL (
+	SELECT pos, data FROM dstream_chunks
+	WHERE stream_id = s.id AND pos >= (
+		SELECT coalesce(max(pos), 0) FROM dstream_chunks WHERE stream_id = s.id AND pos <= $2)
+	ORDER BY pos
+	LIMIT $3
+) c ON true
 WHERE s.path = $1
 ORDER BY c.pos`
 
-func (p *pgStorage) read(ctx context.Context, path string, from int) (snapshot, bool, error) {
+func (p *pgStorage) read(ctx context.Context, path string, from, chunks int) (snapshot, bool, error) {
 	if !storable(path) {
 		return snapshot{}, false, nil
 	}
-	rows, err := p.pool.Query(ctx, readChunks, path, int64(from))
+	var limit *int64
+	if chunks > 0 {
+		n := int64(chunks)
+		limit = &n
+	}
+	rows, err := p.pool.Query(ctx, readChunks, path, int64(from), limit)
 	if err != nil {
 		return snapshot{}, false, err
 	}

@@ -172,6 +172,45 @@ func TestPostgresAnnouncesOnlyWaitedStreams(t *testing.T) {
 	require.Equal(t, "b", r.body)
 }
 
+// TestPostgresReadLoadsOnlyWhatTheLimitUses checks that an event read
+// loads no more chunks than its limit can use, however long the backlog.
+func TestPostgresReadLoadsOnlyWhatTheLimitUses(t *testing.T) {
+	s := newDatabase(t).open(t)(Options{})
+	f := serve(t, s)
+	ctx := context.Background()
+	f.mustCreate(t, "/many", "application/json", "")
+	var tail string
+	for i := range 10 {
+		tail = f.mustAppend(t, "/many", "application/json", fmt.Sprintf(`{"i":%d}`, i))
+	}
+	v, ok, err := s.store.read(ctx, "/many", 0, 3)
+	require.NoError(t, err)
+	require.True(t, ok)
+	require.Len(t, v.starts, 3, "chunks loaded")
+	require.Equal(t, tail, formatOffset(v.tail), "the tail is the stream's")
+
+	b, err := s.ReadEvents(ctx, "/many", "-1", webhooks.ReadLimit{MaxEvents: 2})
+	require.NoError(t, err)
+	require.Equal(t, [][]byte{[]byte(`{"i":0}`), []byte(`{"i":1}`)}, b.Events)
+	require.Equal(t, off(14), b.Next)
+	require.False(t, b.UpToDate)
+	b, err = s.ReadEvents(ctx, "/many", off(63), webhooks.ReadLimit{MaxEvents: 5})
+	require.NoError(t, err)
+	require.Equal(t, [][]byte{[]byte(`{"i":9}`)}, b.Events, "the last, read through the tail")
+	require.Equal(t, tail, b.Next)
+	require.True(t, b.UpToDate)
+
+	// A byte stream's event ends where the chunks loaded end.
+	f.mustCreate(t, "/bytes", "text/plain", "ab")
+	f.mustAppend(t, "/bytes", "text/plain", "cd")
+	f.mustAppend(t, "/bytes", "text/plain", "ef")
+	b, err = s.ReadEvents(ctx, "/bytes", off(1), webhooks.ReadLimit{MaxEvents: 1})
+	require.NoError(t, err)
+	require.Equal(t, [][]byte{[]byte("bcd")}, b.Events)
+	require.Equal(t, off(4), b.Next)
+	require.False(t, b.UpToDate)
+}
+
 // TestPostgresLongPollRechecks appends behind the Server's back, without a
 // notification, as when one is lost: the long-poll finds the data when it
 // reads again a recheck interval later.

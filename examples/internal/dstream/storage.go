@@ -25,8 +25,10 @@ type storage interface {
 	// new tail.
 	append(ctx context.Context, path, mediaType string, body []byte) (tail int, err error)
 	// read returns the stream's snapshot, holding at least the part from
-	// the chunk that holds position from to the tail.
-	read(ctx context.Context, path string, from int) (v snapshot, ok bool, err error)
+	// the chunk that holds position from to the tail, or, if chunks is
+	// positive, at least that many chunks of that part (all of them if
+	// fewer).
+	read(ctx context.Context, path string, from, chunks int) (v snapshot, ok bool, err error)
 	stat(ctx context.Context, path string) (m streamMeta, ok bool, err error)
 	// watch says that a long-poll will wait on path, before it reads the
 	// stream, so that the storage reports a change through another Server
@@ -110,7 +112,7 @@ func (m *memStorage) append(_ context.Context, path, mediaType string, body []by
 	return st.tail(), nil
 }
 
-func (m *memStorage) read(_ context.Context, path string, _ int) (snapshot, bool, error) {
+func (m *memStorage) read(_ context.Context, path string, _, _ int) (snapshot, bool, error) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	st, ok := m.streams[path]

@@ -165,14 +165,16 @@ func (v *snapshot) body(off int) []byte {
 
 // events returns the events from byte position off, a position the
 // snapshot holds (see position), within limit: the messages of a JSON
-// stream, or a byte stream's bytes as one event.
+// stream, or a byte stream's bytes as one event. It reads no further than
+// the snapshot holds, which may stop short of the tail (see storage.read).
 func (v *snapshot) events(off int, limit webhooks.ReadLimit) webhooks.EventBatch {
 	b := webhooks.EventBatch{JSON: v.json}
+	held := v.base + len(v.data)
 	end := off
 	if v.json {
 		size := 0
 		for i := sort.SearchInts(v.starts, off); i < len(v.starts); i++ {
-			next := v.tail
+			next := held
 			if i+1 < len(v.starts) {
 				next = v.starts[i+1]
 			}
@@ -186,7 +188,7 @@ func (v *snapshot) events(off int, limit webhooks.ReadLimit) webhooks.EventBatch
 			size += len(msg)
 			end = next
 		}
-	} else if end = v.tail; end > off {
+	} else if end = held; end > off {
 		if limit.MaxBytes > 0 {
 			end = min(end, off+limit.MaxBytes)
 		}
@@ -326,9 +328,9 @@ func (s *Server) Stream(ctx context.Context, path string) (webhooks.StreamInfo, 
 
 // ReadEvents implements webhooks.EventReader. A JSON stream's events are
 // its messages; a byte stream's are the bytes from the offset on, as one
-// event. Every storage reads from the offset to the tail and then applies
-// the limit: in memory that copies nothing, but on PostgreSQL a long
-// backlog is loaded whole for each read.
+// event. A read loads no more chunks than the limit could use: each
+// message is a chunk, and each chunk of a byte stream holds a byte at
+// least.
 func (s *Server) ReadEvents(ctx context.Context, path, from string, limit webhooks.ReadLimit) (webhooks.EventBatch, error) {
 	pos, now, err := parseOffset(from)
 	if err == nil && now {
@@ -337,7 +339,7 @@ func (s *Server) ReadEvents(ctx context.Context, path, from string, limit webhoo
 	if err != nil {
 		return webhooks.EventBatch{}, err
 	}
-	v, ok, err := s.store.read(ctx, path, pos)
+	v, ok, err := s.store.read(ctx, path, pos, chunksFor(limit))
 	switch {
 	case err != nil:
 		return webhooks.EventBatch{}, err
@@ -348,6 +350,22 @@ func (s *Server) ReadEvents(ctx context.Context, path, from string, limit webhoo
 		return webhooks.EventBatch{}, err
 	}
 	return v.events(pos, limit), nil
+}
+
+// chunksFor is how many chunks a read within limit may use, 0 for all:
+// one more than its bound, for the chunk that holds the offset read from
+// in a byte stream.
+func chunksFor(limit webhooks.ReadLimit) int {
+	n := 0
+	for _, l := range []int{limit.MaxEvents, limit.MaxBytes} {
+		if l > 0 && (n == 0 || l < n) {
+			n = l
+		}
+	}
+	if n == 0 {
+		return 0
+	}
+	return n + 1
 }
 
 // ValidOffset implements webhooks.OffsetValidator: the engine accepts only
