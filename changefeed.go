@@ -172,7 +172,7 @@ func (s *subscriptionSet) endReload(subs []*Subscription) (added, removed []stri
 // subscription.
 func sameSubscription(a, b *Subscription) bool {
 	return a.ID == b.ID && a.Pattern == b.Pattern && a.Webhook == b.Webhook && a.Description == b.Description &&
-		a.Secret == b.Secret && a.CreatedAt.Equal(b.CreatedAt)
+		a.Secret == b.Secret && a.CreatedAt.Equal(b.CreatedAt) && a.Delivery == b.Delivery
 }
 
 // abortReload ends a reload whose list failed, changing nothing.

@@ -119,8 +119,8 @@ func appendOffsets(b []byte, offsets []StreamOffset) []byte {
 	return b
 }
 
-// decoder reads consumer data, remembering the first error; once it has
-// failed it returns zero values.
+// decoder reads consumer and subscription data, remembering the first
+// error; once it has failed it returns zero values.
 type decoder struct {
 	b   []byte
 	err error

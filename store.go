@@ -113,6 +113,13 @@ const (
 
 // Subscription maps a glob pattern of stream paths to a webhook URL.
 // Subscriptions are immutable.
+//
+// A Store keeps ID, Pattern, Webhook, Description, Secret and CreatedAt as
+// they are, and every other field as the one opaque value of
+// Subscription.MarshalData, which it gives back to UnmarshalData: a field
+// added to Subscription needs no migration in any backend. The value may
+// come to hold credentials, such as a webhook's custom headers, so a Store
+// that seals Secret at rest seals it too.
 type Subscription struct {
 	ID          string
 	Pattern     string
@@ -122,6 +129,25 @@ type Subscription struct {
 	// when the subscription is created.
 	Secret    string
 	CreatedAt time.Time
+	// Delivery is how the engine delivers to the webhook. The zero value
+	// is DeliveryWake.
+	Delivery DeliveryMode
+}
+
+// DeliveryMode is how the engine delivers a subscription's streams to its
+// webhook.
+type DeliveryMode string
+
+// DeliveryWake wakes a consumer with a signed POST; the consumer reads the
+// streams itself and calls back (spec 001).
+const DeliveryWake DeliveryMode = "wake"
+
+// orDefault is m, or DeliveryWake for the zero mode.
+func (m DeliveryMode) orDefault() DeliveryMode {
+	if m == "" {
+		return DeliveryWake
+	}
+	return m
 }
 
 // ConsumerState is a consumer's place in the wake cycle.

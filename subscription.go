@@ -66,8 +66,9 @@ func toJSON(s *Subscription) subscriptionJSON {
 
 // createRequest is the body of a create request.
 type createRequest struct {
-	Webhook     string `json:"webhook"`
-	Description string `json:"description"`
+	Webhook     string       `json:"webhook"`
+	Description string       `json:"description"`
+	Delivery    DeliveryMode `json:"delivery"`
 }
 
 // isSubscriptionRequest reports whether r is for the subscription API: its
@@ -168,7 +169,10 @@ func (e *Engine) createSubscription(ctx context.Context, pattern *Pattern, id st
 	if req.Webhook == "" {
 		return 0, nil, newAPIError(http.StatusBadRequest, CodeInvalidRequest, "webhook is required")
 	}
-	sub := &Subscription{ID: id, Pattern: pattern.String(), Webhook: req.Webhook, Description: req.Description}
+	if req.Delivery.orDefault() != DeliveryWake {
+		return 0, nil, newAPIError(http.StatusBadRequest, CodeInvalidRequest, "unknown delivery %q; use %q", req.Delivery, DeliveryWake)
+	}
+	sub := &Subscription{ID: id, Pattern: pattern.String(), Webhook: req.Webhook, Description: req.Description, Delivery: req.Delivery.orDefault()}
 	// An existing subscription is compared before the webhook is validated,
 	// so a repeated create is answered the same way whatever the policy.
 	if have, err := e.existing(ctx, sub); have != nil || err != nil {
@@ -215,7 +219,8 @@ func (e *Engine) existing(ctx context.Context, want *Subscription) (*subscriptio
 	if err != nil {
 		return nil, err
 	}
-	if have.Pattern != want.Pattern || have.Webhook != want.Webhook || have.Description != want.Description {
+	if have.Pattern != want.Pattern || have.Webhook != want.Webhook || have.Description != want.Description ||
+		have.Delivery.orDefault() != want.Delivery.orDefault() {
 		return nil, newAPIError(http.StatusConflict, CodeSubscriptionConflict,
 			"subscription %s exists with a different configuration; delete it to change it", want.ID)
 	}

@@ -924,3 +924,34 @@ func TestSubscriptionRecreateOtherPattern(t *testing.T) {
 	d := h.nextDelivery()
 	require.Equal(t, webhooks.ConsumerID("s1", "/other/b"), d.n.ConsumerID)
 }
+
+// A subscription takes a delivery mode: "wake", spec 001's, which is also
+// what none means. Any other is refused, and nothing is stored.
+func TestSubscriptionDelivery(t *testing.T) {
+	h := newHarness(t)
+	ctx := context.Background()
+	body := func(delivery string) string {
+		return fmt.Sprintf(`{"webhook":%q%s}`, h.recv.url(), delivery)
+	}
+	for _, bad := range []string{`"events"`, `"Wake"`, `1`} {
+		rec := h.do(http.MethodPut, "/a/*?subscription=bad", body(`,"delivery":`+bad))
+		subRequireError(t, http.StatusBadRequest, webhooks.CodeInvalidRequest, rec.Code, rec.Body.Bytes(), rec.Header().Get("Content-Type"))
+		_, err := h.store.GetSubscription(ctx, "bad")
+		require.ErrorIs(t, err, webhooks.ErrSubscriptionNotFound, bad)
+	}
+
+	rec := h.do(http.MethodPut, "/a/*?subscription=s1", body(`,"delivery":"wake"`))
+	require.Equal(t, http.StatusCreated, rec.Code, rec.Body.String())
+	rec = h.do(http.MethodPut, "/b/*?subscription=s2", body(""))
+	require.Equal(t, http.StatusCreated, rec.Code, rec.Body.String())
+	for _, id := range []string{"s1", "s2"} {
+		sub, err := h.store.GetSubscription(ctx, id)
+		require.NoError(t, err)
+		require.Equal(t, webhooks.DeliveryWake, sub.Delivery, id)
+	}
+	// Naming the default or leaving it out is the same configuration.
+	rec = h.do(http.MethodPut, "/a/*?subscription=s1", body(""))
+	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+	rec = h.do(http.MethodPut, "/b/*?subscription=s2", body(`,"delivery":"wake"`))
+	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+}

@@ -14,6 +14,7 @@ import (
 
 	webhooks "github.com/streamhooks/webhooks"
 	"github.com/streamhooks/webhooks/internal/pgtest"
+	"github.com/streamhooks/webhooks/internal/seal"
 )
 
 // TestQueryPlansUseIndexes keeps the engine's hot queries, and those the
@@ -171,6 +172,9 @@ func TestEncryption(t *testing.T) {
 	pgtest.DSN(t)
 	ctx := context.Background()
 	const secret = "whsec_needle_4b1d9a"
+	// Data the engine encodes (Subscription.MarshalData) may hold
+	// credentials too; a Store keeps whatever mode it is given.
+	const delivery webhooks.DeliveryMode = "delivery_needle_5c2e81"
 	signingKey := []byte("signing_needle_77e0c3_0123456789")
 
 	// store writes a secret and a signing key into a fresh schema and
@@ -179,15 +183,15 @@ func TestEncryption(t *testing.T) {
 		pool := newPool(t, pgtest.Schema(t))
 		s, err := New(ctx, pool, opts...)
 		require.NoError(t, err)
-		require.NoError(t, s.CreateSubscription(ctx, &webhooks.Subscription{ID: "s", Pattern: "/**", Webhook: "https://example.com/s", Secret: secret}))
+		require.NoError(t, s.CreateSubscription(ctx, &webhooks.Subscription{ID: "s", Pattern: "/**", Webhook: "https://example.com/s", Secret: secret, Delivery: delivery}))
 		_, err = s.LoadOrStoreSigningKey(ctx, signingKey)
 		require.NoError(t, err)
 		return pool
 	}
-	// stored returns every value of the tables that hold secrets.
+	// stored returns every value of the columns that hold secrets.
 	stored := func(pool *pgxpool.Pool) []byte {
 		var all []byte
-		for _, q := range []string{"SELECT secret FROM streamhooks_subscriptions", "SELECT value FROM streamhooks_meta"} {
+		for _, q := range []string{"SELECT secret FROM streamhooks_subscriptions", "SELECT data FROM streamhooks_subscriptions", "SELECT value FROM streamhooks_meta"} {
 			rows, err := pool.Query(ctx, q)
 			require.NoError(t, err)
 			values, err := pgx.CollectRows(rows, pgx.RowTo[[]byte])
@@ -201,6 +205,7 @@ func TestEncryption(t *testing.T) {
 		raw := stored(store())
 		require.True(t, bytes.Contains(raw, []byte(secret)), "the search finds plaintext")
 		require.True(t, bytes.Contains(raw, signingKey))
+		require.True(t, bytes.Contains(raw, []byte(delivery)))
 	})
 
 	pool := store(WithEncryptionKey(key('k')))
@@ -209,6 +214,7 @@ func TestEncryption(t *testing.T) {
 		raw := stored(pool)
 		require.False(t, bytes.Contains(raw, []byte(secret)))
 		require.False(t, bytes.Contains(raw, signingKey))
+		require.False(t, bytes.Contains(raw, []byte(delivery)), "subscription data is sealed")
 	})
 
 	t.Run("the key opens it", func(t *testing.T) {
@@ -217,9 +223,11 @@ func TestEncryption(t *testing.T) {
 		sub, err := s.GetSubscription(ctx, "s")
 		require.NoError(t, err)
 		require.Equal(t, secret, sub.Secret)
+		require.Equal(t, delivery, sub.Delivery)
 		subs, err := s.ListSubscriptions(ctx)
 		require.NoError(t, err)
 		require.Equal(t, secret, subs[0].Secret)
+		require.Equal(t, delivery, subs[0].Delivery)
 		got, err := s.LoadOrStoreSigningKey(ctx, []byte("another key"))
 		require.NoError(t, err)
 		require.Equal(t, signingKey, got)
@@ -367,4 +375,26 @@ func TestUpdateConsumerCanceledInFn(t *testing.T) {
 	})
 	require.NoError(t, err, "the row is not left locked")
 	require.Zero(t, c.Epoch)
+}
+
+// TestSubscriptionFromBeforeDataReadsAsZero reads a subscription stored
+// by the schema before subscription data, with an encryption key: its
+// empty data reads as zero fields.
+func TestSubscriptionFromBeforeDataReadsAsZero(t *testing.T) {
+	ctx := context.Background()
+	pool := newPool(t, pgtest.Schema(t))
+	all := migrations
+	setMigrations(t, all[:len(all)-1])
+	s, err := New(ctx, pool, WithEncryptionKey(key('k')))
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, `INSERT INTO streamhooks_subscriptions (id, pattern, webhook, description, secret, created_at)
+		VALUES ('old', '/**', 'https://example.com/', '', $1, NULL)`, s.sealer.Seal([]byte("whsec_old"), seal.ADSecret("old")))
+	require.NoError(t, err)
+
+	setMigrations(t, all)
+	s, err = New(ctx, pool, WithEncryptionKey(key('k')))
+	require.NoError(t, err)
+	sub, err := s.GetSubscription(ctx, "old")
+	require.NoError(t, err)
+	require.Equal(t, &webhooks.Subscription{ID: "old", Pattern: "/**", Webhook: "https://example.com/", Secret: "whsec_old"}, sub)
 }

@@ -65,6 +65,11 @@ CREATE TABLE streamhooks_leases (
 	until  bigint NOT NULL
 );
 `,
+	// A subscription's other fields, as webhooks.Subscription.MarshalData
+	// encodes them, sealed as secret is; empty for one stored before.
+	`
+ALTER TABLE streamhooks_subscriptions ADD COLUMN data bytea NOT NULL DEFAULT '';
+`,
 }
 
 // migrationLock is the first key of the advisory lock that serializes

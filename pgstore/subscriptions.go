@@ -13,7 +13,7 @@ import (
 	"github.com/streamhooks/webhooks/internal/seal"
 )
 
-const subscriptionCols = "id, pattern, webhook, description, secret, created_at"
+const subscriptionCols = "id, pattern, webhook, description, secret, created_at, data"
 
 // CreateSubscription implements webhooks.Store.
 func (s *Store) CreateSubscription(ctx context.Context, sub *webhooks.Subscription) error {
@@ -22,14 +22,15 @@ func (s *Store) CreateSubscription(ctx context.Context, sub *webhooks.Subscripti
 		return err
 	}
 	secret := s.sealer.Seal([]byte(sub.Secret), seal.ADSecret(sub.ID))
+	data := s.sealer.Seal(sub.MarshalData(), seal.ADSubscriptionData(sub.ID))
 	// One statement: the notification is sent when the insert commits,
 	// and only if it inserted.
 	tag, err := s.pool.Exec(ctx, `WITH created AS (
-			INSERT INTO streamhooks_subscriptions (`+subscriptionCols+`) VALUES ($1, $2, $3, $4, $5, $6)
+			INSERT INTO streamhooks_subscriptions (`+subscriptionCols+`) VALUES ($1, $2, $3, $4, $5, $6, $7)
 			ON CONFLICT (id) DO NOTHING RETURNING id
 		)
 		SELECT `+notifySubscriptions+` FROM created`,
-		sub.ID, sub.Pattern, sub.Webhook, []byte(sub.Description), secret, created)
+		sub.ID, sub.Pattern, sub.Webhook, []byte(sub.Description), secret, created, data)
 	if err != nil {
 		return dbError("create subscription", err)
 	}
@@ -163,8 +164,9 @@ func (s *Store) scanSubscription(row pgx.Row) (*webhooks.Subscription, error) {
 		sub                 webhooks.Subscription
 		description, secret []byte
 		created             *int64
+		data                []byte
 	)
-	if err := row.Scan(&sub.ID, &sub.Pattern, &sub.Webhook, &description, &secret, &created); err != nil {
+	if err := row.Scan(&sub.ID, &sub.Pattern, &sub.Webhook, &description, &secret, &created, &data); err != nil {
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil, err
 		}
@@ -177,5 +179,13 @@ func (s *Store) scanSubscription(row pgx.Row) (*webhooks.Subscription, error) {
 	sub.Description = string(description)
 	sub.Secret = string(plain)
 	sub.CreatedAt = fromNanos(created)
+	if len(data) > 0 { // empty for a subscription stored before data was
+		if data, err = s.sealer.Open(data, seal.ADSubscriptionData(sub.ID)); err == nil {
+			err = sub.UnmarshalData(data)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("pgstore: subscription %s: %w", sub.ID, err)
+		}
+	}
 	return &sub, nil
 }

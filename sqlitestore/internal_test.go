@@ -1,6 +1,7 @@
 package sqlitestore
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"path/filepath"
@@ -8,6 +9,8 @@ import (
 	"strings"
 	"testing"
 
+	webhooks "github.com/streamhooks/webhooks"
+	"github.com/streamhooks/webhooks/internal/seal"
 	"github.com/stretchr/testify/require"
 )
 
@@ -188,4 +191,29 @@ func TestQueryPlansUseIndexes(t *testing.T) {
 		}
 		require.NotEmpty(t, plan, name)
 	}
+}
+
+// TestSubscriptionFromBeforeDataReadsAsZero reads a subscription stored
+// by the schema before subscription data, with an encryption key: its
+// empty data reads as zero fields.
+func TestSubscriptionFromBeforeDataReadsAsZero(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "hooks.db")
+	k := bytes.Repeat([]byte{'k'}, 32)
+	all := migrations
+	setMigrations(t, all[:len(all)-1])
+	s, err := Open(path, WithEncryptionKey(k))
+	require.NoError(t, err)
+	_, err = s.w.conn.ExecContext(ctx, `INSERT INTO subscriptions (id, pattern, webhook, description, secret, created_at)
+		VALUES ('old', '/**', 'https://example.com/', '', ?, NULL)`, s.sealer.Seal([]byte("whsec_old"), seal.ADSecret("old")))
+	require.NoError(t, err)
+	require.NoError(t, s.Close())
+
+	setMigrations(t, all)
+	s, err = Open(path, WithEncryptionKey(k))
+	require.NoError(t, err)
+	defer s.Close()
+	sub, err := s.GetSubscription(ctx, "old")
+	require.NoError(t, err)
+	require.Equal(t, &webhooks.Subscription{ID: "old", Pattern: "/**", Webhook: "https://example.com/", Secret: "whsec_old"}, sub)
 }

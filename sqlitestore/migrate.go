@@ -96,6 +96,11 @@ CREATE TRIGGER subscriptions_version_delete AFTER DELETE ON subscriptions BEGIN
 	UPDATE subscriptions_version SET version = version + 1;
 END;
 `,
+	// A subscription's other fields, as webhooks.Subscription.MarshalData
+	// encodes them, sealed as secret is; empty for one stored before.
+	`
+ALTER TABLE subscriptions ADD COLUMN data BLOB NOT NULL DEFAULT x'';
+`,
 }
 
 // migrate brings the schema to the latest version and checks the

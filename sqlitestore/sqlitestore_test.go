@@ -178,6 +178,9 @@ func sqlFileBytes(t *testing.T, dir string) []byte {
 func TestEncryption(t *testing.T) {
 	ctx := context.Background()
 	const secret = "whsec_needle_4b1d9a"
+	// Data the engine encodes (Subscription.MarshalData) may hold
+	// credentials too; a Store keeps whatever mode it is given.
+	const delivery webhooks.DeliveryMode = "delivery_needle_5c2e81"
 	signingKey := []byte("signing_needle_77e0c3_0123456789")
 
 	// store writes a secret and a signing key into a fresh directory and
@@ -186,7 +189,7 @@ func TestEncryption(t *testing.T) {
 		dir := t.TempDir()
 		s, err := sqlitestore.Open(filepath.Join(dir, "hooks.db"), opts...)
 		require.NoError(t, err)
-		require.NoError(t, s.CreateSubscription(ctx, &webhooks.Subscription{ID: "s", Pattern: "/**", Webhook: "https://example.com/s", Secret: secret}))
+		require.NoError(t, s.CreateSubscription(ctx, &webhooks.Subscription{ID: "s", Pattern: "/**", Webhook: "https://example.com/s", Secret: secret, Delivery: delivery}))
 		_, err = s.LoadOrStoreSigningKey(ctx, signingKey)
 		require.NoError(t, err)
 		require.NoError(t, s.Close())
@@ -197,6 +200,7 @@ func TestEncryption(t *testing.T) {
 		raw := sqlFileBytes(t, store())
 		require.True(t, bytes.Contains(raw, []byte(secret)), "the search finds plaintext")
 		require.True(t, bytes.Contains(raw, signingKey))
+		require.True(t, bytes.Contains(raw, []byte(delivery)))
 	})
 
 	dir := store(sqlitestore.WithEncryptionKey(sqlKey('k')))
@@ -206,6 +210,7 @@ func TestEncryption(t *testing.T) {
 		raw := sqlFileBytes(t, dir)
 		require.False(t, bytes.Contains(raw, []byte(secret)))
 		require.False(t, bytes.Contains(raw, signingKey))
+		require.False(t, bytes.Contains(raw, []byte(delivery)), "subscription data is sealed")
 	})
 
 	t.Run("the key opens it", func(t *testing.T) {
@@ -213,9 +218,11 @@ func TestEncryption(t *testing.T) {
 		sub, err := s.GetSubscription(ctx, "s")
 		require.NoError(t, err)
 		require.Equal(t, secret, sub.Secret)
+		require.Equal(t, delivery, sub.Delivery)
 		subs, err := s.ListSubscriptions(ctx)
 		require.NoError(t, err)
 		require.Equal(t, secret, subs[0].Secret)
+		require.Equal(t, delivery, subs[0].Delivery)
 		got, err := s.LoadOrStoreSigningKey(ctx, []byte("another key"))
 		require.NoError(t, err)
 		require.Equal(t, signingKey, got)

@@ -11,7 +11,7 @@ import (
 	"github.com/streamhooks/webhooks/internal/seal"
 )
 
-const subscriptionCols = "id, pattern, webhook, description, secret, created_at"
+const subscriptionCols = "id, pattern, webhook, description, secret, created_at, data"
 
 // CreateSubscription implements webhooks.Store.
 func (s *Store) CreateSubscription(ctx context.Context, sub *webhooks.Subscription) error {
@@ -20,10 +20,11 @@ func (s *Store) CreateSubscription(ctx context.Context, sub *webhooks.Subscripti
 		return err
 	}
 	secret := s.sealer.Seal([]byte(sub.Secret), seal.ADSecret(sub.ID))
+	data := s.sealer.Seal(sub.MarshalData(), seal.ADSubscriptionData(sub.ID))
 	return s.write(ctx, func(tx *wtx) error {
-		res, err := tx.exec(`INSERT INTO subscriptions (`+subscriptionCols+`) VALUES (?, ?, ?, ?, ?, ?)
+		res, err := tx.exec(`INSERT INTO subscriptions (`+subscriptionCols+`) VALUES (?, ?, ?, ?, ?, ?, ?)
 			ON CONFLICT (id) DO NOTHING`,
-			sub.ID, sub.Pattern, sub.Webhook, sub.Description, secret, created)
+			sub.ID, sub.Pattern, sub.Webhook, sub.Description, secret, created, data)
 		if err != nil {
 			return fmt.Errorf("sqlitestore: create subscription: %w", err)
 		}
@@ -148,8 +149,9 @@ func (s *Store) scanSubscription(row scanner) (*webhooks.Subscription, error) {
 		sub     webhooks.Subscription
 		secret  []byte
 		created sql.NullInt64
+		data    []byte
 	)
-	if err := row.Scan(&sub.ID, &sub.Pattern, &sub.Webhook, &sub.Description, &secret, &created); err != nil {
+	if err := row.Scan(&sub.ID, &sub.Pattern, &sub.Webhook, &sub.Description, &secret, &created, &data); err != nil {
 		if errors.Is(err, sql.ErrNoRows) {
 			return nil, err
 		}
@@ -161,5 +163,13 @@ func (s *Store) scanSubscription(row scanner) (*webhooks.Subscription, error) {
 	}
 	sub.Secret = string(plain)
 	sub.CreatedAt = fromNanos(created)
+	if len(data) > 0 { // empty for a subscription stored before data was
+		if data, err = s.sealer.Open(data, seal.ADSubscriptionData(sub.ID)); err == nil {
+			err = sub.UnmarshalData(data)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("sqlitestore: subscription %s: %w", sub.ID, err)
+		}
+	}
 	return &sub, nil
 }

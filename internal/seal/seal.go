@@ -22,6 +22,10 @@ const (
 // ADSecret is the additional data of subscription id's webhook secret.
 func ADSecret(subscriptionID string) string { return "subscription-secret:" + subscriptionID }
 
+// ADSubscriptionData is the additional data of subscription id's data
+// (webhooks.Subscription.MarshalData).
+func ADSubscriptionData(subscriptionID string) string { return "subscription-data:" + subscriptionID }
+
 // Sealer encrypts values with AES-256-GCM. A nil *Sealer leaves them as
 // they are, for a Store without an encryption key.
 type Sealer struct {
