@@ -108,11 +108,10 @@ func (s *subscriptionSet) touch(id string) {
 
 // put and drop change the set and its index; the caller holds mu.
 func (s *subscriptionSet) put(p *Pattern, sub *Subscription) {
-	old, ok := s.entries[sub.ID]
-	if ok && old.pattern.String() != p.String() {
-		s.index.remove(old.pattern, sub.ID)
-	}
-	if !ok || old.pattern.String() != p.String() {
+	if old, ok := s.entries[sub.ID]; !ok || old.pattern.String() != p.String() {
+		if ok {
+			s.index.remove(old.pattern, sub.ID)
+		}
 		s.index.add(p, sub.ID)
 	}
 	s.entries[sub.ID] = indexed{pattern: p, sub: sub.Clone()}
@@ -169,10 +168,11 @@ func (s *subscriptionSet) endReload(subs []*Subscription) (added, removed []stri
 }
 
 // sameSubscription reports whether a and b are the same stored
-// subscription.
+// subscription: every field equal, CreatedAt as an instant.
 func sameSubscription(a, b *Subscription) bool {
-	return a.ID == b.ID && a.Pattern == b.Pattern && a.Webhook == b.Webhook && a.Description == b.Description &&
-		a.Secret == b.Secret && a.CreatedAt.Equal(b.CreatedAt) && a.Delivery == b.Delivery
+	x := *a
+	x.CreatedAt = b.CreatedAt
+	return a.CreatedAt.Equal(b.CreatedAt) && x == *b
 }
 
 // abortReload ends a reload whose list failed, changing nothing.

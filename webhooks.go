@@ -217,7 +217,6 @@ func (e *Engine) load(ctx context.Context) error {
 	if _, _, errs := set.endReload(subs); len(errs) > 0 {
 		return fmt.Errorf("webhooks: %w", errs[0])
 	}
-	// The set is not shared yet, so its patterns need no lock.
 	e.tokens, e.subs, e.stored = newTokens(key, e.cfg.tokenTTL, e.clock), set, set.patterns()
 	e.loaded.Store(true)
 	return nil
