@@ -212,6 +212,16 @@ func jsonFields(t reflect.Type) map[string]reflect.Type {
 	for i := range t.NumField() {
 		f := t.Field(i)
 		tag := f.Tag.Get("json")
+		if f.Anonymous && tag == "" && f.Type.Kind() == reflect.Struct {
+			// Promoted, as encoding/json promotes them, even from an
+			// unexported struct.
+			for name, ft := range jsonFields(f.Type) {
+				if _, dup := m[name]; !dup {
+					m[name] = ft
+				}
+			}
+			continue
+		}
 		if !f.IsExported() || tag == "-" {
 			continue
 		}

@@ -16,9 +16,13 @@ import (
 // atomic transition; none does I/O. Stream tails are passed in as a map of
 // the consumer's existing streams, read inside the same update so that an
 // append racing with a transition to IDLE cannot be missed.
+//
+// Transitions that depend on the subscription's delivery mode take the
+// subscription; nil stands for a wake one.
 type machine struct {
 	wakingTimeout   time.Duration
 	livenessTimeout time.Duration
+	requestTimeout  time.Duration
 	failureGCAfter  time.Duration
 	backoff         func(retry int) time.Duration
 }
@@ -135,7 +139,7 @@ func (m *machine) wake(c *Consumer, t tails, triggeredBy []string, now time.Time
 		}
 	}
 	c.Attempt = 0
-	m.startAttempt(c, now)
+	m.startAttempt(c, nil, now)
 }
 
 // change is what a transition did to a consumer, and so what the
@@ -211,28 +215,41 @@ func (m *machine) touch(c *Consumer, now time.Time) {
 func deliveryOK(c *Consumer) {
 	c.Failures = 0
 	c.FailingSince = time.Time{}
+	c.LastError = ""
 }
 
-// startAttempt marks a delivery attempt of a WAKING consumer as sent: the
-// first, in the wake, or a retry that has come due.
-// It moves the deadline on, so that of several engines sharing a Store only
-// the first finds the attempt due.
-func (m *machine) startAttempt(c *Consumer, now time.Time) {
+// startAttempt marks a delivery attempt of a WAKING consumer of sub as
+// sent: the first, when the wake or batch starts, or a retry that has come
+// due. It moves the deadline on to the attempt's timeout, so that of
+// several engines sharing a Store only the first finds the attempt due.
+func (m *machine) startAttempt(c *Consumer, sub *Subscription, now time.Time) {
 	c.Attempt++
 	c.InFlight = true
-	c.Deadline = m.gcCap(c, now.Add(m.wakingTimeout))
+	c.Deadline = m.gcCap(c, sub, now.Add(m.attemptTimeout(sub)))
 }
 
-// deliveryResult is the outcome of one webhook POST.
+// attemptTimeout is how long an attempt for sub may stay in flight before
+// it counts as failed: the WAKING timeout, or for event push the POST's
+// own timeout and a grace, so that an engine that is alive always ends its
+// POST before another may send the batch again.
+func (m *machine) attemptTimeout(sub *Subscription) time.Duration {
+	if !sub.pushes() {
+		return m.wakingTimeout
+	}
+	return m.pushTimeout(sub) + pushTimeoutGrace
+}
+
+// deliveryResult is the outcome of one wake-up POST.
 type deliveryResult struct {
 	epoch   int64
 	wakeID  string
 	attempt int
-	ok      bool // 2xx
-	done    bool // 2xx with {"done": true}
+	ok      bool   // 2xx
+	done    bool   // 2xx with {"done": true}
+	failure string // why it failed, if it did
 }
 
-// applyDelivery applies a webhook outcome. A response from a wake cycle
+// applyDelivery applies a wake-up outcome. A response from a wake cycle
 // that has ended changes nothing.
 func (m *machine) applyDelivery(c *Consumer, r deliveryResult, t tails, now time.Time) change {
 	if c.Epoch != r.epoch || c.WakeID != r.wakeID {
@@ -258,7 +275,7 @@ func (m *machine) applyDelivery(c *Consumer, r deliveryResult, t tails, now time
 		if c.State != StateWaking || !c.InFlight || c.Attempt != r.attempt {
 			return noChange
 		}
-		return m.fail(c, now)
+		return m.fail(c, nil, r.failure, now)
 	}
 }
 
@@ -273,23 +290,34 @@ func (m *machine) autoAck(c *Consumer) {
 	}
 }
 
-// fail records a failed attempt and schedules the retry, or collects the
-// consumer once its failures have lasted long enough.
-func (m *machine) fail(c *Consumer, now time.Time) change {
+// fail records a failed attempt of a consumer of sub and schedules the
+// retry. A wake consumer is collected once its failures have lasted the
+// failure GC period (spec 001); an events consumer whose batch has had
+// every attempt its subscription allows stops in StateFailed, with its
+// cursor before the batch.
+func (m *machine) fail(c *Consumer, sub *Subscription, reason string, now time.Time) change {
 	c.InFlight = false
 	c.Failures++
+	c.LastError = reason
 	if c.FailingSince.IsZero() {
 		c.FailingSince = now
 	}
-	if m.gcDue(c, now) {
+	if m.gcDue(c, sub, now) {
 		return changeDelete
 	}
-	c.Deadline = m.gcCap(c, now.Add(m.backoff(c.Failures)))
+	if sub.pushes() && sub.Events.MaxAttempts > 0 && c.Attempt >= sub.Events.MaxAttempts {
+		c.State = StateFailed
+		c.Deadline = time.Time{}
+		return changeSave
+	}
+	c.Deadline = m.gcCap(c, sub, now.Add(m.backoff(c.Failures)))
 	return changeSave
 }
 
-func (m *machine) gcCap(c *Consumer, t time.Time) time.Time {
-	if c.FailingSince.IsZero() {
+// gcCap brings t forward to when a failing wake consumer of sub is
+// collected, if that is sooner.
+func (m *machine) gcCap(c *Consumer, sub *Subscription, t time.Time) time.Time {
+	if c.FailingSince.IsZero() || sub.pushes() {
 		return t
 	}
 	if gc := c.FailingSince.Add(m.failureGCAfter); gc.Before(t) {
@@ -298,35 +326,41 @@ func (m *machine) gcCap(c *Consumer, t time.Time) time.Time {
 	return t
 }
 
-func (m *machine) gcDue(c *Consumer, now time.Time) bool {
-	return !c.FailingSince.IsZero() && !now.Before(c.FailingSince.Add(m.failureGCAfter))
+// gcDue reports whether c, a consumer of sub, is due for the failure GC,
+// which only wake consumers have.
+func (m *machine) gcDue(c *Consumer, sub *Subscription, now time.Time) bool {
+	return !sub.pushes() && !c.FailingSince.IsZero() && !now.Before(c.FailingSince.Add(m.failureGCAfter))
 }
 
-// onDue handles a passed deadline: starts the next attempt, times out a
-// WAKING attempt (a failure) or a LIVE consumer, or collects the consumer.
-// A deadline not yet passed is another engine's doing: it got there first.
-func (m *machine) onDue(c *Consumer, t tails, now time.Time) change {
+// onDue handles a passed deadline of a consumer of sub: starts the next
+// attempt, times out a WAKING attempt (a failure) or a LIVE consumer,
+// collects the consumer, or starts an IDLE one's delivery that its
+// mechanism scheduled. A deadline not yet passed is another engine's
+// doing: it got there first.
+func (m *machine) onDue(c *Consumer, sub *Subscription, t tails, now time.Time) change {
 	if c.Deadline.IsZero() || c.Deadline.After(now) {
 		return noChange
 	}
 	switch c.State {
 	case StateWaking:
-		if m.gcDue(c, now) {
+		if m.gcDue(c, sub, now) {
 			return changeDelete
 		}
 		if c.InFlight {
-			return m.fail(c, now)
+			return m.fail(c, sub, transportFailure(errAttemptTimeout).reason(), now)
 		}
-		m.startAttempt(c, now)
+		m.startAttempt(c, sub, now)
 		return changeSend
 	case StateLive:
 		return m.finish(c, t, now)
-	default:
-		// IDLE schedules nothing; clear a stray deadline rather than spin
-		// on it.
-		c.Deadline = time.Time{}
-		return changeSave
+	case StateIdle:
+		if ch := mechanismOf(sub).start(m, c, sub, t, now); ch != noChange {
+			return ch
+		}
 	}
+	// Clear a deadline nothing is scheduled at rather than spin on it.
+	c.Deadline = time.Time{}
+	return changeSave
 }
 
 // update runs one atomic transition of a consumer through the Store,
@@ -335,11 +369,12 @@ func (m *machine) onDue(c *Consumer, t tails, now time.Time) change {
 // deadline.
 func (e *Engine) update(ctx context.Context, id string, fn func(c *Consumer) (change, error)) (*Consumer, error) {
 	var (
-		before int64
-		ch     change
+		before    int64
+		wasFailed bool
+		ch        change
 	)
 	c, err := e.store.UpdateConsumer(ctx, id, func(c *Consumer) (UpdateAction, error) {
-		before = c.Epoch
+		before, wasFailed = c.Epoch, c.State == StateFailed
 		var err error
 		ch, err = fn(c)
 		action := ch.action()
@@ -355,6 +390,10 @@ func (e *Engine) update(ctx context.Context, id string, fn func(c *Consumer) (ch
 	if c.Epoch > before {
 		e.tel.woke(ctx)
 	}
+	if c.State == StateFailed && !wasFailed {
+		e.log.WarnContext(ctx, "webhooks: consumer stopped: its batch failed every attempt allowed",
+			"consumer_id", c.ID, "attempts", c.Attempt, "last_error", c.LastError)
+	}
 	if ch == changeSend {
 		e.sendStarted(c)
 	}
@@ -362,4 +401,34 @@ func (e *Engine) update(ctx context.Context, id string, fn func(c *Consumer) (ch
 		e.kickScheduler(c.Deadline)
 	}
 	return c, nil
+}
+
+// ResumeConsumer retries the batch of consumer id, which stopped in
+// StateFailed, as a new run of attempts under the same delivery id. It
+// does nothing to a consumer in another state, and returns
+// ErrConsumerNotFound if there is no such consumer.
+func (e *Engine) ResumeConsumer(ctx context.Context, id string) error {
+	subID, _, err := ParseConsumerID(id)
+	if err != nil {
+		return ErrConsumerNotFound
+	}
+	sub, err := e.subscription(ctx, subID)
+	if errors.Is(err, ErrSubscriptionNotFound) {
+		return ErrConsumerNotFound
+	}
+	if err != nil {
+		return err
+	}
+	_, err = e.update(ctx, id, func(c *Consumer) (change, error) {
+		if c.State != StateFailed {
+			return noChange, nil
+		}
+		c.State = StateWaking
+		c.Attempt = 0
+		c.Failures = 0
+		c.FailingSince = time.Time{}
+		e.m.startAttempt(c, sub, e.clock.Now())
+		return changeSend, nil
+	})
+	return err
 }

@@ -18,9 +18,13 @@ import (
 // as UTC Unix nanoseconds after a byte that says whether they are set.
 // Released versions never change; UnmarshalData reads every one of them.
 
-// consumerDataV1 is the version MarshalData writes. It is the format that
-// sqlitestore wrote before the engine owned it.
-const consumerDataV1 = 1
+// Consumer data versions. Version 1 is the format that sqlitestore wrote
+// before the engine owned it; version 2, which MarshalData writes, adds
+// LastError and Batch.
+const (
+	consumerDataV1 = 1
+	consumerDataV2 = 2
+)
 
 var errCorruptData = errors.New("webhooks: corrupt consumer data")
 
@@ -39,7 +43,7 @@ var (
 // encoders such as encoding/gob would expect in a whole value.
 func (c *Consumer) MarshalData() ([]byte, error) {
 	b := make([]byte, 0, 128)
-	b = append(b, consumerDataV1)
+	b = append(b, consumerDataV2)
 	b = binary.AppendVarint(b, c.Epoch)
 	b = appendString(b, c.WakeID)
 	b = appendOffsets(b, c.Streams)
@@ -61,6 +65,10 @@ func (c *Consumer) MarshalData() ([]byte, error) {
 		}
 		b = binary.AppendVarint(appendBool(b, true), t.UnixNano())
 	}
+	b = appendString(b, c.LastError)
+	b = binary.AppendVarint(b, int64(c.Batch.MaxEvents))
+	b = binary.AppendVarint(b, int64(c.Batch.MaxBytes))
+	b = appendString(b, c.Batch.Until)
 	return b, nil
 }
 
@@ -70,7 +78,8 @@ func (c *Consumer) MarshalData() ([]byte, error) {
 // Store to set from its columns, and leaves c unchanged if data is corrupt.
 func (c *Consumer) UnmarshalData(data []byte) error {
 	d := decoder{b: data}
-	if d.byte() != consumerDataV1 {
+	version := d.byte()
+	if version != consumerDataV1 && version != consumerDataV2 {
 		return errCorruptData
 	}
 	// Decoding into a fresh value zeroes what data does not set.
@@ -92,6 +101,12 @@ func (c *Consumer) UnmarshalData(data []byte) error {
 		if d.byte() == 1 {
 			*t = time.Unix(0, d.varint()).UTC()
 		}
+	}
+	if version >= consumerDataV2 {
+		out.LastError = d.string()
+		out.Batch.MaxEvents = int(d.varint())
+		out.Batch.MaxBytes = int(d.varint())
+		out.Batch.Until = d.string()
 	}
 	if d.err != nil || len(d.b) != 0 {
 		return errCorruptData

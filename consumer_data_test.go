@@ -28,18 +28,35 @@ func dataConsumer() *Consumer {
 		FailingSince: time.Date(2025, 3, 4, 5, 6, 7, 123456789, time.UTC),
 		CreatedAt:    time.Unix(0, -5).UTC(), // before 1970
 		// UpdatedAt stays zero.
+		LastError: "status_5xx: 503",
+		Batch:     ReadLimit{MaxEvents: 100, MaxBytes: -1, Until: "0000000000000001_0000000000000009"},
 	}
 }
 
-// dataV1 is dataConsumer as sqlitestore's encoder wrote it before the
-// engine took the format over: databases hold values like it.
+// dataV1 is dataConsumer, without the fields version 2 added, as
+// sqlitestore's encoder wrote it before the engine took the format over:
+// databases hold values like it.
 const dataV1 = "01ffffffffff3f04775fc3bc02022f61022d31000001022f6121303030303030303030303030303030315f3030303030303030303030303030303202022f610006018080800101aa8cbcf5cbcbc0a930010900"
+
+// dataV2 is dataConsumer in version 2.
+const dataV2 = "02ffffffffff3f04775fc3bc02022f61022d31000001022f6121303030303030303030303030303030315f3030303030303030303030303030303202022f610006018080800101aa8cbcf5cbcbc0a9300109000f7374617475735f3578783a20353033c8010121303030303030303030303030303030315f30303030303030303030303030303039"
 
 func TestConsumerDataRoundTrip(t *testing.T) {
 	want := dataConsumer()
 	data, err := want.MarshalData()
 	require.NoError(t, err)
-	require.Equal(t, dataV1, hex.EncodeToString(data), "a released format never changes")
+	require.Equal(t, dataV2, hex.EncodeToString(data), "a released format never changes")
+	var got Consumer
+	require.NoError(t, got.UnmarshalData(data))
+	require.Equal(t, want, &got)
+}
+
+// Values written in version 1 read with the fields version 2 added zero.
+func TestConsumerDataReadsV1(t *testing.T) {
+	data, err := hex.DecodeString(dataV1)
+	require.NoError(t, err)
+	want := dataConsumer()
+	want.LastError, want.Batch = "", ReadLimit{}
 	var got Consumer
 	require.NoError(t, got.UnmarshalData(data))
 	require.Equal(t, want, &got)
@@ -87,7 +104,7 @@ func TestConsumerDataCorrupt(t *testing.T) {
 		require.ErrorIs(t, unmarshal(data[:n]), errCorruptData, "truncated to %d bytes", n)
 	}
 	require.ErrorIs(t, unmarshal(append(data, 0)), errCorruptData, "trailing byte")
-	other := append([]byte{consumerDataV1 + 1}, data[1:]...)
+	other := append([]byte{consumerDataV2 + 1}, data[1:]...)
 	require.ErrorIs(t, unmarshal(other), errCorruptData, "unknown version")
 	// A list length larger than the data must not allocate it.
 	huge := []byte{consumerDataV1, 0, 0, 0xff, 0xff, 0xff, 0xff, 0x0f}

@@ -63,13 +63,13 @@ func TestStartAttemptIsExclusive(t *testing.T) {
 	m.wake(c, tails{}, nil, t0)
 	require.Equal(t, 1, c.Attempt)
 	require.Equal(t, t0.Add(DefaultWakingTimeout), c.Deadline)
-	require.Equal(t, noChange, m.onDue(c, nil, t0), "no engine may send the attempt the wake started")
-	require.Equal(t, changeSave, m.onDue(c, nil, c.Deadline), "the WAKING timeout")
+	require.Equal(t, noChange, m.onDue(c, nil, nil, t0), "no engine may send the attempt the wake started")
+	require.Equal(t, changeSave, m.onDue(c, nil, nil, c.Deadline), "the WAKING timeout")
 	retry := c.Deadline
-	require.Equal(t, changeSend, m.onDue(c, nil, retry))
+	require.Equal(t, changeSend, m.onDue(c, nil, nil, retry))
 	require.Equal(t, 2, c.Attempt)
 	require.Equal(t, retry.Add(DefaultWakingTimeout), c.Deadline)
-	require.Equal(t, noChange, m.onDue(c, nil, retry), "a second engine must not send the same attempt")
+	require.Equal(t, noChange, m.onDue(c, nil, nil, retry), "a second engine must not send the same attempt")
 	require.Equal(t, 2, c.Attempt)
 }
 
@@ -80,9 +80,9 @@ func TestStaleFailureIsIgnored(t *testing.T) {
 	r := deliveryResult{epoch: c.Epoch, wakeID: c.WakeID, attempt: 1}
 	// Attempt 1 timed out; attempt 2 is in flight when attempt 1's failure
 	// finally arrives: it must not count twice.
-	require.Equal(t, changeSave, m.onDue(c, nil, t0.Add(DefaultWakingTimeout)))
+	require.Equal(t, changeSave, m.onDue(c, nil, nil, t0.Add(DefaultWakingTimeout)))
 	require.Equal(t, 1, c.Failures)
-	require.Equal(t, changeSend, m.onDue(c, nil, c.Deadline))
+	require.Equal(t, changeSend, m.onDue(c, nil, nil, c.Deadline))
 	require.Equal(t, noChange, m.applyDelivery(c, r, nil, c.Deadline))
 	require.Equal(t, 1, c.Failures)
 }
@@ -92,7 +92,7 @@ func TestOnDueIgnoresFutureDeadlines(t *testing.T) {
 	c := newConsumer("s", "/a", OffsetNone, t0)
 	c.State = StateLive
 	c.Deadline = t0.Add(time.Second)
-	require.Equal(t, noChange, m.onDue(c, nil, t0))
+	require.Equal(t, noChange, m.onDue(c, nil, nil, t0))
 	require.Equal(t, StateLive, c.State)
 }
 

@@ -3,6 +3,7 @@ package webhooks
 import (
 	"crypto/tls"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -76,7 +77,7 @@ func classifyTransport(err error) failureClass {
 		echErr  *tls.ECHRejectionError
 	)
 	switch {
-	case errors.Is(err, errRequestTimeout), errors.Is(err, errWakingTimeout):
+	case errors.Is(err, errRequestTimeout), errors.Is(err, errAttemptTimeout):
 		return failTimeout
 	case errors.Is(err, netguard.ErrBlocked):
 		return failSSRF
@@ -122,4 +123,16 @@ func (d *deliveryFailure) detail() string {
 		cut--
 	}
 	return s[:cut] + "…"
+}
+
+// reason is d as a consumer's LastError: its class, and the status or the
+// error's detail.
+func (d *deliveryFailure) reason() string {
+	if d.status != 0 {
+		return fmt.Sprintf("%s: status %d", d.class, d.status)
+	}
+	if detail := d.detail(); detail != "" {
+		return string(d.class) + ": " + detail
+	}
+	return string(d.class)
 }

@@ -16,9 +16,9 @@ const (
 	armSlack = time.Millisecond
 )
 
-// errWakingTimeout fails an attempt that got no 2xx within the WAKING
-// timeout, while its POST may still be open.
-var errWakingTimeout = errors.New("no 2xx within the WAKING timeout")
+// errAttemptTimeout fails an attempt that got no 2xx within its timeout
+// (the WAKING timeout, for a wake), while its POST may still be open.
+var errAttemptTimeout = errors.New("no 2xx within the attempt's timeout")
 
 // kickScheduler makes the scheduler look at the Store again if deadline is
 // earlier than the one its timer waits for. The channel holds one element,
@@ -129,24 +129,31 @@ func (e *Engine) handleDue(ctx context.Context, snapshot *Consumer) error {
 		ch       change
 		timedOut *Consumer // the attempt the WAKING timeout failed
 	)
+	sub, err := e.subscription(ctx, snapshot.SubscriptionID)
+	if errors.Is(err, ErrSubscriptionNotFound) {
+		return nil // its consumers went with it
+	}
+	if err != nil {
+		return err
+	}
 	c, err := e.update(ctx, snapshot.ID, func(c *Consumer) (change, error) {
 		timedOut = nil
 		before := *c
 		var t tails
-		if c.State == StateLive {
+		if c.State == StateLive || c.State == StateIdle {
 			var err error
 			if t, err = e.readTails(ctx, streamPaths(c)); err != nil {
 				return noChange, err
 			}
 		}
-		ch = e.m.onDue(c, t, e.clock.Now())
+		ch = e.m.onDue(c, sub, t, e.clock.Now())
 		if c.Failures > before.Failures {
 			timedOut = &before
 		}
 		return ch, nil
 	})
 	if timedOut != nil && err == nil {
-		e.attemptFailed(ctx, timedOut, transportFailure(errWakingTimeout), c)
+		e.attemptFailed(ctx, timedOut, transportFailure(errAttemptTimeout), c)
 	}
 	if errors.Is(err, ErrConsumerNotFound) {
 		return nil

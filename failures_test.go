@@ -296,7 +296,7 @@ func TestHungAttemptIsLoggedAtItsWakingTimeout(t *testing.T) {
 	require.Eventually(t, func() bool { return len(fh.logs.lines(t, failedMsg)) == 1 }, waitFor, time.Millisecond)
 	line := fh.logs.lines(t, failedMsg)[0]
 	require.Equal(t, "timeout", line["error_class"])
-	require.Equal(t, "no 2xx within the WAKING timeout", line["error"])
+	require.Equal(t, "no 2xx within the attempt's timeout", line["error"])
 	require.Equal(t, 1.0, line["attempt"])
 	require.Equal(t, c.Deadline.Format(time.RFC3339Nano), line["next_retry"])
 

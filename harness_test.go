@@ -35,13 +35,21 @@ var testStart = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
 // offset formats a byte position the way the example server does.
 func offset(n int) string { return fmt.Sprintf("%016d_%016d", 0, n) }
 
-// fakeSource is a StreamSource whose streams are byte counters.
+// fakeSource is a StreamSource whose streams are byte counters, or, once
+// given events, JSON streams whose offsets count their events, or byte
+// streams whose offsets count their bytes. It reads the events it was
+// given (webhooks.EventReader).
 type fakeSource struct {
 	mu      sync.Mutex
 	streams map[string]int
+	events  map[string][][]byte // a JSON stream's events
+	bytes   map[string][]byte   // a byte stream's bytes
+	reads   int                 // ReadEvents calls
 }
 
-func newFakeSource() *fakeSource { return &fakeSource{streams: map[string]int{}} }
+func newFakeSource() *fakeSource {
+	return &fakeSource{streams: map[string]int{}, events: map[string][][]byte{}, bytes: map[string][]byte{}}
+}
 
 func (s *fakeSource) Stream(_ context.Context, path string) (webhooks.StreamInfo, error) {
 	s.mu.Lock()

@@ -134,14 +134,14 @@ func TestHostLimitLeavesCapacityForOtherHosts(t *testing.T) {
 	require.Empty(t, arrived, "the hanging host got more POSTs than its limit")
 }
 
-// subscriptionErrStore fails the next GetSubscription once armed.
+// subscriptionErrStore, once armed, fails the second GetSubscription.
 type subscriptionErrStore struct {
 	*memstore.Store
-	fail atomic.Bool
+	armed atomic.Int32 // calls left until the one that fails
 }
 
 func (s *subscriptionErrStore) GetSubscription(ctx context.Context, id string) (*webhooks.Subscription, error) {
-	if s.fail.CompareAndSwap(true, false) {
+	if s.armed.Load() > 0 && s.armed.Add(-1) == 0 {
 		return nil, errors.New("store unavailable")
 	}
 	return s.Store.GetSubscription(ctx, id)
@@ -151,7 +151,8 @@ func (s *subscriptionErrStore) GetSubscription(ctx context.Context, id string) (
 // subscription the engine has not loaded (created through another engine,
 // and not yet reported by the feed) and the Store fails to read, after the
 // attempt was marked as sent, is not lost: it times out like a lost POST
-// and is retried.
+// and is retried. The scheduler reads the subscription before it marks the
+// attempt, and the send reads it again.
 func TestAttemptWhoseHostCannotBeReadIsRetried(t *testing.T) {
 	ctx := context.Background()
 	store := &subscriptionErrStore{Store: memstore.New()}
@@ -166,10 +167,10 @@ func TestAttemptWhoseHostCannotBeReadIsRetried(t *testing.T) {
 		State: webhooks.StateWaking, Epoch: 1, WakeID: "w_00000000000000000000000000000001",
 		Streams: streamOffsets(agentA, webhooks.OffsetNone), Deadline: h.clock.Now(),
 	}))
-	store.fail.Store(true)
+	store.armed.Store(2)
 	h.clock.Add(testPollInterval) // the poll finds the consumer due
 	h.waitConsumer(agentAID, func(c *webhooks.Consumer) bool { return c.InFlight && c.Attempt == 1 })
-	require.Eventually(t, func() bool { return !store.fail.Load() }, waitFor, time.Millisecond)
+	require.Eventually(t, func() bool { return store.armed.Load() == 0 }, waitFor, time.Millisecond)
 	h.faultRequireNoDelivery()
 
 	h.clock.Add(webhooks.DefaultWakingTimeout)

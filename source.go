@@ -83,11 +83,15 @@ type EventReader interface {
 
 // ReadLimit bounds one ReadEvents: at most MaxEvents events of at most
 // MaxBytes bytes in all, except that the first event there is comes back
-// whatever its size, so that one large event cannot stall a stream. Zero
-// means no bound.
+// whatever its size, so that one large event cannot stall a stream, and no
+// event at or past the offset Until. Zero means no bound.
 type ReadLimit struct {
 	MaxEvents int
 	MaxBytes  int
+	// Until is a tail the stream had: the read stops there even if the
+	// stream has grown since, so that reading again from the same offset
+	// gives the same events.
+	Until string
 }
 
 // EventBatch is what one ReadEvents read.

@@ -3,6 +3,8 @@ package webhooks
 import (
 	"context"
 	"errors"
+	"maps"
+	"slices"
 	"time"
 )
 
@@ -132,6 +134,9 @@ type Subscription struct {
 	// Delivery is how the engine delivers to the webhook. The zero value
 	// is DeliveryWake.
 	Delivery DeliveryMode
+	// Events configures a subscription whose Delivery is DeliveryEvents,
+	// and is nil for other modes.
+	Events *EventsOptions
 }
 
 // DeliveryMode is how the engine delivers a subscription's streams to its
@@ -141,6 +146,52 @@ type DeliveryMode string
 // DeliveryWake wakes a consumer with a signed POST; the consumer reads the
 // streams itself and calls back (spec 001).
 const DeliveryWake DeliveryMode = "wake"
+
+// DeliveryEvents posts the streams' events themselves, in batches, in
+// stream order; a 2xx acknowledges a batch and moves the cursor past it
+// (event push).
+const DeliveryEvents DeliveryMode = "events"
+
+// EventsOptions configure event push (DeliveryEvents).
+type EventsOptions struct {
+	// MaxBatchEvents and MaxBatchBytes bound the events one POST carries,
+	// as read from the stream: events the Filter leaves out count too. The
+	// first event of a batch is sent whatever its size.
+	MaxBatchEvents int
+	MaxBatchBytes  int
+	// MaxWait is how long a stream's first pending event waits for others
+	// to join its batch; zero sends as soon as there are events.
+	MaxWait time.Duration
+	// Timeout bounds one POST; zero means the engine's request timeout
+	// (WithTimeouts).
+	Timeout time.Duration
+	// MaxAttempts is how many attempts one batch gets before its consumer
+	// stops in StateFailed; zero retries for ever.
+	MaxAttempts int
+	// Headers are added to every POST. They often carry credentials, so
+	// the subscription API never shows their values.
+	Headers map[string]string
+	// Filter, if set, sends only the events it matches; the others move
+	// the cursor without being sent.
+	Filter *EventFilter
+}
+
+// EventFilter matches events by a string field of their JSON object.
+type EventFilter struct {
+	// Field is the field's name, or a dotted path to a nested one, such
+	// as "data.kind".
+	Field string
+	// Patterns are dotted globs, one of which the field's value must
+	// match: '*' matches one dot-separated segment, '**' any number.
+	// An event that is not a JSON object, or lacks a string at Field,
+	// matches none.
+	Patterns []string
+}
+
+// pushes reports whether s delivers by event push. A nil subscription is
+// taken for a wake one: the callback API, which only wake consumers use,
+// does not look theirs up.
+func (s *Subscription) pushes() bool { return s != nil && s.Delivery == DeliveryEvents }
 
 // orDefault is m, or DeliveryWake for the zero mode.
 func (m DeliveryMode) orDefault() DeliveryMode {
@@ -158,6 +209,11 @@ const (
 	StateIdle   ConsumerState = "IDLE"
 	StateWaking ConsumerState = "WAKING"
 	StateLive   ConsumerState = "LIVE"
+	// StateFailed is a consumer that has stopped: its batch failed more
+	// attempts than its subscription allows (EventsOptions.MaxAttempts).
+	// LastError says why, and its cursor has not moved past the batch.
+	// Engine.ResumeConsumer retries it.
+	StateFailed ConsumerState = "FAILED"
 )
 
 // StreamOffset pairs a stream path with an offset. In Consumer.Streams the
@@ -182,7 +238,9 @@ type Consumer struct {
 	State          ConsumerState
 	// Epoch increases on every wake and fences callbacks of older cycles.
 	Epoch int64
-	// WakeID identifies the current wake cycle; retries reuse it.
+	// WakeID identifies the current wake cycle; retries reuse it. For an
+	// events consumer it is the delivery id of the batch in flight, which
+	// the receiver may deduplicate by.
 	WakeID string
 	// Streams are the subscribed streams with their acked offsets.
 	Streams []StreamOffset
@@ -200,6 +258,13 @@ type Consumer struct {
 	Failures int
 	// FailingSince is when the current run of failures began; zero if none.
 	FailingSince time.Time
+	// LastError says why the latest delivery attempt failed; a 2xx
+	// clears it.
+	LastError string
+	// Batch is the read that gives an events consumer's batch in flight,
+	// from its cursor: every attempt of the batch sends the same events,
+	// even after more are appended. It is zero when no batch is in flight.
+	Batch ReadLimit
 	// Deadline is when the engine must next act on this consumer: send or
 	// retry a delivery, expire a WAKING or LIVE consumer, or collect it. Zero
 	// means nothing is scheduled.
@@ -220,11 +285,19 @@ func (c *Consumer) Clone() *Consumer {
 	return &out
 }
 
-// Clone returns a copy of s.
+// Clone returns a deep copy of s.
 func (s *Subscription) Clone() *Subscription {
 	if s == nil {
 		return nil
 	}
 	out := *s
+	if s.Events != nil {
+		ev := *s.Events
+		ev.Headers = maps.Clone(s.Events.Headers)
+		if f := s.Events.Filter; f != nil {
+			ev.Filter = &EventFilter{Field: f.Field, Patterns: slices.Clone(f.Patterns)}
+		}
+		out.Events = &ev
+	}
 	return &out
 }

@@ -1,6 +1,7 @@
 package webhooks
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -58,10 +59,20 @@ type subscriptionJSON struct {
 	Webhook        string `json:"webhook"`
 	WebhookSecret  string `json:"webhook_secret,omitempty"`
 	Description    string `json:"description,omitempty"`
+	// Delivery and the event-push options are shown for an events
+	// subscription only, so that a wake subscription looks as spec 001
+	// has it.
+	Delivery DeliveryMode `json:"delivery,omitempty"`
+	pushJSON
 }
 
 func toJSON(s *Subscription) subscriptionJSON {
-	return subscriptionJSON{SubscriptionID: s.ID, Pattern: s.Pattern, Webhook: s.Webhook, Description: s.Description}
+	out := subscriptionJSON{SubscriptionID: s.ID, Pattern: s.Pattern, Webhook: s.Webhook, Description: s.Description}
+	if s.pushes() {
+		out.Delivery = s.Delivery
+		out.pushJSON = pushView(s.Events)
+	}
+	return out
 }
 
 // createRequest is the body of a create request.
@@ -69,6 +80,7 @@ type createRequest struct {
 	Webhook     string       `json:"webhook"`
 	Description string       `json:"description"`
 	Delivery    DeliveryMode `json:"delivery"`
+	pushJSON
 }
 
 // isSubscriptionRequest reports whether r is for the subscription API: its
@@ -169,10 +181,23 @@ func (e *Engine) createSubscription(ctx context.Context, pattern *Pattern, id st
 	if req.Webhook == "" {
 		return 0, nil, newAPIError(http.StatusBadRequest, CodeInvalidRequest, "webhook is required")
 	}
-	if req.Delivery.orDefault() != DeliveryWake {
-		return 0, nil, newAPIError(http.StatusBadRequest, CodeInvalidRequest, "unknown delivery %q; use %q", req.Delivery, DeliveryWake)
-	}
 	sub := &Subscription{ID: id, Pattern: pattern.String(), Webhook: req.Webhook, Description: req.Description, Delivery: req.Delivery.orDefault()}
+	switch sub.Delivery {
+	case DeliveryWake:
+		if !req.pushJSON.empty() {
+			return 0, nil, newAPIError(http.StatusBadRequest, CodeInvalidRequest,
+				"batch, headers, timeout_ms, retry and filter apply only to delivery %q", DeliveryEvents)
+		}
+	case DeliveryEvents:
+		if _, ok := e.source.(EventReader); !ok {
+			return 0, nil, errNoEventReader()
+		}
+		if sub.Events, err = req.pushJSON.eventsOptions(); err != nil {
+			return 0, nil, newAPIError(http.StatusBadRequest, CodeInvalidRequest, "%v", err)
+		}
+	default:
+		return 0, nil, newAPIError(http.StatusBadRequest, CodeInvalidRequest, "unknown delivery %q; use %q or %q", req.Delivery, DeliveryWake, DeliveryEvents)
+	}
 	// An existing subscription is compared before the webhook is validated,
 	// so a repeated create is answered the same way whatever the policy.
 	if have, err := e.existing(ctx, sub); have != nil || err != nil {
@@ -220,12 +245,18 @@ func (e *Engine) existing(ctx context.Context, want *Subscription) (*subscriptio
 		return nil, err
 	}
 	if have.Pattern != want.Pattern || have.Webhook != want.Webhook || have.Description != want.Description ||
-		have.Delivery.orDefault() != want.Delivery.orDefault() {
+		have.Delivery.orDefault() != want.Delivery.orDefault() || !sameEventsOptions(have.Events, want.Events) {
 		return nil, newAPIError(http.StatusConflict, CodeSubscriptionConflict,
 			"subscription %s exists with a different configuration; delete it to change it", want.ID)
 	}
 	out := toJSON(have)
 	return &out, nil
+}
+
+// sameEventsOptions reports whether a and b are the same options, by their
+// encoding, which is canonical.
+func sameEventsOptions(a, b *EventsOptions) bool {
+	return bytes.Equal((&Subscription{Events: a}).MarshalData(), (&Subscription{Events: b}).MarshalData())
 }
 
 // adoptExistingStreams gives each existing stream that matches a new

@@ -933,7 +933,7 @@ func TestSubscriptionDelivery(t *testing.T) {
 	body := func(delivery string) string {
 		return fmt.Sprintf(`{"webhook":%q%s}`, h.recv.url(), delivery)
 	}
-	for _, bad := range []string{`"events"`, `"Wake"`, `1`} {
+	for _, bad := range []string{`"push"`, `"Wake"`, `"Events"`, `1`} {
 		rec := h.do(http.MethodPut, "/a/*?subscription=bad", body(`,"delivery":`+bad))
 		subRequireError(t, http.StatusBadRequest, webhooks.CodeInvalidRequest, rec.Code, rec.Body.Bytes(), rec.Header().Get("Content-Type"))
 		_, err := h.store.GetSubscription(ctx, "bad")

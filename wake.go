@@ -28,17 +28,21 @@ const (
 // errRequestTimeout cancels a webhook POST that outlived the request timeout.
 var errRequestTimeout = errors.New("webhook request timed out")
 
+// wakeMechanism delivers by wake-up.
+type wakeMechanism struct{}
+
+func (wakeMechanism) start(m *machine, c *Consumer, _ *Subscription, t tails, now time.Time) change {
+	return m.wakeIfPending(c, t, now)
+}
+
+func (wakeMechanism) deliver(ctx context.Context, e *Engine, c *Consumer, sub *Subscription) string {
+	return e.deliver(ctx, c, sub)
+}
+
 // send hands the attempt of c, just marked as sent, to the lane of its
-// webhook's host. The subscription comes from the engine's set, and from
-// the Store only if the set lacks it: one created through another engine
-// that the feed has not reported yet.
+// webhook's host.
 func (e *Engine) send(ctx context.Context, c *Consumer) {
-	sub := e.subs.get(c.SubscriptionID)
-	if sub != nil {
-		e.lanes.enqueue(ctx, laneKey(sub.Webhook), c, sub)
-		return
-	}
-	sub, err := e.store.GetSubscription(ctx, c.SubscriptionID)
+	sub, err := e.subscription(ctx, c.SubscriptionID)
 	if err != nil {
 		// A deleted subscription took the consumer with it. After another
 		// error the attempt stays in flight in the Store and times out like
@@ -84,7 +88,7 @@ func (e *Engine) startDelivery(a *attempt) {
 // runDelivery sends attempt a and reports its outcome to its lane.
 func (e *Engine) runDelivery(a *attempt) {
 	defer e.deliveries.Done()
-	e.lanes.finish(a, laneOutcomeOf(e.deliver(a.ctx, a.c, a.sub)))
+	e.lanes.finish(a, laneOutcomeOf(mechanismOf(a.sub).deliver(a.ctx, e, a.c, a.sub)))
 	e.progressed.Send()
 }
 
@@ -102,7 +106,7 @@ func (e *Engine) deliver(ctx context.Context, c *Consumer, sub *Subscription) (o
 	result := deliveryResult{epoch: c.Epoch, wakeID: c.WakeID, attempt: c.Attempt}
 	start := e.clock.Now()
 	var failure *deliveryFailure
-	outcome, failure = e.post(ctx, sub, body, func() {
+	outcome, failure = e.post(ctx, sub.Webhook, e.signedHeader(sub, body, e.clock.Now()), body, e.cfg.requestTimeout, func() {
 		// A 2xx proves receipt: the consumer is LIVE at once, even if the
 		// receiver holds the body open while it works (spec: WAKING
 		// Timeout).
@@ -124,6 +128,7 @@ func (e *Engine) deliver(ctx context.Context, c *Consumer, sub *Subscription) (o
 		e.record(ctx, c.ID, result)
 	default:
 		// An attempt the WAKING timeout failed first was logged then.
+		result.failure = failure.reason()
 		if stored, applied := e.record(ctx, c.ID, result); applied {
 			e.attemptFailed(ctx, c, failure, stored)
 		}
@@ -187,24 +192,32 @@ func (e *Engine) notification(c *Consumer) ([]byte, error) {
 	})
 }
 
-// post sends one signed webhook POST and classifies the outcome, and the
-// failure if it is one. It calls accepted as soon as a 2xx status arrives,
-// before reading the body. The timeout runs on the engine's clock; it
-// cancels the request rather than setting a context deadline, which the
-// dialer would read against the real clock.
-func (e *Engine) post(ctx context.Context, sub *Subscription, body []byte, accepted func()) (outcome string, failure *deliveryFailure) {
+// signedHeader returns the headers of a POST of JSON body to sub's
+// webhook, signed at now under its secret.
+func (e *Engine) signedHeader(sub *Subscription, body []byte, now time.Time) http.Header {
+	return http.Header{
+		"Content-Type":  {"application/json"},
+		"User-Agent":    {"streamhooks"},
+		SignatureHeader: {SignPayload(sub.Secret, now, body)},
+	}
+}
+
+// post sends one webhook POST of body with header to url, and classifies
+// the outcome, and the failure if it is one. It calls accepted, if set, as
+// soon as a 2xx status arrives, before reading the body. The timeout runs
+// on the engine's clock; it cancels the request rather than setting a
+// context deadline, which the dialer would read against the real clock.
+func (e *Engine) post(ctx context.Context, url string, header http.Header, body []byte, timeout time.Duration, accepted func()) (outcome string, failure *deliveryFailure) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	timer := e.clock.AfterFunc(e.cfg.requestTimeout, func() { cancel(errRequestTimeout) })
+	timer := e.clock.AfterFunc(timeout, func() { cancel(errRequestTimeout) })
 	defer timer.Stop()
 
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, sub.Webhook, bytes.NewReader(body))
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
 		return outcomeError, transportFailure(err)
 	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("User-Agent", "streamhooks")
-	req.Header.Set(SignatureHeader, SignPayload(sub.Secret, e.clock.Now(), body))
+	req.Header = header
 	resp, err := e.client.Do(req)
 	if err != nil {
 		if errors.Is(context.Cause(ctx), errRequestTimeout) {
@@ -219,7 +232,9 @@ func (e *Engine) post(ctx context.Context, sub *Subscription, body []byte, accep
 	if f := statusFailure(resp.StatusCode); f != nil {
 		return outcomeHTTPError, f
 	}
-	accepted()
+	if accepted != nil {
+		accepted()
+	}
 	// Only a body read whole can finish the wake: a "done" in a body cut
 	// short or past the limit may not be what the receiver meant, and
 	// auto-acking on it could lose events.

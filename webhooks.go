@@ -134,6 +134,7 @@ func New(store Store, source StreamSource, opts ...Option) (*Engine, error) {
 		m: machine{
 			wakingTimeout:   cfg.wakingTimeout,
 			livenessTimeout: cfg.livenessTimeout,
+			requestTimeout:  cfg.requestTimeout,
 			failureGCAfter:  cfg.failureGCAfter,
 			backoff:         cfg.backoff,
 		},
@@ -311,9 +312,10 @@ func (e *Engine) spawnAndWake(ctx context.Context, path string, subs []string) e
 	// they unsubscribed from it: the start-up sweep reaches every consumer
 	// through its primary stream, and wakeIfPending only counts the streams
 	// a consumer is subscribed to.
-	ids := make([]string, 0, len(existing))
+	type consumerOf struct{ id, sub string }
+	toWake := make([]consumerOf, 0, len(existing))
 	for _, c := range existing {
-		ids = append(ids, c.ID)
+		toWake = append(toWake, consumerOf{c.ID, c.SubscriptionID})
 	}
 	var errs []error
 	for _, sub := range subs {
@@ -325,28 +327,44 @@ func (e *Engine) spawnAndWake(ctx context.Context, path string, subs []string) e
 		e.progressed.Send()
 		switch {
 		case err == nil, errors.Is(err, ErrConsumerExists):
-			ids = append(ids, id)
+			toWake = append(toWake, consumerOf{id, sub})
 		case errors.Is(err, ErrSubscriptionNotFound):
 		default:
 			errs = append(errs, fmt.Errorf("webhooks: creating consumer %s: %w", id, err))
 		}
 	}
-	for _, id := range ids {
-		_, err := e.update(ctx, id, func(c *Consumer) (change, error) {
-			if c.State != StateIdle {
-				return noChange, nil
-			}
-			t, err := e.readTails(ctx, streamPaths(c))
-			if err != nil {
-				return noChange, err
-			}
-			return e.m.wakeIfPending(c, t, e.clock.Now()), nil
-		})
-		if err != nil && !errors.Is(err, ErrConsumerNotFound) {
-			errs = append(errs, fmt.Errorf("webhooks: waking consumer %s: %w", id, err))
+	for _, c := range toWake {
+		if err := e.startIfPending(ctx, c.id, c.sub); err != nil {
+			errs = append(errs, fmt.Errorf("webhooks: waking consumer %s: %w", c.id, err))
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// startIfPending starts delivering the pending work of consumer id, of
+// subscription sub, if it is IDLE.
+func (e *Engine) startIfPending(ctx context.Context, id, subID string) error {
+	sub, err := e.subscription(ctx, subID)
+	if errors.Is(err, ErrSubscriptionNotFound) {
+		return nil // its consumers went with it
+	}
+	if err != nil {
+		return err
+	}
+	_, err = e.update(ctx, id, func(c *Consumer) (change, error) {
+		if c.State != StateIdle {
+			return noChange, nil
+		}
+		t, err := e.readTails(ctx, streamPaths(c))
+		if err != nil {
+			return noChange, err
+		}
+		return mechanismOf(sub).start(&e.m, c, sub, t, e.clock.Now()), nil
+	})
+	if errors.Is(err, ErrConsumerNotFound) {
+		return nil
+	}
+	return err
 }
 
 // recover makes up for stream events the engine may have missed while it

@@ -29,7 +29,16 @@ func newSub(id string) *webhooks.Subscription {
 		Description: "subscription " + id,
 		Secret:      "whsec_" + id,
 		CreatedAt:   at(-time.Hour),
-		Delivery:    webhooks.DeliveryWake,
+		Delivery:    webhooks.DeliveryEvents,
+		Events: &webhooks.EventsOptions{
+			MaxBatchEvents: 100,
+			MaxBatchBytes:  1 << 20,
+			MaxWait:        time.Second + time.Nanosecond,
+			Timeout:        3 * time.Second,
+			MaxAttempts:    5,
+			Headers:        map[string]string{"Authorization": "Bearer " + id, "X-Tenant": "ü'\""},
+			Filter:         &webhooks.EventFilter{Field: "data.type", Patterns: []string{"order.*", "refund.**"}},
+		},
 	}
 }
 
@@ -68,6 +77,8 @@ func fullConsumer(sub, path string) *webhooks.Consumer {
 		Deadline:     at(time.Minute + 3*time.Nanosecond),
 		CreatedAt:    at(-time.Hour + 5*time.Nanosecond),
 		UpdatedAt:    at(-time.Second + 7*time.Nanosecond),
+		LastError:    "status_5xx: status 503 ü'\"",
+		Batch:        webhooks.ReadLimit{MaxEvents: 100, MaxBytes: 1 << 20, Until: "0000000000000099_0000000000000002"},
 	}
 }
 

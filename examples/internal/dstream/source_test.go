@@ -245,11 +245,23 @@ func TestReadEvents(t *testing.T) {
 		require.Equal(t, tail, b.Next)
 		require.True(t, b.UpToDate)
 
+		b, events = read("/j", "-1", webhooks.ReadLimit{Until: off(14)})
+		require.Equal(t, []string{`{"n":1}`, `{"n":2}`}, events, "nothing at or past Until")
+		require.Equal(t, off(14), b.Next)
+		require.False(t, b.UpToDate)
+		_, events = read("/j", "-1", webhooks.ReadLimit{Until: off(14), MaxEvents: 1})
+		require.Equal(t, []string{`{"n":1}`}, events, "Until and a limit: the nearer")
+		b, events = read("/j", off(14), webhooks.ReadLimit{Until: off(14)})
+		require.Empty(t, events, "from Until")
+		require.Equal(t, off(14), b.Next)
+		_, err := s.ReadEvents(ctx, "/j", "-1", webhooks.ReadLimit{Until: "now"})
+		require.Error(t, err, "Until names a position")
+
 		for _, from := range []string{off(3), "now", "x", off(1000)} {
 			_, err := s.ReadEvents(ctx, "/j", from, webhooks.ReadLimit{})
 			require.Error(t, err, from)
 		}
-		_, err := s.ReadEvents(ctx, "/missing", "-1", webhooks.ReadLimit{})
+		_, err = s.ReadEvents(ctx, "/missing", "-1", webhooks.ReadLimit{})
 		require.ErrorIs(t, err, webhooks.ErrStreamNotFound)
 
 		f.mustCreate(t, "/b", "text/plain", "hello")
@@ -266,6 +278,9 @@ func TestReadEvents(t *testing.T) {
 		b, events = read("/b", tail, webhooks.ReadLimit{})
 		require.Empty(t, events, "no event at the tail")
 		require.Equal(t, tail, b.Next)
+		b, events = read("/b", off(1), webhooks.ReadLimit{Until: off(5)})
+		require.Equal(t, []string{"ello"}, events, "a byte stream's bytes, up to Until")
+		require.Equal(t, off(5), b.Next)
 	})
 }
 

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"mime"
 	"net/http"
 	"sort"
@@ -164,19 +165,20 @@ func (v *snapshot) body(off int) []byte {
 }
 
 // events returns the events from byte position off, a position the
-// snapshot holds (see position), within limit: the messages of a JSON
-// stream, or a byte stream's bytes as one event. It reads no further than
-// the snapshot holds, which may stop short of the tail (see storage.read).
-func (v *snapshot) events(off int, limit webhooks.ReadLimit) webhooks.EventBatch {
+// snapshot holds (see position), up to byte position until and within
+// limit: the messages of a JSON stream, or a byte stream's bytes as one
+// event. It reads no further than the snapshot holds, which may stop short
+// of the tail (see storage.read).
+func (v *snapshot) events(off, until int, limit webhooks.ReadLimit) webhooks.EventBatch {
 	b := webhooks.EventBatch{JSON: v.json}
-	held := v.base + len(v.data)
+	held := min(v.base+len(v.data), until)
 	end := off
 	if v.json {
 		size := 0
-		for i := sort.SearchInts(v.starts, off); i < len(v.starts); i++ {
+		for i := sort.SearchInts(v.starts, off); i < len(v.starts) && v.starts[i] < held; i++ {
 			next := held
 			if i+1 < len(v.starts) {
-				next = v.starts[i+1]
+				next = min(v.starts[i+1], held)
 			}
 			msg := v.data[v.starts[i]-v.base : next-v.base]
 			full := limit.MaxEvents > 0 && len(b.Events) == limit.MaxEvents ||
@@ -336,6 +338,10 @@ func (s *Server) ReadEvents(ctx context.Context, path, from string, limit webhoo
 	if err == nil && now {
 		err = errors.New(`offset "now" names no position to read from`)
 	}
+	until := math.MaxInt
+	if err == nil && limit.Until != "" {
+		until, err = parseUntil(limit.Until)
+	}
 	if err != nil {
 		return webhooks.EventBatch{}, err
 	}
@@ -349,7 +355,17 @@ func (s *Server) ReadEvents(ctx context.Context, path, from string, limit webhoo
 	if pos, err = v.position(from, pos, false); err != nil {
 		return webhooks.EventBatch{}, err
 	}
-	return v.events(pos, limit), nil
+	return v.events(pos, until, limit), nil
+}
+
+// parseUntil is the byte position of ReadLimit.Until, a tail this server
+// gave.
+func parseUntil(s string) (int, error) {
+	pos, now, err := parseOffset(s)
+	if err != nil || now || s == "-1" {
+		return 0, fmt.Errorf("invalid read limit offset %q", s)
+	}
+	return pos, nil
 }
 
 // chunksFor is how many chunks a read within limit may use, 0 for all:

@@ -1,0 +1,310 @@
+package webhooks
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/google/uuid"
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+)
+
+// Event push (DeliveryEvents): each POST carries a batch of a stream's
+// events, and its 2xx moves the consumer's cursor past them. A consumer
+// has one batch in flight at a time, so batches arrive in stream order;
+// the batch is fixed when it starts (Consumer.Batch) and read again from
+// the stream at each attempt, so every retry sends the same events under
+// the same delivery id, and no events are kept between attempts.
+//
+// An events consumer uses the cursor core's states this way: IDLE with
+// nothing in flight, its deadline, if any, closing a batch window
+// (EventsOptions.MaxWait); WAKING with a batch in flight or awaiting its
+// retry; FAILED once the batch has had every attempt its subscription
+// allows. It is never LIVE.
+
+const (
+	// DeliveryIDHeader carries an event-push POST's delivery id, the same
+	// for every attempt of a batch: a receiver that has handled a delivery
+	// id handles its retries by answering 2xx again.
+	DeliveryIDHeader = "Webhook-Id"
+	// TimestampHeader carries the Unix time, in seconds, at which an
+	// event-push POST was signed, as its SignatureHeader does.
+	TimestampHeader = "Webhook-Timestamp"
+)
+
+// pushTimeoutGrace is how long after its POST's timeout an attempt in
+// flight counts as failed.
+const pushTimeoutGrace = time.Second
+
+// EventsPayload is the JSON body of an event-push POST: a batch of one
+// stream's events.
+type EventsPayload struct {
+	SubscriptionID string `json:"subscription_id"`
+	Stream         string `json:"stream"`
+	// DeliveryID is the batch's id, also in DeliveryIDHeader.
+	DeliveryID string `json:"delivery_id"`
+	// Events are the stream's messages as JSON values, in stream order;
+	// a byte stream's are base64 strings. A filter may have left some out.
+	Events []json.RawMessage `json:"events"`
+	// FirstOffset is the offset the batch was read from, "-1" for the
+	// stream's start, and Offset the one after its last event: the batch
+	// covers the stream between them.
+	FirstOffset string `json:"first_offset"`
+	Offset      string `json:"offset"`
+	// UpToDate is true when Offset was the stream's tail when the batch
+	// began. Every attempt of a batch carries the same body but for the
+	// signature.
+	UpToDate bool `json:"up_to_date"`
+}
+
+// pushMechanism delivers by event push.
+type pushMechanism struct{}
+
+// start starts a batch of IDLE consumer c if its stream has events past
+// its cursor. With a batch window the first such event opens the window,
+// and the batch starts when it closes.
+func (pushMechanism) start(m *machine, c *Consumer, sub *Subscription, t tails, now time.Time) change {
+	if len(c.Streams) == 0 {
+		return noChange
+	}
+	cursor := c.Streams[0]
+	info, ok := t[cursor.Path]
+	if !ok || !hasPending(cursor.Offset, info) {
+		return noChange
+	}
+	ev := sub.Events
+	if ev.MaxWait > 0 {
+		if c.Deadline.IsZero() {
+			c.Deadline = now.Add(ev.MaxWait)
+			return changeSave
+		}
+		if c.Deadline.After(now) {
+			return noChange
+		}
+	}
+	c.State = StateWaking
+	c.Epoch++
+	c.WakeID = newDeliveryID()
+	c.Batch = ReadLimit{MaxEvents: ev.MaxBatchEvents, MaxBytes: ev.MaxBatchBytes, Until: info.Tail}
+	c.Attempt = 0
+	m.startAttempt(c, sub, now)
+	return changeSend
+}
+
+// pushTimeout is the timeout of one event-push POST for sub.
+func (m *machine) pushTimeout(sub *Subscription) time.Duration {
+	if sub.Events.Timeout > 0 {
+		return sub.Events.Timeout
+	}
+	return m.requestTimeout
+}
+
+func newDeliveryID() string {
+	id := uuid.New()
+	return "msg_" + hex.EncodeToString(id[:])
+}
+
+// pushResult is the outcome of one attempt of a batch.
+type pushResult struct {
+	epoch      int64
+	deliveryID string
+	attempt    int
+	ok         bool   // 2xx, or nothing to send
+	next       string // the cursor past the batch, if ok
+	// cut is set when the batch ended before its Until at a size limit:
+	// the events after it have waited their window already.
+	cut     bool
+	failure string // why it failed, if it did
+}
+
+// applyPush applies the outcome of an attempt of c's batch. A 2xx of any
+// attempt of the batch moves the cursor past it and starts the next batch
+// if there are events for one; a failure counts only for the attempt in
+// flight.
+func (m *machine) applyPush(c *Consumer, sub *Subscription, r pushResult, t tails, now time.Time) change {
+	if c.State != StateWaking || c.Epoch != r.epoch || c.WakeID != r.deliveryID {
+		return noChange
+	}
+	if !r.ok {
+		if !c.InFlight || c.Attempt != r.attempt {
+			return noChange
+		}
+		return m.fail(c, sub, r.failure, now)
+	}
+	if len(c.Streams) > 0 && compareOffsets(r.next, c.Streams[0].Offset) > 0 {
+		c.Streams[0].Offset = r.next
+	}
+	deliveryOK(c)
+	c.State = StateIdle
+	c.InFlight = false
+	c.Attempt = 0
+	c.Batch = ReadLimit{}
+	c.Deadline = time.Time{}
+	if r.cut {
+		c.Deadline = now
+	}
+	if ch := (pushMechanism{}).start(m, c, sub, t, now); ch != noChange {
+		return ch
+	}
+	c.Deadline = time.Time{}
+	return changeSave
+}
+
+// deliver sends the batch of c that a transition has marked as sent, and
+// records the outcome: it reads the batch from the stream, leaves out what
+// the filter does not match, and POSTs the rest. A batch with nothing left
+// to send moves the cursor without a POST.
+func (pushMechanism) deliver(ctx context.Context, e *Engine, c *Consumer, sub *Subscription) string {
+	ctx, span := e.tel.tracer.Start(ctx, "webhooks.push", trace.WithAttributes(consumerAttrs(c)...))
+	defer span.End()
+	batch, events, err := e.readBatch(ctx, c, sub)
+	if err != nil {
+		// The attempt stays in flight and times out, to be retried.
+		if ctx.Err() == nil {
+			e.log.ErrorContext(ctx, "webhooks: reading a batch", "consumer_id", c.ID, "error", err)
+		}
+		return ""
+	}
+	result := pushResult{
+		epoch:      c.Epoch,
+		deliveryID: c.WakeID,
+		attempt:    c.Attempt,
+		next:       batch.Next,
+		cut:        batch.Next != c.Batch.Until,
+	}
+	span.SetAttributes(attribute.Int("webhooks.events", len(events)))
+	if len(events) == 0 {
+		result.ok = true
+		e.recordPush(ctx, c, sub, result, nil)
+		return ""
+	}
+	body := eventsBody(&EventsPayload{
+		SubscriptionID: sub.ID,
+		Stream:         c.PrimaryStream,
+		DeliveryID:     c.WakeID,
+		Events:         events,
+		FirstOffset:    c.Streams[0].Offset,
+		Offset:         batch.Next,
+		UpToDate:       batch.Next == c.Batch.Until,
+	})
+	start := e.clock.Now()
+	header := e.signedHeader(sub, body, start)
+	for k, v := range sub.Events.Headers {
+		if header.Get(k) == "" {
+			header.Set(k, v)
+		}
+	}
+	header.Set(DeliveryIDHeader, c.WakeID)
+	header.Set(TimestampHeader, strconv.FormatInt(start.Unix(), 10))
+	outcome, failure := e.post(ctx, sub.Webhook, header, body, e.m.pushTimeout(sub), nil)
+	if ctx.Err() != nil {
+		return ""
+	}
+	e.tel.delivered(ctx, span, outcome, failure, e.clock.Since(start))
+	result.ok = failure == nil
+	if failure != nil {
+		result.failure = failure.reason()
+	}
+	e.recordPush(ctx, c, sub, result, failure)
+	return outcome
+}
+
+// eventsBody encodes p as encoding/json would, but with the events as the
+// source gave them rather than compacted: a JSON stream's events are
+// valid JSON values (EventBatch), and a batch is encoded at every attempt.
+func eventsBody(p *EventsPayload) []byte {
+	size := 160 + len(p.SubscriptionID) + len(p.Stream) + len(p.FirstOffset) + len(p.Offset)
+	for _, e := range p.Events {
+		size += len(e) + 1
+	}
+	b := make([]byte, 0, size)
+	b = append(b, `{"subscription_id":`...)
+	b = appendJSONString(b, p.SubscriptionID)
+	b = append(b, `,"stream":`...)
+	b = appendJSONString(b, p.Stream)
+	b = append(b, `,"delivery_id":`...)
+	b = appendJSONString(b, p.DeliveryID)
+	b = append(b, `,"events":[`...)
+	for i, e := range p.Events {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, e...)
+	}
+	b = append(b, `],"first_offset":`...)
+	b = appendJSONString(b, p.FirstOffset)
+	b = append(b, `,"offset":`...)
+	b = appendJSONString(b, p.Offset)
+	b = append(b, `,"up_to_date":`...)
+	b = strconv.AppendBool(b, p.UpToDate)
+	return append(b, '}')
+}
+
+// appendJSONString appends s as a JSON string.
+func appendJSONString(b []byte, s string) []byte {
+	q, _ := json.Marshal(s) // a string always encodes
+	return append(b, q...)
+}
+
+// readBatch reads the events of c's batch in flight, and returns them as
+// they go in the payload: the ones the filter matches, as JSON values.
+func (e *Engine) readBatch(ctx context.Context, c *Consumer, sub *Subscription) (EventBatch, []json.RawMessage, error) {
+	reader, ok := e.source.(EventReader)
+	if !ok {
+		return EventBatch{}, nil, errors.New("the StreamSource cannot read events (EventReader)")
+	}
+	if len(c.Streams) == 0 {
+		return EventBatch{}, nil, errors.New("the consumer has no stream")
+	}
+	batch, err := reader.ReadEvents(ctx, c.PrimaryStream, c.Streams[0].Offset, c.Batch)
+	if err != nil {
+		return EventBatch{}, nil, fmt.Errorf("reading %s: %w", c.PrimaryStream, err)
+	}
+	filter, err := compileFilter(sub.Events.Filter)
+	if err != nil {
+		return EventBatch{}, nil, err
+	}
+	events := make([]json.RawMessage, 0, len(batch.Events))
+	for _, ev := range batch.Events {
+		if !batch.JSON {
+			ev, _ = json.Marshal(base64.StdEncoding.EncodeToString(ev))
+		}
+		if filter.match(ev) {
+			events = append(events, ev)
+		}
+	}
+	return batch, events, nil
+}
+
+// recordPush applies the outcome of an attempt of c's batch, and logs a
+// failure that counted.
+func (e *Engine) recordPush(ctx context.Context, c *Consumer, sub *Subscription, r pushResult, failure *deliveryFailure) {
+	applied := false
+	stored, err := e.update(ctx, c.ID, func(cur *Consumer) (change, error) {
+		var t tails
+		if r.ok {
+			var err error
+			if t, err = e.readTails(ctx, streamPaths(cur)); err != nil {
+				return noChange, err
+			}
+		}
+		ch := e.m.applyPush(cur, sub, r, t, e.clock.Now())
+		applied = ch != noChange
+		return ch, nil
+	})
+	switch {
+	case err != nil:
+		// After Stop the attempt stays in flight and times out.
+		if !errors.Is(err, ErrConsumerNotFound) && ctx.Err() == nil {
+			e.log.ErrorContext(ctx, "webhooks: recording a batch's outcome", "consumer_id", c.ID, "error", err)
+		}
+	case failure != nil && applied:
+		e.attemptFailed(ctx, c, failure, stored)
+	}
+}

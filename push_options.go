@@ -1,0 +1,216 @@
+package webhooks
+
+import (
+	"fmt"
+	"net/http"
+	"net/textproto"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Event-push options in the subscription API: their JSON, defaults and
+// limits. The defaults are those of the change-stream webhooks this mode
+// follows (seed 004).
+const (
+	// DefaultMaxBatchEvents is the default of batch.max_size.
+	DefaultMaxBatchEvents = 100
+	// DefaultMaxBatchBytes is the default of batch.max_bytes.
+	DefaultMaxBatchBytes = 1 << 20
+	// DefaultMaxWait is the default of batch.max_wait_ms.
+	DefaultMaxWait = time.Second
+	// DefaultMaxAttempts is the default of retry.max_attempts.
+	DefaultMaxAttempts = 5
+)
+
+// Limits on event-push options; a request past one is refused with 400
+// INVALID_REQUEST and a message naming the limit.
+const (
+	maxBatchEventsLimit  = 10_000
+	maxBatchBytesLimit   = 16 << 20
+	maxWaitLimit         = time.Minute
+	maxPushTimeoutLimit  = 5 * time.Minute
+	maxAttemptsLimit     = 1000
+	maxCustomHeaders     = 32
+	maxCustomHeaderBytes = 8 << 10
+)
+
+// redactedHeader stands for a custom header's value in API responses.
+const redactedHeader = "[redacted]"
+
+// batchJSON is the "batch" object. In a request a missing field takes its
+// default; a response shows every field.
+type batchJSON struct {
+	MaxSize   *int   `json:"max_size,omitempty"`
+	MaxBytes  *int   `json:"max_bytes,omitempty"`
+	MaxWaitMS *int64 `json:"max_wait_ms,omitempty"`
+}
+
+// retryJSON is the "retry" object.
+type retryJSON struct {
+	MaxAttempts *int `json:"max_attempts,omitempty"`
+}
+
+// filterJSON is the "filter" object.
+type filterJSON struct {
+	Field    string   `json:"field"`
+	Patterns []string `json:"patterns"`
+}
+
+// pushJSON holds the event-push fields of a subscription request or
+// response.
+type pushJSON struct {
+	Batch     *batchJSON        `json:"batch,omitempty"`
+	Headers   map[string]string `json:"headers,omitempty"`
+	TimeoutMS *int64            `json:"timeout_ms,omitempty"`
+	Retry     *retryJSON        `json:"retry,omitempty"`
+	Filter    *filterJSON       `json:"filter,omitempty"`
+}
+
+func (p *pushJSON) empty() bool {
+	return p.Batch == nil && p.Headers == nil && p.TimeoutMS == nil && p.Retry == nil && p.Filter == nil
+}
+
+// eventsOptions validates the event-push fields of a create request and
+// returns the options they give, defaults filled in.
+func (p *pushJSON) eventsOptions() (*EventsOptions, error) {
+	ev := &EventsOptions{
+		MaxBatchEvents: DefaultMaxBatchEvents,
+		MaxBatchBytes:  DefaultMaxBatchBytes,
+		MaxWait:        DefaultMaxWait,
+		MaxAttempts:    DefaultMaxAttempts,
+	}
+	if b := p.Batch; b != nil {
+		if b.MaxSize != nil {
+			if *b.MaxSize < 1 || *b.MaxSize > maxBatchEventsLimit {
+				return nil, fmt.Errorf("batch.max_size must be 1 to %d", maxBatchEventsLimit)
+			}
+			ev.MaxBatchEvents = *b.MaxSize
+		}
+		if b.MaxBytes != nil {
+			if *b.MaxBytes < 1 || *b.MaxBytes > maxBatchBytesLimit {
+				return nil, fmt.Errorf("batch.max_bytes must be 1 to %d", maxBatchBytesLimit)
+			}
+			ev.MaxBatchBytes = *b.MaxBytes
+		}
+		if b.MaxWaitMS != nil {
+			if *b.MaxWaitMS < 0 || *b.MaxWaitMS > maxWaitLimit.Milliseconds() {
+				return nil, fmt.Errorf("batch.max_wait_ms must be 0 to %d", maxWaitLimit.Milliseconds())
+			}
+			ev.MaxWait = time.Duration(*b.MaxWaitMS) * time.Millisecond
+		}
+	}
+	if p.TimeoutMS != nil {
+		if *p.TimeoutMS < 1 || *p.TimeoutMS > maxPushTimeoutLimit.Milliseconds() {
+			return nil, fmt.Errorf("timeout_ms must be 1 to %d", maxPushTimeoutLimit.Milliseconds())
+		}
+		ev.Timeout = time.Duration(*p.TimeoutMS) * time.Millisecond
+	}
+	if p.Retry != nil && p.Retry.MaxAttempts != nil {
+		if *p.Retry.MaxAttempts < 0 || *p.Retry.MaxAttempts > maxAttemptsLimit {
+			return nil, fmt.Errorf("retry.max_attempts must be 0 (for ever) to %d", maxAttemptsLimit)
+		}
+		ev.MaxAttempts = *p.Retry.MaxAttempts
+	}
+	headers, err := customHeaders(p.Headers)
+	if err != nil {
+		return nil, err
+	}
+	ev.Headers = headers
+	if f := p.Filter; f != nil {
+		ev.Filter = &EventFilter{Field: f.Field, Patterns: f.Patterns}
+		if err := validateFilter(ev.Filter); err != nil {
+			return nil, err
+		}
+	}
+	return ev, nil
+}
+
+// reservedHeaders are set by the engine or by HTTP itself; a subscription
+// may not set them.
+var reservedHeaders = []string{
+	"Connection", "Content-Encoding", "Content-Length", "Content-Type", "Expect", "Host",
+	"Keep-Alive", "Proxy-Connection", "Te", "Trailer", "Transfer-Encoding", "Upgrade", "User-Agent",
+	DeliveryIDHeader, TimestampHeader, SignatureHeader,
+}
+
+// customHeaders validates a subscription's custom headers and returns
+// them under their canonical names.
+func customHeaders(in map[string]string) (map[string]string, error) {
+	if len(in) == 0 {
+		return nil, nil
+	}
+	if len(in) > maxCustomHeaders {
+		return nil, fmt.Errorf("headers has more than %d headers", maxCustomHeaders)
+	}
+	out := make(map[string]string, len(in))
+	size := 0
+	for name, value := range in {
+		if !validHeaderName(name) {
+			return nil, fmt.Errorf("headers: %q is not a valid header name", name)
+		}
+		canon := textproto.CanonicalMIMEHeaderKey(name)
+		if slices.Contains(reservedHeaders, canon) {
+			return nil, fmt.Errorf("headers: %s is set by the engine or HTTP and cannot be set", canon)
+		}
+		if _, dup := out[canon]; dup {
+			return nil, fmt.Errorf("headers: %s is given twice", canon)
+		}
+		if strings.ContainsFunc(value, func(r rune) bool { return r < ' ' && r != '\t' || r == 0x7f }) {
+			return nil, fmt.Errorf("headers: the value of %s has a control character", canon)
+		}
+		size += len(canon) + len(value)
+		out[canon] = value
+	}
+	if size > maxCustomHeaderBytes {
+		return nil, fmt.Errorf("headers are larger than %d bytes in all", maxCustomHeaderBytes)
+	}
+	return out, nil
+}
+
+// validHeaderName reports whether name is an HTTP token (RFC 9110, 5.6.2).
+func validHeaderName(name string) bool {
+	if name == "" {
+		return false
+	}
+	for i := range len(name) {
+		c := name[i]
+		if c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.IndexByte("!#$%&'*+-.^_`|~", c) >= 0 {
+			continue
+		}
+		return false
+	}
+	return true
+}
+
+// pushView is how the API shows ev: every option, and the custom headers'
+// names with their values redacted.
+func pushView(ev *EventsOptions) pushJSON {
+	size, bytes, wait := ev.MaxBatchEvents, ev.MaxBatchBytes, ev.MaxWait.Milliseconds()
+	attempts := ev.MaxAttempts
+	out := pushJSON{
+		Batch: &batchJSON{MaxSize: &size, MaxBytes: &bytes, MaxWaitMS: &wait},
+		Retry: &retryJSON{MaxAttempts: &attempts},
+	}
+	if ev.Timeout > 0 {
+		ms := ev.Timeout.Milliseconds()
+		out.TimeoutMS = &ms
+	}
+	if len(ev.Headers) > 0 {
+		out.Headers = make(map[string]string, len(ev.Headers))
+		for name := range ev.Headers {
+			out.Headers[name] = redactedHeader
+		}
+	}
+	if f := ev.Filter; f != nil {
+		out.Filter = &filterJSON{Field: f.Field, Patterns: f.Patterns}
+	}
+	return out
+}
+
+// errNoEventReader refuses an events subscription on a host whose streams
+// the engine cannot read.
+func errNoEventReader() *apiError {
+	return newAPIError(http.StatusBadRequest, CodeInvalidRequest,
+		"delivery %q needs a stream source that can read events, and this server's cannot", DeliveryEvents)
+}
