@@ -81,6 +81,17 @@ func (s *subscriptionSet) remove(id string) {
 	s.touch(id)
 }
 
+// update replaces subscription sub in the set, if the set holds it, for an
+// update the engine committed.
+func (s *subscriptionSet) update(sub *Subscription) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if old, ok := s.entries[sub.ID]; ok {
+		s.put(old.pattern, sub)
+		s.touch(sub.ID)
+	}
+}
+
 // get returns subscription id, or nil if the set lacks it. The caller must
 // not change it.
 func (s *subscriptionSet) get(id string) *Subscription {
@@ -168,11 +179,13 @@ func (s *subscriptionSet) endReload(subs []*Subscription) (added, removed []stri
 }
 
 // sameSubscription reports whether a and b are the same stored
-// subscription: every field equal, CreatedAt as an instant.
+// subscription: every field equal, CreatedAt as an instant and Events by
+// value.
 func sameSubscription(a, b *Subscription) bool {
-	x := *a
-	x.CreatedAt = b.CreatedAt
-	return a.CreatedAt.Equal(b.CreatedAt) && x == *b
+	x, y := *a, *b
+	x.CreatedAt, y.CreatedAt = time.Time{}, time.Time{}
+	x.Events, y.Events = nil, nil
+	return a.CreatedAt.Equal(b.CreatedAt) && x == y && sameEventsOptions(a.Events, b.Events)
 }
 
 // abortReload ends a reload whose list failed, changing nothing.

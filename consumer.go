@@ -349,18 +349,33 @@ func (m *machine) onDue(c *Consumer, sub *Subscription, t tails, now time.Time) 
 		if c.InFlight {
 			return m.fail(c, sub, transportFailure(errAttemptTimeout).reason(), now)
 		}
+		if !sub.active() {
+			// The retry waits, with no deadline, for the subscription
+			// to be enabled.
+			break
+		}
 		m.startAttempt(c, sub, now)
 		return changeSend
 	case StateLive:
 		return m.finish(c, t, now)
 	case StateIdle:
-		if ch := mechanismOf(sub).start(m, c, sub, t, now); ch != noChange {
+		if ch := m.start(c, sub, t, now); ch != noChange {
 			return ch
 		}
 	}
 	// Clear a deadline nothing is scheduled at rather than spin on it.
 	c.Deadline = time.Time{}
 	return changeSave
+}
+
+// start is the transition of IDLE consumer c of sub: its subscription's
+// mechanism starts delivering pending work, unless the subscription is
+// disabled.
+func (m *machine) start(c *Consumer, sub *Subscription, t tails, now time.Time) change {
+	if !sub.active() {
+		return noChange
+	}
+	return mechanismOf(sub).start(m, c, sub, t, now)
 }
 
 // update runs one atomic transition of a consumer through the Store,

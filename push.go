@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"strconv"
 	"time"
 
@@ -121,6 +122,7 @@ type pushResult struct {
 	// the events after it have waited their window already.
 	cut     bool
 	failure string // why it failed, if it did
+	gone    bool   // the webhook answered 410 Gone
 }
 
 // applyPush applies the outcome of an attempt of c's batch. A 2xx of any
@@ -149,7 +151,7 @@ func (m *machine) applyPush(c *Consumer, sub *Subscription, r pushResult, t tail
 	if r.cut {
 		c.Deadline = now
 	}
-	if ch := (pushMechanism{}).start(m, c, sub, t, now); ch != noChange {
+	if ch := m.start(c, sub, t, now); ch != noChange {
 		return ch
 	}
 	c.Deadline = time.Time{}
@@ -210,6 +212,7 @@ func (pushMechanism) deliver(ctx context.Context, e *Engine, c *Consumer, sub *S
 	result.ok = failure == nil
 	if failure != nil {
 		result.failure = failure.reason()
+		result.gone = failure.status == http.StatusGone
 	}
 	e.recordPush(ctx, c, sub, result, failure)
 	return outcome
@@ -306,5 +309,8 @@ func (e *Engine) recordPush(ctx context.Context, c *Consumer, sub *Subscription,
 		}
 	case failure != nil && applied:
 		e.attemptFailed(ctx, c, failure, stored)
+	}
+	if r.gone && err == nil {
+		e.disableSubscription(ctx, sub.ID, r.failure)
 	}
 }

@@ -80,3 +80,15 @@ func TestApplyPushFencesOutcomes(t *testing.T) {
 	require.Equal(t, tail.Tail, c.Streams[0].Offset)
 	require.Equal(t, noChange, m.applyPush(c, sub, late, tails{"/a": tail}, t0), "and only once")
 }
+
+// The feed's reload compares subscriptions by value, options included.
+func TestSameSubscriptionComparesOptions(t *testing.T) {
+	a := &Subscription{ID: "s", Pattern: "/a", CreatedAt: t0, Delivery: DeliveryEvents, Events: dataEvents()}
+	require.True(t, sameSubscription(a, a.Clone()), "equal, not the same pointers")
+	b := a.Clone()
+	b.Events.Headers["X-B"] = "changed"
+	require.False(t, sameSubscription(a, b))
+	b = a.Clone()
+	b.Status = StatusDisabled
+	require.False(t, sameSubscription(a, b))
+}

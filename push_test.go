@@ -300,6 +300,7 @@ func TestPushSubscriptionAPI(t *testing.T) {
 		"pattern":         "/orders/*",
 		"webhook":         h.recv.url(),
 		"delivery":        "events",
+		"status":          "active",
 		"batch":           map[string]any{"max_size": 10.0, "max_bytes": 1048576.0, "max_wait_ms": 1000.0},
 		"headers":         map[string]any{"X-Api-Key": "[redacted]"},
 		"timeout_ms":      1500.0,
@@ -427,4 +428,46 @@ func TestPushAttemptOfAStoppedEngineIsRetried(t *testing.T) {
 	d2, _ := h.nextBatch()
 	require.Equal(t, d1.header.Get(webhooks.DeliveryIDHeader), d2.header.Get(webhooks.DeliveryIDHeader))
 	h.waitCursor(ordersID, tail)
+}
+
+// A 410 Gone disables the subscription: no consumer of it sends anything,
+// and each keeps its cursor, until EnableSubscription resumes them.
+func TestPushGoneDisablesTheSubscription(t *testing.T) {
+	h := newHarness(t, faultConstBackoff(time.Second))
+	h.subscribeEvents("s1", "/orders/*", `"batch":{"max_wait_ms":0}`)
+	other := webhooks.ConsumerID("s1", "/orders/2")
+	h.recv.queue(reply{status: http.StatusGone})
+	h.push("/orders/1", numbered(1, 1)...)
+	_, gone := h.nextBatch()
+	c := h.waitConsumer(ordersID, func(c *webhooks.Consumer) bool { return c.Failures == 1 })
+	require.Equal(t, "status_4xx: status 410", c.LastError)
+	require.Eventually(t, func() bool {
+		rec := h.do(http.MethodGet, "/orders/*?subscription=s1", "")
+		return strings.Contains(rec.Body.String(), `"status":"disabled"`)
+	}, waitFor, time.Millisecond, "the API shows the subscription disabled")
+	sub, err := h.store.GetSubscription(context.Background(), "s1")
+	require.NoError(t, err)
+	require.Equal(t, webhooks.StatusDisabled, sub.Status)
+
+	h.clock.Add(time.Second) // the retry comes due, and waits
+	c = h.waitConsumer(ordersID, func(c *webhooks.Consumer) bool { return c.Deadline.IsZero() })
+	require.Equal(t, webhooks.StateWaking, c.State)
+	require.False(t, c.InFlight)
+	h.push("/orders/2", numbered(1, 2)...)
+	h.waitConsumer(other, func(*webhooks.Consumer) bool { return true })
+	h.clock.Add(time.Hour)
+	h.faultRequireNoDelivery()
+	require.Equal(t, webhooks.StateIdle, h.consumer(other).State, "a disabled subscription starts nothing")
+
+	require.NoError(t, h.engine.EnableSubscription(context.Background(), "s1"))
+	got := map[string][]string{}
+	for range 2 {
+		_, p := h.nextBatch()
+		got[p.Stream] = eventStrings(p)
+		if p.Stream == "/orders/1" {
+			require.Equal(t, gone.DeliveryID, p.DeliveryID, "the batch that met the 410, again")
+		}
+	}
+	require.Equal(t, map[string][]string{"/orders/1": numbered(1, 1), "/orders/2": numbered(1, 2)}, got, "every consumer resumed from its cursor")
+	require.ErrorIs(t, h.engine.EnableSubscription(context.Background(), "none"), webhooks.ErrSubscriptionNotFound)
 }

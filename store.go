@@ -55,6 +55,16 @@ type Store interface {
 	GetSubscription(ctx context.Context, id string) (*Subscription, error)
 	// ListSubscriptions returns every subscription, ordered by ID.
 	ListSubscriptions(ctx context.Context) ([]*Subscription, error)
+	// UpdateSubscription is an atomic read-modify-write of one
+	// subscription. It calls fn with a copy of the stored subscription and
+	// stores what fn leaves, except ID, Pattern and CreatedAt, which never
+	// change. If fn returns an error nothing changes and UpdateSubscription
+	// returns that error. It returns ErrSubscriptionNotFound, without
+	// calling fn, if there is no such subscription, and otherwise the
+	// subscription as stored afterwards. fn may run more than once, each
+	// time on a fresh copy. A Store with a SubscriptionFeed reports the
+	// change to its watchers as it does a create.
+	UpdateSubscription(ctx context.Context, id string, fn func(s *Subscription) error) (*Subscription, error)
 	// DeleteSubscription removes the subscription and, atomically with it,
 	// every consumer it owns. It returns ErrSubscriptionNotFound if there is
 	// no such subscription.
@@ -113,8 +123,8 @@ const (
 	UpdateDelete
 )
 
-// Subscription maps a glob pattern of stream paths to a webhook URL.
-// Subscriptions are immutable.
+// Subscription maps a glob pattern of stream paths to a webhook URL. Its
+// ID, Pattern and CreatedAt never change.
 //
 // A Store keeps ID, Pattern, Webhook, Description, Secret and CreatedAt as
 // they are, and every other field as the one opaque value of
@@ -137,7 +147,25 @@ type Subscription struct {
 	// Events configures a subscription whose Delivery is DeliveryEvents,
 	// and is nil for other modes.
 	Events *EventsOptions
+	// Status says whether the subscription delivers. The zero value is
+	// StatusActive.
+	Status SubscriptionStatus
 }
+
+// SubscriptionStatus says whether a subscription delivers.
+type SubscriptionStatus string
+
+const (
+	// StatusActive subscriptions deliver.
+	StatusActive SubscriptionStatus = "active"
+	// StatusDisabled subscriptions deliver nothing and keep their cursors:
+	// the engine disables an events subscription whose webhook answers
+	// 410 Gone. Engine.EnableSubscription resumes it from its cursors.
+	StatusDisabled SubscriptionStatus = "disabled"
+)
+
+// active reports whether s delivers.
+func (s *Subscription) active() bool { return s == nil || s.Status != StatusDisabled }
 
 // DeliveryMode is how the engine delivers a subscription's streams to its
 // webhook.

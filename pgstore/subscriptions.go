@@ -40,6 +40,50 @@ func (s *Store) CreateSubscription(ctx context.Context, sub *webhooks.Subscripti
 	return nil
 }
 
+// UpdateSubscription implements webhooks.Store. It locks the row for fn,
+// and the update notifies the watchers when it commits.
+func (s *Store) UpdateSubscription(ctx context.Context, id string, fn func(*webhooks.Subscription) error) (*webhooks.Subscription, error) {
+	var (
+		out   *webhooks.Subscription
+		inner error // an error the transaction's function returned as it is
+	)
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		sub, err := s.scanSubscription(tx.QueryRow(ctx, "SELECT "+subscriptionCols+" FROM streamhooks_subscriptions WHERE id = $1 FOR UPDATE", id))
+		switch {
+		case errors.Is(err, pgx.ErrNoRows):
+			inner = webhooks.ErrSubscriptionNotFound
+			return inner
+		case err != nil:
+			inner = err // scanSubscription's errors say what failed
+			return inner
+		}
+		id, pattern, created := sub.ID, sub.Pattern, sub.CreatedAt
+		if err := fn(sub); err != nil {
+			inner = err
+			return inner
+		}
+		sub.ID, sub.Pattern, sub.CreatedAt = id, pattern, created
+		secret := s.sealer.Seal([]byte(sub.Secret), seal.ADSecret(id))
+		data := s.sealer.Seal(sub.MarshalData(), seal.ADSubscriptionData(id))
+		if _, err := tx.Exec(ctx, `WITH updated AS (
+				UPDATE streamhooks_subscriptions SET webhook = $2, description = $3, secret = $4, data = $5 WHERE id = $1 RETURNING id
+			)
+			SELECT `+notifySubscriptions+` FROM updated`,
+			id, sub.Webhook, []byte(sub.Description), secret, data); err != nil {
+			return err
+		}
+		out = sub
+		return nil
+	})
+	switch {
+	case inner != nil:
+		return nil, inner
+	case err != nil:
+		return nil, dbError("update subscription", err)
+	}
+	return out, nil
+}
+
 // ListSubscriptions implements webhooks.Store.
 func (s *Store) ListSubscriptions(ctx context.Context) ([]*webhooks.Subscription, error) {
 	// A failed Query's error comes back from CollectRows too.

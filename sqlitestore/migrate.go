@@ -101,6 +101,12 @@ END;
 	`
 ALTER TABLE subscriptions ADD COLUMN data BLOB NOT NULL DEFAULT x'';
 `,
+	// Updates bump the change counter too.
+	`
+CREATE TRIGGER subscriptions_version_update AFTER UPDATE ON subscriptions BEGIN
+	UPDATE subscriptions_version SET version = version + 1;
+END;
+`,
 }
 
 // migrate brings the schema to the latest version and checks the

@@ -37,6 +37,38 @@ func (s *Store) CreateSubscription(ctx context.Context, sub *webhooks.Subscripti
 	})
 }
 
+// UpdateSubscription implements webhooks.Store. The write bumps the
+// change counter that WatchSubscriptions polls, by a trigger.
+func (s *Store) UpdateSubscription(ctx context.Context, id string, fn func(*webhooks.Subscription) error) (*webhooks.Subscription, error) {
+	var out *webhooks.Subscription
+	err := s.write(ctx, func(tx *wtx) error {
+		sub, err := s.scanSubscription(tx.queryRow("SELECT "+subscriptionCols+" FROM subscriptions WHERE id = ?", id))
+		if errors.Is(err, sql.ErrNoRows) {
+			return webhooks.ErrSubscriptionNotFound
+		}
+		if err != nil {
+			return err
+		}
+		id, pattern, created := sub.ID, sub.Pattern, sub.CreatedAt
+		if err := fn(sub); err != nil {
+			return err
+		}
+		sub.ID, sub.Pattern, sub.CreatedAt = id, pattern, created
+		secret := s.sealer.Seal([]byte(sub.Secret), seal.ADSecret(id))
+		data := s.sealer.Seal(sub.MarshalData(), seal.ADSubscriptionData(id))
+		if _, err := tx.exec("UPDATE subscriptions SET webhook = ?, description = ?, secret = ?, data = ? WHERE id = ?",
+			sub.Webhook, sub.Description, secret, data, id); err != nil {
+			return fmt.Errorf("sqlitestore: update subscription: %w", err)
+		}
+		out = sub
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
 // ListSubscriptions implements webhooks.Store.
 func (s *Store) ListSubscriptions(ctx context.Context) ([]*webhooks.Subscription, error) {
 	rows, err := s.r.query(ctx, "SELECT "+subscriptionCols+" FROM subscriptions ORDER BY id")

@@ -29,10 +29,13 @@ func testSubscriptions(t *testing.T, s webhooks.Store) {
 	require.ErrorIs(t, s.CreateSubscription(ctx, dup), webhooks.ErrSubscriptionExists)
 
 	in.Webhook = "mutated after create"
+	in.Events.Headers["Authorization"] = "mutated after create"
+	in.Events.Filter.Patterns[0] = "mutated after create"
 	got, err := s.GetSubscription(ctx, "b")
 	require.NoError(t, err)
 	requireSub(t, newSub("b"), got, "a failed create must not overwrite, and the store must copy what it is given")
 	got.Webhook = "mutated after get"
+	got.Events.Headers["Authorization"] = "mutated after get"
 	got, err = s.GetSubscription(ctx, "b")
 	require.NoError(t, err)
 	requireSub(t, newSub("b"), got)
@@ -55,6 +58,65 @@ func testSubscriptions(t *testing.T, s webhooks.Store) {
 
 	// The ID is free again.
 	mustCreateSub(t, s, newSub("b"))
+}
+
+// testUpdateSubscription changes every field of a subscription but those
+// that never change.
+func testUpdateSubscription(t *testing.T, s webhooks.Store) {
+	ctx := t.Context()
+	_, err := s.UpdateSubscription(ctx, "none", func(*webhooks.Subscription) error {
+		t.Error("fn called for a missing subscription")
+		return nil
+	})
+	require.ErrorIs(t, err, webhooks.ErrSubscriptionNotFound)
+
+	mustCreateSub(t, s, newSub("s"), newSub("t"))
+	errFn := errors.New("fn failed")
+	_, err = s.UpdateSubscription(ctx, "s", func(sub *webhooks.Subscription) error {
+		requireSub(t, newSub("s"), sub, "fn gets the subscription as stored")
+		sub.Webhook = "https://example.com/lost"
+		return errFn
+	})
+	require.ErrorIs(t, err, errFn)
+	got, err := s.GetSubscription(ctx, "s")
+	require.NoError(t, err)
+	requireSub(t, newSub("s"), got, "fn's error changes nothing")
+
+	want := changedSub("s")
+	updated, err := s.UpdateSubscription(ctx, "s", func(sub *webhooks.Subscription) error {
+		*sub = *changedSub("s")
+		sub.ID, sub.Pattern, sub.CreatedAt = "other", "/other", at(time.Hour)
+		return nil
+	})
+	require.NoError(t, err)
+	requireSub(t, want, updated, "ID, Pattern and CreatedAt never change")
+	updated.Events.Headers["Authorization"] = "mutated after update"
+	got, err = s.GetSubscription(ctx, "s")
+	require.NoError(t, err)
+	requireSub(t, want, got)
+	list, err := s.ListSubscriptions(ctx)
+	require.NoError(t, err)
+	requireSubs(t, []*webhooks.Subscription{want, newSub("t")}, list, "one subscription changed")
+
+	back, err := s.UpdateSubscription(ctx, "s", func(sub *webhooks.Subscription) error {
+		*sub = *newSub("s")
+		return nil
+	})
+	require.NoError(t, err)
+	requireSub(t, newSub("s"), back, "and changed back")
+}
+
+// changedSub is newSub(id) with every field that may change changed.
+func changedSub(id string) *webhooks.Subscription {
+	sub := newSub(id)
+	sub.Webhook = "https://example.com/moved/" + id
+	sub.Description = "moved ü"
+	sub.Secret = "whsec_rotated_" + id
+	sub.Status = webhooks.StatusDisabled
+	sub.Events.MaxBatchEvents = 7
+	sub.Events.Headers = map[string]string{"X-New": "1"}
+	sub.Events.Filter = nil
+	return sub
 }
 
 func testSubscriptionFields(t *testing.T, s webhooks.Store) {

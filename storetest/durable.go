@@ -50,6 +50,7 @@ var durableTests = []durableTest{
 	{"Empty", testDurableEmpty},
 	{"Everything", testDurableEverything},
 	{"Updates", testDurableUpdates},
+	{"SubscriptionUpdate", testDurableSubscriptionUpdate},
 	{"Deletes", testDurableDeletes},
 }
 
@@ -173,6 +174,20 @@ func testDurableUpdates(t *testing.T, r *reopener) {
 		requireNext(t, s, want.Deadline)
 		requireCounts(t, s, map[webhooks.ConsumerState]int{want.State: 1})
 	}
+}
+
+// testDurableSubscriptionUpdate checks that an update of a subscription
+// survives a restart.
+func testDurableSubscriptionUpdate(t *testing.T, r *reopener) {
+	mustCreateSub(t, r.cur, newSub("s"))
+	_, err := r.cur.UpdateSubscription(t.Context(), "s", func(sub *webhooks.Subscription) error {
+		*sub = *changedSub("s")
+		return nil
+	})
+	require.NoError(t, err)
+	got, err := r.reopen().GetSubscription(t.Context(), "s")
+	require.NoError(t, err)
+	requireSub(t, changedSub("s"), got, "an update survives a restart")
 }
 
 func testDurableDeletes(t *testing.T, r *reopener) {

@@ -29,6 +29,7 @@ func newSub(id string) *webhooks.Subscription {
 		Description: "subscription " + id,
 		Secret:      "whsec_" + id,
 		CreatedAt:   at(-time.Hour),
+		Status:      webhooks.StatusActive,
 		Delivery:    webhooks.DeliveryEvents,
 		Events: &webhooks.EventsOptions{
 			MaxBatchEvents: 100,

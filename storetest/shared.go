@@ -54,6 +54,7 @@ var sharedTests = []struct {
 	{"SigningKey", testSharedSigningKey},
 	{"Lease", testSharedLease},
 	{"Feed/Create", testFeedCreate},
+	{"Feed/Update", testFeedUpdate},
 	{"Feed/Delete", testFeedDelete},
 	{"Feed/Cancel", testFeedCancel},
 }
@@ -273,6 +274,23 @@ func testFeedCreate(t *testing.T, a, b webhooks.Store) {
 	n := w.calls.Load()
 	mustCreateSub(t, a, newSub("s"))
 	w.waitCalls(t, n+1, "a subscription created through the other handle was not reported")
+}
+
+// testFeedUpdate updates a subscription through one handle: the other
+// sees it, and its watch reports it.
+func testFeedUpdate(t *testing.T, a, b webhooks.Store) {
+	mustCreateSub(t, a, newSub("s"))
+	w := watch(t, b)
+	n := w.calls.Load()
+	_, err := a.UpdateSubscription(t.Context(), "s", func(sub *webhooks.Subscription) error {
+		*sub = *changedSub("s")
+		return nil
+	})
+	require.NoError(t, err)
+	w.waitCalls(t, n+1, "a subscription updated through the other handle was not reported")
+	got, err := b.GetSubscription(t.Context(), "s")
+	require.NoError(t, err)
+	requireSub(t, changedSub("s"), got)
 }
 
 // testFeedDelete deletes a subscription through one handle: the other's

@@ -99,6 +99,7 @@ type contractTest struct {
 var contractTests = []contractTest{
 	{"Subscriptions", testSubscriptions},
 	{"SubscriptionFields", testSubscriptionFields},
+	{"UpdateSubscription", testUpdateSubscription},
 	{"CreateConsumer", testCreateConsumer},
 	{"ConsumerFields", testConsumerFields},
 	{"CallerOwnsConsumers", testCallerOwnsConsumers},

@@ -81,9 +81,20 @@ type env struct {
 // true to finish the wake synchronously with {"done":true}.
 type onWake func(n *webhooks.Notification, at time.Time) (done bool)
 
+// onPush handles one verified event-push batch that arrived at at. It
+// returns true to hang: the POST is answered only when the engine gives up
+// on it.
+type onPush func(p *webhooks.EventsPayload, at time.Time) (hang bool)
+
 // start opens a fresh Store, starts the example server on it and a receiver
 // that hands every notification to wake.
 func (b *bench) start(ctx context.Context, wake onWake) (_ *env, err error) {
+	return b.startPush(ctx, wake, nil)
+}
+
+// startPush is start with a receiver that also hands every event-push
+// batch to push.
+func (b *bench) startPush(ctx context.Context, wake onWake, push onPush) (_ *env, err error) {
 	e := &env{b: b}
 	defer func() {
 		if err != nil {
@@ -98,7 +109,7 @@ func (b *bench) start(ctx context.Context, wake onWake) (_ *env, err error) {
 		return e, fmt.Errorf("opening store: %w", err)
 	}
 	e.store, e.closeStore = store, closeStore
-	if e.recv, err = newReceiver(wake); err != nil {
+	if e.recv, err = newReceiver(wake, push); err != nil {
 		return e, err
 	}
 	e.srv, err = exampleserver.Start(ctx, exampleserver.Config{
@@ -135,24 +146,25 @@ func (e *env) close() error {
 }
 
 // receiver is an in-process webhook endpoint on loopback. Subscription id's
-// webhook is url/hook/id; the receiver verifies each notification with that
-// subscription's secret before handing it on.
+// webhook is url/hook/id, or url/push/id for event push; the receiver
+// verifies each POST with that subscription's secret before handing it on.
 type receiver struct {
 	srv     *http.Server
 	url     string
 	wake    onWake
+	push    onPush
 	secrets sync.Map // subscription ID → secret
 	served  chan error
 	// refused counts notifications that failed verification.
 	refused atomic.Int64
 }
 
-func newReceiver(wake onWake) (*receiver, error) {
+func newReceiver(wake onWake, push onPush) (*receiver, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
-	rc := &receiver{url: "http://" + ln.Addr().String(), wake: wake, served: make(chan error, 1)}
+	rc := &receiver{url: "http://" + ln.Addr().String(), wake: wake, push: push, served: make(chan error, 1)}
 	rc.srv = &http.Server{Handler: rc, ReadHeaderTimeout: waitFor}
 	go func() { rc.served <- rc.srv.Serve(ln) }()
 	return rc, nil
@@ -160,6 +172,10 @@ func newReceiver(wake onWake) (*receiver, error) {
 
 func (rc *receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	at := time.Now()
+	if id, ok := strings.CutPrefix(r.URL.Path, "/push/"); ok {
+		rc.receivePush(w, r, id, at)
+		return
+	}
 	secret, _ := rc.secrets.Load(strings.TrimPrefix(r.URL.Path, "/hook/"))
 	s, _ := secret.(string)
 	n, err := webhooks.ParseNotification(r, s, at)
@@ -172,6 +188,31 @@ func (rc *receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/json")
 		_, _ = io.WriteString(w, `{"done":true}`)
 	}
+}
+
+// receivePush verifies and decodes a batch of subscription id, as a
+// receiver must, and hands it on.
+func (rc *receiver) receivePush(w http.ResponseWriter, r *http.Request, id string, at time.Time) {
+	body, err := io.ReadAll(r.Body)
+	secret, _ := rc.secrets.Load(id)
+	s, _ := secret.(string)
+	if err == nil {
+		err = webhooks.VerifySignature(s, r.Header.Get(webhooks.SignatureHeader), body, at, webhooks.DefaultSignatureTolerance)
+	}
+	var p webhooks.EventsPayload
+	if err == nil {
+		err = json.Unmarshal(body, &p)
+	}
+	if err != nil {
+		rc.refused.Add(1)
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	if rc.push(&p, at) {
+		<-r.Context().Done()
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
 }
 
 func (rc *receiver) close(ctx context.Context) error {
@@ -212,8 +253,13 @@ func (e *env) do(ctx context.Context, method, path, contentType string, body []b
 // subscribe creates subscription id on pattern, with its webhook on the
 // receiver.
 func (e *env) subscribe(ctx context.Context, id, pattern string) error {
-	body, _ := json.Marshal(map[string]string{"webhook": e.recv.url + "/hook/" + id})
-	req, err := http.NewRequestWithContext(ctx, http.MethodPut, e.srv.URL+pattern+"?subscription="+id, bytes.NewReader(body))
+	return e.create(ctx, id, pattern, fmt.Sprintf(`{"webhook":%q}`, e.recv.url+"/hook/"+id))
+}
+
+// create creates subscription id on pattern with the request body, and
+// gives the receiver its secret.
+func (e *env) create(ctx context.Context, id, pattern, body string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPut, e.srv.URL+pattern+"?subscription="+id, strings.NewReader(body))
 	if err != nil {
 		return err
 	}
@@ -231,6 +277,12 @@ func (e *env) subscribe(ctx context.Context, id, pattern string) error {
 	}
 	e.recv.secrets.Store(id, out.Secret)
 	return nil
+}
+
+// subscribePush creates event-push subscription id on pattern, with its
+// webhook on the receiver and the options in fields, JSON object members.
+func (e *env) subscribePush(ctx context.Context, id, pattern, fields string) error {
+	return e.create(ctx, id, pattern, fmt.Sprintf(`{"webhook":%q,"delivery":"events",%s}`, e.recv.url+"/push/"+id, fields))
 }
 
 // createStream creates an empty byte stream.

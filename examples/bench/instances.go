@@ -47,7 +47,7 @@ func startCluster(ctx context.Context, b *bench, dsn string, n int, sub, pattern
 	if c.dsn, c.drop, err = clusterDSN(ctx, dsn); err != nil {
 		return c, err
 	}
-	if c.recv, err = newReceiver(wake); err != nil {
+	if c.recv, err = newReceiver(wake, nil); err != nil {
 		return c, err
 	}
 	for i := range n {

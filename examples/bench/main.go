@@ -144,6 +144,9 @@ var figures = []struct {
 	{"woken", wokenScale},
 	{"callback", callbackRate},
 	{"fairness", fairness},
+	{"pushlatency", pushLatency},
+	{"push", pushRates},
+	{"pushhang", pushHang},
 	// On postgres only, last, so that the table's other rows stay in step.
 	{"instances", instances},
 	{"takeover", takeover},

@@ -57,7 +57,8 @@ func TestSmoke(t *testing.T) {
 	require.NoError(t, run(context.Background(), cfg, &out))
 	t.Log(out.String())
 	for _, store := range cfg.stores {
-		for _, name := range []string{"wake_latency", "wake_cycle", "fanout", "idle_scale", "woken_scale", "callback_ack"} {
+		for _, name := range []string{"wake_latency", "wake_cycle", "fanout", "idle_scale", "woken_scale", "callback_ack",
+			"push_latency", "push_rate", "push_hang"} {
 			require.Contains(t, out.String(), "BENCH name="+name+" store="+store+" ", out.String())
 		}
 	}
@@ -72,7 +73,12 @@ func TestSmoke(t *testing.T) {
 		require.Contains(t, out.String(), "BENCH name=instances store=postgres ")
 		require.Contains(t, out.String(), "BENCH name=takeover store=postgres k=20 ")
 	}
-	require.Equal(t, 7*len(cfg.stores)+3+onlyPostgres, strings.Count(out.String(), "BENCH "), out.String())
+	for _, store := range cfg.stores {
+		for _, batch := range []string{"1", "100"} {
+			require.Contains(t, out.String(), "BENCH name=push_rate store="+store+" batch="+batch+" ")
+		}
+	}
+	require.Equal(t, 11*len(cfg.stores)+3+onlyPostgres, strings.Count(out.String(), "BENCH "), out.String())
 	require.Contains(t, out.String(), "BENCH name=idle_scale store=memory k=50 ")
 	require.Contains(t, out.String(), "BENCH name=idle_scale store=sqlite k=30 ", "a durable store's K is capped")
 
@@ -81,7 +87,7 @@ func TestSmoke(t *testing.T) {
 	_, table, ok := strings.Cut(out.String(), "\n\n")
 	require.True(t, ok, out.String())
 	rows := strings.Split(strings.TrimSpace(table), "\n")
-	require.Len(t, rows, 1+7*len(cfg.stores)+3+onlyPostgres, table)
+	require.Len(t, rows, 1+11*len(cfg.stores)+3+onlyPostgres, table)
 	for i, row := range rows[1 : 1+7*len(cfg.stores)] {
 		store := cfg.stores[i%len(cfg.stores)]
 		require.Contains(t, row, " "+store+" ", table)
