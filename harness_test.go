@@ -37,8 +37,8 @@ func offset(n int) string { return fmt.Sprintf("%016d_%016d", 0, n) }
 
 // fakeSource is a StreamSource whose streams are byte counters, or, once
 // given events, JSON streams whose offsets count their events, or byte
-// streams whose offsets count their bytes. It reads the events it was
-// given (webhooks.EventReader).
+// streams whose offsets count their bytes. It reads their events
+// (webhooks.EventReader); a counter reads as a byte stream of 'x'.
 type fakeSource struct {
 	mu      sync.Mutex
 	streams map[string]int
@@ -90,6 +90,8 @@ func (s *fakeSource) remove(path string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.streams, path)
+	delete(s.events, path)
+	delete(s.bytes, path)
 }
 
 // delivery is one webhook POST as the receiver saw it.

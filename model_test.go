@@ -9,6 +9,12 @@ package webhooks_test
 // invariants S1–S8 and liveness properties L1–L3 on what it observes; each
 // failure message starts with the name of the check.
 //
+// Half the sequences also have an event-push subscription. The model has
+// its consumers' batches too: each POST must carry exactly the bytes the
+// model expects, in stream order, every attempt of a batch the same ones
+// under the same delivery id; a batch that fails its last attempt stops
+// its consumer in FAILED, and the drain resumes it.
+//
 // Half the sequences split the engine in two: two engines share the
 // memstore, the source, the clock and the receiver, and each API call,
 // stream event and callback goes through one of them at random, while both
@@ -134,13 +140,26 @@ func (c *modelCounts) report() string {
 	return strings.Join(lines, "\n")
 }
 
-// The universe of a sequence: two subscriptions, primary streams under /a
-// (one of them deep enough for "**" only) and secondary streams under /b
-// that no pattern matches.
+// The universe of a sequence: three subscriptions, primary streams under
+// /a (one of them deep enough for "**" only) and secondary streams under
+// /b that no pattern matches. s3 pushes events (modelEventsOptions); the
+// others wake.
 var (
-	modelPatterns = map[string]string{"s1": "/a/*", "s2": "/a/**"}
+	modelPatterns = map[string]string{"s1": "/a/*", "s2": "/a/**", "s3": "/a/*"}
 	modelPaths    = []string{"/a/1", "/a/2", "/a/x/y", "/b/1", "/b/2"}
 )
+
+// modelEventsSub is the subscription that pushes events, in batches of at
+// most modelBatchBytes bytes of the model's byte streams, sent at once,
+// with modelMaxAttempts attempts each.
+const (
+	modelEventsSub   = "s3"
+	modelBatchBytes  = 3
+	modelMaxAttempts = 3
+)
+
+var modelEventsOptions = fmt.Sprintf(`"delivery":"events","batch":{"max_bytes":%d,"max_wait_ms":0},"retry":{"max_attempts":%d}`,
+	modelBatchBytes, modelMaxAttempts)
 
 // modelConfig is a sequence's engine configuration: the spec's timeouts,
 // sometimes a request timeout shorter than the WAKING timeout (so that hung
@@ -196,6 +215,18 @@ type modelConsumer struct {
 	failures         int
 	failingSince     time.Time
 	deadline         time.Time
+	// events is set for a consumer of the events subscription; until is
+	// its batch's bound, the stream's length when the batch began.
+	events bool
+	until  int
+}
+
+// batch is the ReadLimit the engine stores for an events consumer's batch.
+func (c *modelConsumer) batch() webhooks.ReadLimit {
+	if c.state == webhooks.StateIdle {
+		return webhooks.ReadLimit{}
+	}
+	return webhooks.ReadLimit{MaxEvents: webhooks.DefaultMaxBatchEvents, MaxBytes: modelBatchBytes, Until: offset(c.until)}
 }
 
 func (c *modelConsumer) clone() *modelConsumer {
@@ -225,9 +256,15 @@ type modelRequest struct {
 	triggeredBy []string
 	timeoutAt   time.Time
 	arrival     *modelArrival // set once the receiver has it
+	// from and end bound the bytes a batch carries, and until is the
+	// batch's bound; for an events consumer only.
+	from, end, until int
 }
 
-type modelSub struct{ pattern, secret string }
+type modelSub struct {
+	pattern, secret string
+	events          bool
+}
 
 type model struct {
 	cfg       modelConfig
@@ -285,9 +322,49 @@ func (m *model) wake(c *modelConsumer) {
 }
 
 func (m *model) wakeIfPending(c *modelConsumer) {
-	if c.state == webhooks.StateIdle && len(m.pendingPaths(c)) > 0 {
-		m.wake(c)
+	if c.state != webhooks.StateIdle || len(m.pendingPaths(c)) == 0 {
+		return
 	}
+	if c.events {
+		m.startBatch(c)
+		return
+	}
+	m.wake(c)
+}
+
+// startBatch is IDLE → WAKING for an events consumer: epoch++, a new
+// delivery id, the batch bounded by the stream's length now, and a POST
+// due at once.
+func (m *model) startBatch(c *modelConsumer) {
+	c.state = webhooks.StateWaking
+	c.epoch++
+	c.wakeID = ""
+	c.until = m.streams[c.primary]
+	c.attempt = 0
+	c.inFlight = false
+	c.deadline = m.now
+}
+
+// batchBytes are the bytes c's batch carries: from its cursor, at most
+// modelBatchBytes, up to its bound.
+func (c *modelConsumer) batchBytes() (from, end int) {
+	from = max(modelPos(c.streams[0].Offset), 0)
+	return from, min(from+modelBatchBytes, c.until)
+}
+
+// batchAcked is a 2xx for c's batch: the cursor moves past it, and the
+// next batch starts if there is more.
+func (m *model) batchAcked(c *modelConsumer) {
+	_, end := c.batchBytes()
+	c.streams[0].Offset = offset(end)
+	c.state = webhooks.StateIdle
+	c.inFlight = false
+	c.attempt = 0
+	c.until = 0
+	c.failures = 0
+	c.failingSince = time.Time{}
+	c.deadline = time.Time{}
+	m.wakeIfPending(c)
 }
 
 // finish ends a cycle: IDLE, or a new wake if work is pending (L1, L3).
@@ -313,13 +390,14 @@ func (m *model) touch(c *modelConsumer) {
 	}
 }
 
+// gcDue is the failure GC, which only wake consumers have.
 func (m *model) gcDue(c *modelConsumer) bool {
-	return !c.failingSince.IsZero() && !m.now.Before(c.failingSince.Add(m.cfg.gcAfter))
+	return !c.events && !c.failingSince.IsZero() && !m.now.Before(c.failingSince.Add(m.cfg.gcAfter))
 }
 
 // capGC keeps a WAKING deadline from passing the failure GC time.
 func (m *model) capGC(c *modelConsumer, t time.Time) time.Time {
-	if gc := c.failingSince.Add(m.cfg.gcAfter); !c.failingSince.IsZero() && gc.Before(t) {
+	if gc := c.failingSince.Add(m.cfg.gcAfter); !c.events && !c.failingSince.IsZero() && gc.Before(t) {
 		return gc
 	}
 	return t
@@ -337,12 +415,22 @@ func (m *model) fail(c *modelConsumer) {
 		delete(m.consumers, c.id)
 		return
 	}
+	if c.events && c.attempt >= modelMaxAttempts {
+		modelCount("events consumer FAILED after its last attempt")
+		c.state = webhooks.StateFailed
+		c.deadline = time.Time{}
+		return
+	}
 	c.deadline = m.capGC(c, m.now.Add(modelBackoff(c.failures)))
 }
 
 func (m *model) startAttempt(c *modelConsumer) {
 	c.attempt++
 	c.inFlight = true
+	if c.events {
+		m.startBatchAttempt(c)
+		return
+	}
 	c.deadline = m.capGC(c, m.now.Add(m.cfg.waking))
 	req := &modelRequest{
 		id:          c.id,
@@ -352,6 +440,32 @@ func (m *model) startAttempt(c *modelConsumer) {
 		streams:     slices.Clone(c.streams),
 		triggeredBy: slices.Clone(c.triggeredBy),
 		timeoutAt:   m.now.Add(m.cfg.request),
+	}
+	m.requests = append(m.requests, req)
+	m.sends = append(m.sends, req)
+}
+
+// startBatchAttempt sends an attempt of c's batch; a batch with no bytes,
+// of an empty stream read from its start, makes no POST and is acked at
+// once. The attempt times out a second after its POST's timeout.
+func (m *model) startBatchAttempt(c *modelConsumer) {
+	c.deadline = m.now.Add(m.cfg.request + time.Second)
+	from, end := c.batchBytes()
+	if from == end {
+		modelCount("events batch with nothing to send")
+		m.batchAcked(c)
+		return
+	}
+	req := &modelRequest{
+		id:        c.id,
+		inc:       c.inc,
+		epoch:     c.epoch,
+		attempt:   c.attempt,
+		streams:   slices.Clone(c.streams),
+		timeoutAt: m.now.Add(m.cfg.request),
+		from:      from,
+		end:       end,
+		until:     c.until,
 	}
 	m.requests = append(m.requests, req)
 	m.sends = append(m.sends, req)
@@ -435,6 +549,16 @@ func (m *model) answer(req *modelRequest, o modelOutcome) {
 	if c == nil || c.inc != req.inc || c.epoch != req.epoch {
 		return
 	}
+	if c.events {
+		switch {
+		case c.state != webhooks.StateWaking:
+		case o != modelFail:
+			m.batchAcked(c)
+		case c.inFlight && c.attempt == req.attempt:
+			m.fail(c)
+		}
+		return
+	}
 	switch o {
 	case modelDone:
 		if c.state == webhooks.StateIdle {
@@ -474,6 +598,7 @@ func (m *model) spawn(sub, path, off string) {
 		inc:     m.incs[id],
 		state:   webhooks.StateIdle,
 		streams: []webhooks.StreamOffset{{Path: path, Offset: off}},
+		events:  m.subs[sub].events,
 	}
 }
 
@@ -513,7 +638,7 @@ func (m *model) deleteStream(path string) {
 
 // createSub adopts the existing matching streams at their tails, IDLE.
 func (m *model) createSub(id, pattern, secret string) {
-	m.subs[id] = modelSub{pattern: pattern, secret: secret}
+	m.subs[id] = modelSub{pattern: pattern, secret: secret, events: id == modelEventsSub}
 	for path, n := range m.streams {
 		if modelMatch(pattern, path) && m.consumers[webhooks.ConsumerID(id, path)] == nil {
 			m.spawn(id, path, offset(n))
@@ -672,10 +797,12 @@ func (c *modelClock) armed(now time.Time) []time.Time {
 // modelArrival is a webhook POST held by the receiver until the driver
 // answers it.
 type modelArrival struct {
-	n     webhooks.Notification
-	body  []byte
-	sig   string
-	reply chan modelReply
+	n          webhooks.Notification
+	batch      webhooks.EventsPayload // the body of an event-push POST
+	body       []byte
+	sig        string
+	deliveryID string // the Webhook-Id header
+	reply      chan modelReply
 }
 
 type modelReply struct {
@@ -702,8 +829,11 @@ func newModelReceiver(t *testing.T, seed uint64) *modelReceiver {
 			return
 		}
 		body, _ := io.ReadAll(req.Body)
-		a := &modelArrival{body: body, sig: req.Header.Get(webhooks.SignatureHeader), reply: make(chan modelReply, 1)}
-		_ = json.Unmarshal(body, &a.n) // a bad body shows as a mismatch
+		a := &modelArrival{body: body, sig: req.Header.Get(webhooks.SignatureHeader),
+			deliveryID: req.Header.Get(webhooks.DeliveryIDHeader), reply: make(chan modelReply, 1)}
+		// A bad body shows as a mismatch.
+		_ = json.Unmarshal(body, &a.n)
+		_ = json.Unmarshal(body, &a.batch)
 		select {
 		case r.arrivals <- a:
 		case <-req.Context().Done():
@@ -861,6 +991,9 @@ func modelRun(t *testing.T, seed uint64) {
 	if rng.IntN(2) == 0 {
 		r.createSub("s2")
 	}
+	if rng.IntN(2) == 0 {
+		r.createSub(modelEventsSub)
+	}
 	for range 30 + rng.IntN(50) {
 		r.step()
 	}
@@ -1006,7 +1139,7 @@ func (r *modelRig) deleteStreamStep() bool {
 
 // subscriptionStep deletes a subscription, or creates a missing one.
 func (r *modelRig) subscriptionStep() bool {
-	id := []string{"s1", "s2"}[r.pick(2)]
+	id := []string{"s1", "s2", modelEventsSub}[r.pick(3)]
 	if _, ok := r.m.subs[id]; !ok {
 		r.createSub(id)
 		return true
@@ -1024,7 +1157,11 @@ func (r *modelRig) subscriptionStep() bool {
 func (r *modelRig) createSub(id string) {
 	r.note("create subscription %s on %s", id, modelPatterns[id])
 	r.through()
-	rec := r.h.do(http.MethodPut, modelPatterns[id]+"?subscription="+id, fmt.Sprintf(`{"webhook":%q}`, r.recv.url))
+	body := fmt.Sprintf(`{"webhook":%q}`, r.recv.url)
+	if id == modelEventsSub {
+		body = fmt.Sprintf(`{"webhook":%q,%s}`, r.recv.url, modelEventsOptions)
+	}
+	rec := r.h.do(http.MethodPut, modelPatterns[id]+"?subscription="+id, body)
 	require.Equal(r.t, http.StatusCreated, rec.Code, rec.Body.String())
 	var out struct {
 		Secret string `json:"webhook_secret"`
@@ -1189,6 +1326,10 @@ func (r *modelRig) drain() {
 			r.reply(r.m.requests[0], "drain: 200 {done:true}", modelReply{status: 200, body: `{"done":true}`}, modelDone)
 			continue
 		}
+		r.resumeFailed()
+		if len(r.m.requests) > 0 {
+			continue
+		}
 		if !r.m.busy() {
 			break
 		}
@@ -1205,14 +1346,34 @@ func (r *modelRig) drain() {
 	}
 }
 
-// busy reports whether any consumer is not IDLE or has pending work.
+// busy reports whether any consumer is not IDLE or has pending work; a
+// FAILED one waits for a resume.
 func (m *model) busy() bool {
 	for _, c := range m.consumers {
-		if c.state != webhooks.StateIdle || len(m.pendingPaths(c)) > 0 {
+		if c.state != webhooks.StateFailed && (c.state != webhooks.StateIdle || len(m.pendingPaths(c)) > 0) {
 			return true
 		}
 	}
 	return false
+}
+
+// resumeFailed resumes every FAILED consumer through the engine, which
+// sends its batch again under the same delivery id.
+func (r *modelRig) resumeFailed() {
+	for _, id := range slices.Sorted(maps.Keys(r.m.consumers)) {
+		c := r.m.consumers[id]
+		if c.state != webhooks.StateFailed {
+			continue
+		}
+		modelCount("FAILED events consumer resumed")
+		r.note("resume %s", id)
+		c.state = webhooks.StateWaking
+		c.attempt, c.failures, c.failingSince = 0, 0, time.Time{}
+		r.m.startAttempt(c)
+		r.through()
+		require.NoError(r.t, r.h.engine.ResumeConsumer(context.Background(), id))
+		r.settle("a FAILED consumer resumes with the same batch")
+	}
 }
 
 // ---------------------------------------------------------------------------
@@ -1663,6 +1824,9 @@ func (r *modelRig) quiet(open int) (bool, string) {
 // arrive checks a POST that reached the receiver against the model.
 func (r *modelRig) arrive(a *modelArrival) {
 	id := a.n.ConsumerID
+	if id == "" && a.batch.DeliveryID != "" {
+		id = webhooks.ConsumerID(a.batch.SubscriptionID, a.batch.Stream)
+	}
 	i := slices.IndexFunc(r.m.sends, func(req *modelRequest) bool { return req.id == id })
 	if i < 0 {
 		r.failf("unexpected webhook", "the engine sent a POST the model does not expect: %s", a.body)
@@ -1675,6 +1839,10 @@ func (r *modelRig) arrive(a *modelArrival) {
 		r.failf("unexpected webhook", "POST to %s, which the model has removed", id)
 	}
 	sub := r.m.subs[c.sub]
+	if c.events {
+		r.arriveBatch(a, req, c, sub)
+		return
+	}
 	r.note("  POST %s e%d a%d streams %s", id, a.n.Epoch, req.attempt, modelStreamsString(a.n.Streams))
 	modelCount(map[bool]string{true: "POST first attempt", false: "POST retry"}[req.attempt == 1])
 	if r.draining {
@@ -1717,6 +1885,51 @@ func (r *modelRig) arrive(a *modelArrival) {
 		r.failf("notification fields", "POST to %s: primary %q callback %q", id, a.n.PrimaryStream, a.n.Callback)
 	}
 	r.takeToken(id, a.n.Token, true, req.epoch, "the notification")
+}
+
+// arriveBatch checks an event-push POST against the model: the batch of
+// bytes the model expects, under the delivery id of the batch, the same
+// for every attempt and never used before.
+func (r *modelRig) arriveBatch(a *modelArrival, req *modelRequest, c *modelConsumer, sub modelSub) {
+	b := a.batch
+	r.note("  POST %s e%d a%d bytes %d..%d", c.id, req.epoch, req.attempt, req.from, req.end)
+	modelCount(map[bool]string{true: "events batch first attempt", false: "events batch retry"}[req.attempt == 1])
+	if r.draining {
+		r.drained[c.id] = true
+	}
+	ts := strconv.FormatInt(r.m.now.Unix(), 10)
+	mac := hmac.New(sha256.New, []byte(sub.secret))
+	mac.Write([]byte(ts + "."))
+	mac.Write(a.body)
+	if want := "t=" + ts + ",sha256=" + hex.EncodeToString(mac.Sum(nil)); a.sig != want {
+		r.failf("S8 signature presence", "batch to %s has signature %q, want %q", c.id, a.sig, want)
+	}
+	if c.wakeID == "" && req.epoch == c.epoch {
+		r.adoptWakeID(c, b.DeliveryID)
+	}
+	if last, ok := r.notified[c.id]; ok && last.inc == c.inc && last.epoch == req.epoch && last.wakeID != b.DeliveryID {
+		r.failf("same batch, same delivery id", "a retry to %s changed delivery id %s to %s", c.id, last.wakeID, b.DeliveryID)
+	}
+	r.notified[c.id] = modelHist{inc: c.inc, epoch: req.epoch, wakeID: b.DeliveryID}
+	if a.deliveryID != b.DeliveryID || (req.epoch == c.epoch && b.DeliveryID != c.wakeID) {
+		r.failf("same batch, same delivery id", "batch to %s: header %q, body %q, model %q", c.id, a.deliveryID, b.DeliveryID, c.wakeID)
+	}
+	from := offset(req.from)
+	if req.streams[0].Offset == webhooks.OffsetNone {
+		from = webhooks.OffsetNone
+	}
+	want := webhooks.EventsPayload{
+		SubscriptionID: c.sub,
+		Stream:         c.primary,
+		DeliveryID:     b.DeliveryID,
+		Events:         []json.RawMessage{json.RawMessage(strconv.Quote(base64.StdEncoding.EncodeToString([]byte(strings.Repeat("x", req.end-req.from)))))},
+		FirstOffset:    from,
+		Offset:         offset(req.end),
+		UpToDate:       req.end == req.until,
+	}
+	if got, exp := fmt.Sprintf("%+v", b), fmt.Sprintf("%+v", want); got != exp {
+		r.failf("batches in order, each once", "batch to %s is %s; model expects %s", c.id, a.body, exp)
+	}
 }
 
 // adoptWakeID learns the wake_id the engine chose for a new cycle, which
@@ -1775,6 +1988,7 @@ func modelDiffers(g *webhooks.Consumer, w *modelConsumer) string {
 		{!g.Deadline.Equal(w.deadline), "deadline (retry, WAKING or liveness timeout)"},
 		{g.Attempt != w.attempt || g.InFlight != w.inFlight, "delivery attempt"},
 		{g.Failures != w.failures || !g.FailingSince.Equal(w.failingSince), "failure run (failure GC)"},
+		{w.events && g.Batch != w.batch(), "events batch"},
 	} {
 		if d.differs {
 			out = append(out, d.what)
@@ -1838,6 +2052,10 @@ func (r *modelRig) checkInvariants(c *webhooks.Consumer, inc int) {
 		if !c.Deadline.After(now) {
 			r.failf("L1 pending work causes a wake", "%s consumer %s has deadline %v at %v: it is stuck", c.State, c.ID, c.Deadline, now)
 		}
+	case webhooks.StateFailed:
+		if !c.Deadline.IsZero() || c.LastError == "" {
+			r.failf("FAILED waits for a resume", "FAILED consumer %s has deadline %v, last error %q", c.ID, c.Deadline, c.LastError)
+		}
 	}
 	acked := map[string]int{}
 	for _, s := range c.Streams {
@@ -1853,7 +2071,7 @@ func (r *modelRig) checkInvariants(c *webhooks.Consumer, inc int) {
 		r.failf("S1 epoch monotonicity", "consumer %s went from epoch %d to %d", c.ID, prev.epoch, c.Epoch)
 	case c.Epoch == prev.epoch && c.WakeID != prev.wakeID:
 		r.failf("S2 wake ID uniqueness", "consumer %s changed wake_id within epoch %d", c.ID, c.Epoch)
-	case c.Epoch == prev.epoch && modelStateRank[c.State] < modelStateRank[prev.state]:
+	case c.SubscriptionID != modelEventsSub && c.Epoch == prev.epoch && modelStateRank[c.State] < modelStateRank[prev.state]:
 		r.failf("one claim per epoch", "consumer %s went from %s back to %s within epoch %d", c.ID, prev.state, c.State, c.Epoch)
 	}
 	for p, off := range acked {

@@ -1,6 +1,7 @@
 package webhooks_test
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -65,7 +66,13 @@ func (s *fakeSource) ReadEvents(_ context.Context, path, from string, limit webh
 		}
 		until = min(until, n)
 	}
-	if b, isBytes := s.bytes[path]; isBytes {
+	events, isJSON := s.events[path]
+	if !isJSON {
+		// A byte stream: the bytes appended, or a counter's n bytes of 'x'.
+		b, ok := s.bytes[path]
+		if !ok {
+			b = bytes.Repeat([]byte("x"), n)
+		}
 		end := until
 		if limit.MaxBytes > 0 {
 			end = min(end, pos+limit.MaxBytes)
@@ -79,7 +86,7 @@ func (s *fakeSource) ReadEvents(_ context.Context, path, from string, limit webh
 	out := webhooks.EventBatch{JSON: true}
 	size, end := 0, pos
 	for i := pos; i < until; i++ {
-		ev := s.events[path][i]
+		ev := events[i]
 		if limit.MaxEvents > 0 && len(out.Events) == limit.MaxEvents ||
 			limit.MaxBytes > 0 && len(out.Events) > 0 && size+len(ev) > limit.MaxBytes {
 			break
