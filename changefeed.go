@@ -268,6 +268,7 @@ func (e *Engine) reloadSubscriptions(ctx context.Context, changed <-chan struct{
 		if len(added)+len(removed) > 0 {
 			e.log.InfoContext(ctx, "webhooks: subscriptions changed through another engine", "added", added, "removed", removed)
 		}
+		e.progressed.Send()
 	}
 }
 

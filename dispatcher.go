@@ -27,10 +27,15 @@ func (e *Engine) kickScheduler(deadline time.Time) {
 	if armed := e.armed.Load(); armed != 0 && deadline.UnixNano() >= armed {
 		return
 	}
+	// The kick is sent with parked cleared, under one lock, so that the
+	// scheduler never counts as parked with a kick it is about to take.
+	e.parkMu.Lock()
+	e.parked = false
 	select {
 	case e.kick <- struct{}{}:
 	default:
 	}
+	e.parkMu.Unlock()
 }
 
 // schedule is the engine's one scheduling loop. It keeps a single timer at
@@ -68,12 +73,25 @@ func (e *Engine) schedule(ctx context.Context) {
 			// late by the jump: look again.
 			continue
 		}
+		e.park(true)
 		select {
 		case <-ctx.Done():
 			return
 		case <-e.kick:
 		case <-timer.C:
 		}
+		e.park(false)
+	}
+}
+
+// park records whether the scheduler waits for work, and tells a test when
+// it starts to. It does not count as waiting with a kick pending.
+func (e *Engine) park(waiting bool) {
+	e.parkMu.Lock()
+	e.parked = waiting && len(e.kick) == 0
+	e.parkMu.Unlock()
+	if waiting {
+		e.progressed.Send()
 	}
 }
 

@@ -44,7 +44,6 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/http/httptest"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -432,17 +431,23 @@ func (m *model) startAttempt(c *modelConsumer) {
 		return
 	}
 	c.deadline = m.capGC(c, m.now.Add(m.cfg.waking))
+	m.send(c).triggeredBy = slices.Clone(c.triggeredBy)
+}
+
+// send opens a POST of c's attempt, which times out after the request
+// timeout.
+func (m *model) send(c *modelConsumer) *modelRequest {
 	req := &modelRequest{
-		id:          c.id,
-		inc:         c.inc,
-		epoch:       c.epoch,
-		attempt:     c.attempt,
-		streams:     slices.Clone(c.streams),
-		triggeredBy: slices.Clone(c.triggeredBy),
-		timeoutAt:   m.now.Add(m.cfg.request),
+		id:        c.id,
+		inc:       c.inc,
+		epoch:     c.epoch,
+		attempt:   c.attempt,
+		streams:   slices.Clone(c.streams),
+		timeoutAt: m.now.Add(m.cfg.request),
 	}
 	m.requests = append(m.requests, req)
 	m.sends = append(m.sends, req)
+	return req
 }
 
 // startBatchAttempt sends an attempt of c's batch; a batch with no bytes,
@@ -456,19 +461,8 @@ func (m *model) startBatchAttempt(c *modelConsumer) {
 		m.batchAcked(c)
 		return
 	}
-	req := &modelRequest{
-		id:        c.id,
-		inc:       c.inc,
-		epoch:     c.epoch,
-		attempt:   c.attempt,
-		streams:   slices.Clone(c.streams),
-		timeoutAt: m.now.Add(m.cfg.request),
-		from:      from,
-		end:       end,
-		until:     c.until,
-	}
-	m.requests = append(m.requests, req)
-	m.sends = append(m.sends, req)
+	req := m.send(c)
+	req.from, req.end, req.until = from, end, c.until
 }
 
 // runDue acts on every deadline that has come, until none has. It goes in
@@ -904,11 +898,6 @@ type modelRig struct {
 	engines  []*webhooks.Engine
 	handlers []http.Handler
 
-	// startedIn ends the "created by" line of the engines' own goroutines,
-	// whose parent is the test goroutine that started them.
-	startedIn string
-	stack     []byte
-
 	wallet    map[string][]modelToken
 	hist      map[string]*modelHist
 	notified  map[string]modelHist // last notification per consumer: S1, S2
@@ -960,8 +949,6 @@ func modelRun(t *testing.T, seed uint64) {
 		},
 		engines:   engines,
 		handlers:  handlers,
-		startedIn: fmt.Sprintf(" in goroutine %d\n", modelGoroutineID()),
-		stack:     make([]byte, 64<<10),
 		wallet:    map[string][]modelToken{},
 		hist:      map[string]*modelHist{},
 		notified:  map[string]modelHist{},
@@ -1000,13 +987,6 @@ func modelRun(t *testing.T, seed uint64) {
 	r.drain()
 }
 
-func modelGoroutineID() int64 {
-	var buf [64]byte
-	s := strings.TrimPrefix(string(buf[:runtime.Stack(buf[:], false)]), "goroutine ")
-	id, _ := strconv.ParseInt(s[:strings.IndexByte(s, ' ')], 10, 64)
-	return id
-}
-
 func (r *modelRig) note(format string, args ...any) {
 	line := fmt.Sprintf("%9s  ", r.m.now.Sub(testStart).Round(time.Millisecond)) + fmt.Sprintf(format, args...)
 	r.trace = append(r.trace, line)
@@ -1031,8 +1011,20 @@ func (r *modelRig) through() {
 // created through the other would get no consumer of a new subscription
 // (the window SubscriptionFeed describes), which the model does not model.
 func (r *modelRig) learn() {
-	if len(r.engines) > 1 {
-		r.quiesce()
+	if len(r.engines) == 1 {
+		return
+	}
+	want := slices.Sorted(maps.Keys(r.m.subs))
+	ok := r.h.waitProgress(func() bool {
+		for _, e := range r.engines {
+			if !slices.Equal(webhooks.KnownSubscriptions(e), want) {
+				return false
+			}
+		}
+		return true
+	})
+	if !ok {
+		r.failf(r.context, "the engines did not both reload the subscriptions %v", want)
 	}
 }
 
@@ -1670,9 +1662,9 @@ func (r *modelRig) settle(property string) {
 	r.t.Helper()
 	r.context = property
 	r.m.runDue() // a wake is due at once
-	timeout := time.NewTimer(waitFor)
-	defer timeout.Stop()
-	for polls := 0; len(r.m.sends) > 0; polls++ {
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	for len(r.m.sends) > 0 {
 		select {
 		case a := <-r.recv.arrivals:
 			r.arrive(a)
@@ -1680,19 +1672,19 @@ func (r *modelRig) settle(property string) {
 		default:
 		}
 		// An idle engine with fewer deliveries than expected sends no more.
-		if r.stuck(polls, timeout, len(r.m.requests)-len(r.m.sends)) && len(r.recv.arrivals) == 0 {
+		if r.stuck(ctx, len(r.m.requests)-len(r.m.sends)) && len(r.recv.arrivals) == 0 {
 			r.check(r.snapshot()) // a broken invariant names the problem best
 			r.failf(property, "expected webhook POST to %s (epoch %d, attempt %d) was never sent", r.m.sends[0].id, r.m.sends[0].epoch, r.m.sends[0].attempt)
 		}
-		r.pause(polls)
+		r.pause(ctx)
 	}
 	got := r.snapshot()
-	for polls := 0; ; polls++ {
+	for {
 		d := r.diff(got)
 		if d == "" {
 			break
 		}
-		if r.stuck(polls, timeout, len(r.m.requests)) {
+		if r.stuck(ctx, len(r.m.requests)) {
 			got = r.snapshot() // taken once the engine is idle
 			if d = r.diff(got); d == "" {
 				break
@@ -1700,7 +1692,7 @@ func (r *modelRig) settle(property string) {
 			r.check(got)
 			r.failf(property, "%s", d)
 		}
-		r.pause(polls)
+		r.pause(ctx)
 		got = r.snapshot()
 	}
 	select {
@@ -1712,111 +1704,61 @@ func (r *modelRig) settle(property string) {
 }
 
 // stuck reports, while a wait goes on, whether waiting longer is useless:
-// the bound has passed, or the engine has gone idle with open delivery
-// goroutines.
-func (r *modelRig) stuck(polls int, timeout *time.Timer, open int) bool {
-	select {
-	case <-timeout.C:
+// the bound has passed, or the engines are idle with open delivery
+// attempts.
+func (r *modelRig) stuck(ctx context.Context, open int) bool {
+	if ctx.Err() != nil {
 		return true
-	default:
-	}
-	if polls < 200 || polls%200 != 0 {
-		return false
 	}
 	quiet, _ := r.quiet(open)
 	return quiet
 }
 
-// pause yields to the engine's goroutines while waiting on them; it waits
-// for goroutines, never for a timer.
-func (r *modelRig) pause(polls int) {
-	if polls < 20 {
-		runtime.Gosched()
-	} else {
-		time.Sleep(50 * time.Microsecond)
+// pause waits for the engines to make progress, or a POST to arrive,
+// within the wait's bound.
+func (r *modelRig) pause(ctx context.Context) {
+	select {
+	case <-r.h.signals():
+	case a := <-r.recv.arrivals:
+		r.arrive(a)
+	case <-ctx.Done():
 	}
 }
 
 // quiesce waits until the engines are idle, before the clock moves: each
-// scheduler goroutine parked in its select, with its timer armed from the
-// current time, each engine's subscription feed parked with nothing left to
-// reload, and exactly one delivery goroutine per POST the model holds
-// open, so that every answered POST has been applied. Were the clock moved
-// while the scheduler works, it could arm its timer from a time that has
-// passed and act late. No engine API says when the engine is idle, so this
-// reads the goroutine dump.
+// scheduler parked with its timer armed from the current time and nothing
+// kicking it, and exactly one delivery attempt running per POST the model
+// holds open, so that every answered POST has been applied. Were the clock
+// moved while a scheduler works, it could arm its timer from a time that
+// has passed and act late.
 func (r *modelRig) quiesce() {
 	r.t.Helper()
-	timeout := time.NewTimer(waitFor)
-	defer timeout.Stop()
-	for polls := 0; ; polls++ {
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	for {
 		quiet, why := r.quiet(len(r.m.requests))
 		if quiet {
 			return
 		}
-		select {
-		case <-timeout.C:
+		if ctx.Err() != nil {
 			r.failf(r.context, "the engine did not settle: %s", why)
-		case a := <-r.recv.arrivals:
-			r.arrive(a)
-		default:
 		}
-		r.pause(polls)
+		r.pause(ctx)
 	}
 }
 
-// modelParked are the first frames of the engines' own goroutines where
-// they wait for work: the scheduler, the feed's reloader and memstore's
-// watch.
-var modelParked = []string{
-	"github.com/streamhooks/webhooks.(*Engine).schedule(",
-	"github.com/streamhooks/webhooks.(*Engine).reloadSubscriptions(",
-	"github.com/streamhooks/webhooks/memstore.(*Store).WatchSubscriptions(",
-}
-
-// quiet reports whether every goroutine the engines started themselves
-// (the scheduler, the start-up sweep and the feed's) is parked in its
-// select where it waits for work, and exactly open delivery goroutines
-// exist, or says why not. A goroutine blocked in a select is parked: a
-// send, a close or a timer that concerns it makes it runnable at once.
+// quiet reports whether every engine's scheduler is parked and exactly open
+// delivery attempts run, or says why not.
 func (r *modelRig) quiet(open int) (bool, string) {
-	n := runtime.Stack(r.stack, true)
-	for n == len(r.stack) {
-		r.stack = make([]byte, 2*len(r.stack))
-		n = runtime.Stack(r.stack, true)
-	}
-	dump := string(r.stack[:n])
-	scheds := 0
-	for _, g := range strings.Split(dump, "\n\n") {
-		// Delivery goroutines, which a wake made through the API starts in
-		// the model's goroutine too, are counted below.
-		if !strings.Contains(g, r.startedIn) || !strings.Contains(g, "\ncreated by github.com/streamhooks/webhooks.(*Engine).") ||
-			strings.Contains(g, "\ncreated by github.com/streamhooks/webhooks.(*Engine).startDelivery") {
-			continue
+	running := int64(0)
+	for i, e := range r.engines {
+		if !webhooks.SchedulerParked(e) {
+			return false, fmt.Sprintf("the scheduler of engine %c is busy", 'A'+i)
 		}
-		header, frames, _ := strings.Cut(g, "\n")
-		_, status, _ := strings.Cut(strings.TrimPrefix(header, "goroutine "), " ")
-		if !strings.HasPrefix(status, "[select") || !slices.ContainsFunc(modelParked, func(f string) bool { return strings.HasPrefix(frames, f) }) {
-			first, _, _ := strings.Cut(frames, "\n")
-			return false, "engine busy: " + header + " " + first
-		}
-		if strings.HasPrefix(frames, modelParked[0]) {
-			scheds++
-		}
+		running += webhooks.DeliveriesRunning(e)
 	}
-	if scheds != len(r.engines) {
-		return false, fmt.Sprintf("%d parked schedulers found, want %d", scheds, len(r.engines))
-	}
-	// A POST's goroutine is started by its host's lane, from the scheduler,
-	// a wake made through the API or the goroutine of a POST that finished,
-	// which may be gone: it is known by its engine, the receiver its entry
-	// frame prints.
-	n = 0
-	for _, e := range r.engines {
-		n += strings.Count(dump, fmt.Sprintf("github.com/streamhooks/webhooks.(*Engine).runDelivery(%p", e))
-	}
-	if n != open {
-		return false, fmt.Sprintf("%d delivery goroutines, the model holds %d POSTs open", n, open)
+	if running != int64(open) {
+		return false, fmt.Sprintf("%d delivery attempts run, the model holds %d POSTs open", running, open)
 	}
 	return true, ""
 }

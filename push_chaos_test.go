@@ -173,6 +173,8 @@ func TestPushExactlyOnceInOrder(t *testing.T) {
 		webhooks.WithBackoff(func(int) time.Duration { return 2 * time.Millisecond }),
 	)
 	require.NoError(t, err)
+	progressed := make(chan struct{}, 1)
+	webhooks.SignalProgress(e, progressed)
 	startForTest(t, e)
 	rec := httptest.NewRecorder()
 	e.Handler(http.NotFoundHandler()).ServeHTTP(rec, httptest.NewRequest(http.MethodPut, "/s/*?subscription=s1",
@@ -219,7 +221,7 @@ func TestPushExactlyOnceInOrder(t *testing.T) {
 		require.NoError(t, err)
 		tails[path] = info.Tail
 	}
-	require.Eventually(t, func() bool {
+	caughtUp := func() bool {
 		recv.mu.Lock()
 		defer recv.mu.Unlock()
 		for path, tail := range tails {
@@ -228,7 +230,16 @@ func TestPushExactlyOnceInOrder(t *testing.T) {
 			}
 		}
 		return true
-	}, 60*time.Second, 5*time.Millisecond, "every stream handled to its tail")
+	}
+	// Every handled batch ends an attempt, which signals.
+	timeout := time.After(60 * time.Second)
+	for !caughtUp() {
+		select {
+		case <-progressed:
+		case <-timeout:
+			t.Fatal("not every stream was handled to its tail")
+		}
+	}
 
 	recv.mu.Lock()
 	defer recv.mu.Unlock()

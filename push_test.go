@@ -441,10 +441,11 @@ func TestPushGoneDisablesTheSubscription(t *testing.T) {
 	_, gone := h.nextBatch()
 	c := h.waitConsumer(ordersID, func(c *webhooks.Consumer) bool { return c.Failures == 1 })
 	require.Equal(t, "status_4xx: status 410", c.LastError)
-	require.Eventually(t, func() bool {
+	// The attempt's end, signalled after the subscription is disabled.
+	require.True(t, h.waitProgress(func() bool {
 		rec := h.do(http.MethodGet, "/orders/*?subscription=s1", "")
 		return strings.Contains(rec.Body.String(), `"status":"disabled"`)
-	}, waitFor, time.Millisecond, "the API shows the subscription disabled")
+	}), "the API shows the subscription disabled")
 	sub, err := h.store.GetSubscription(context.Background(), "s1")
 	require.NoError(t, err)
 	require.Equal(t, webhooks.StatusDisabled, sub.Status)

@@ -1,6 +1,30 @@
 package webhooks
 
+import (
+	"maps"
+	"slices"
+)
+
 // SignalProgress makes e send on ch after each write of consumers it makes
-// to its Store and after each delivery attempt it ends, so that a test
-// waits for their effects without polling. Call it before Start.
+// to its Store, each delivery attempt it ends, each reload of its
+// subscriptions and each time its scheduler parks, so that a test waits
+// for their effects without polling. Call it before Start.
 func SignalProgress(e *Engine, ch chan<- struct{}) { e.progressed.Set(ch) }
+
+// SchedulerParked reports whether e's scheduler waits for work, its timer
+// armed after the clock's time and no kick pending: it acts again only when
+// the clock passes its timer or a transition kicks it.
+func SchedulerParked(e *Engine) bool {
+	e.parkMu.Lock()
+	defer e.parkMu.Unlock()
+	return e.parked && e.armed.Load() > e.clock.Now().UnixNano()
+}
+
+// DeliveriesRunning is how many delivery attempts e has started and not
+// ended.
+func DeliveriesRunning(e *Engine) int64 { return e.attempts.Load() }
+
+// KnownSubscriptions lists the IDs of the subscriptions e has loaded.
+func KnownSubscriptions(e *Engine) []string {
+	return slices.Sorted(maps.Keys(e.subs.patterns()))
+}

@@ -82,6 +82,7 @@ func (e *Engine) sendStarted(c *Consumer) {
 // Stop waits for.
 func (e *Engine) startDelivery(a *attempt) {
 	e.deliveries.Add(1)
+	e.attempts.Add(1)
 	go e.runDelivery(a)
 }
 
@@ -89,6 +90,7 @@ func (e *Engine) startDelivery(a *attempt) {
 func (e *Engine) runDelivery(a *attempt) {
 	defer e.deliveries.Done()
 	e.lanes.finish(a, laneOutcomeOf(mechanismOf(a.sub).deliver(a.ctx, e, a.c, a.sub)))
+	e.attempts.Add(-1)
 	e.progressed.Send()
 }
 

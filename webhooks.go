@@ -65,8 +65,16 @@ type Engine struct {
 	// callbackPrefix is every callback URL but the consumer ID.
 	callbackPrefix string
 	// progressed tells a test that the engine has written, or tried to
-	// write, consumers to the Store, or ended a delivery attempt.
+	// write, consumers to the Store, ended a delivery attempt, reloaded
+	// its subscriptions, or parked its scheduler.
 	progressed testsignal.Signal
+	// attempts counts the delivery attempts started and not ended, and
+	// parked is set while the scheduler waits for its timer or a kick: a
+	// test moves a mock clock only while the engine is idle (see
+	// kickScheduler).
+	attempts atomic.Int64
+	parkMu   sync.Mutex
+	parked   bool
 
 	// loaded is set once Start has set tokens, subs and stored, which are
 	// read only after it.

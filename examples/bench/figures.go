@@ -41,13 +41,9 @@ func wakeLatency(ctx context.Context, b *bench) (_ []result, err error) {
 	if err := e.subscribe(ctx, "idle", "/idle/*"); err != nil {
 		return nil, err
 	}
-	var hot []target
-	for i := range hotStreams {
-		path := "/lat/" + strconv.Itoa(i)
-		hot = append(hot, target{path: path, id: webhooks.ConsumerID("lat", path)})
-		if err := e.createStream(ctx, path); err != nil {
-			return nil, err
-		}
+	hot, err := e.createHotStreams(ctx)
+	if err != nil {
+		return nil, err
 	}
 	if err := e.subscribe(ctx, "lat", "/lat/*"); err != nil {
 		return nil, err
@@ -74,6 +70,20 @@ func wakeLatency(ctx context.Context, b *bench) (_ []result, err error) {
 // target is a stream the latency figures append to, and the consumer that
 // must wake.
 type target struct{ path, id string }
+
+// createHotStreams creates the latency figures' hotStreams streams under
+// /lat/, whose consumers subscription "lat" gets.
+func (e *env) createHotStreams(ctx context.Context) ([]target, error) {
+	var hot []target
+	for i := range hotStreams {
+		path := "/lat/" + strconv.Itoa(i)
+		hot = append(hot, target{path: path, id: webhooks.ConsumerID("lat", path)})
+		if err := e.createStream(ctx, path); err != nil {
+			return nil, err
+		}
+	}
+	return hot, nil
+}
 
 // arrival is a webhook as the receiver saw it.
 type arrival struct {

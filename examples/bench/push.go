@@ -44,13 +44,9 @@ func pushLatency(ctx context.Context, b *bench) (_ []result, err error) {
 	if err := e.subscribePush(ctx, "idle", "/idle/*", fields); err != nil {
 		return nil, err
 	}
-	var hot []target
-	for i := range hotStreams {
-		path := "/lat/" + strconv.Itoa(i)
-		hot = append(hot, target{path: path, id: webhooks.ConsumerID("lat", path)})
-		if err := e.createStream(ctx, path); err != nil {
-			return nil, err
-		}
+	hot, err := e.createHotStreams(ctx)
+	if err != nil {
+		return nil, err
 	}
 	if err := e.subscribePush(ctx, "lat", "/lat/*", fields); err != nil {
 		return nil, err

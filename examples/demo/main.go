@@ -7,23 +7,19 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"os"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/streamhooks/webhooks/examples/internal/agent"
-	"github.com/streamhooks/webhooks/examples/internal/exampleserver"
+	"github.com/streamhooks/webhooks/examples/internal/narrate"
 )
 
 // timeout bounds the whole demo; every step takes milliseconds.
@@ -47,19 +43,14 @@ func main() {
 // finished two wakes and both servers have shut down, or with an error when
 // ctx ends first.
 func run(ctx context.Context, out io.Writer) (err error) {
-	p := &printer{w: out}
-	// Warnings and errors of the server and the agent still show; routine
-	// logs would drown the narrative.
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-
+	p := narrate.NewPrinter(out)
 	// The subscription API takes a bearer token, as it should anywhere.
-	apiToken := rand.Text()
-	srv, err := exampleserver.Start(ctx, exampleserver.Config{Addr: "127.0.0.1:0", Dev: true, Logger: log, APIToken: apiToken})
+	srv, apiToken, err := narrate.StartServer(ctx, p)
 	if err != nil {
-		return fmt.Errorf("starting the stream server: %w", err)
+		return err
 	}
-	defer func() { err = errors.Join(err, closeWithin("stream server", srv.Close)) }()
-	p.say("server", "stream server with the webhook engine at %s (in-memory store)", srv.URL)
+	defer func() { err = errors.Join(err, narrate.CloseWithin("stream server", srv.Close)) }()
+	log := narrate.Logger()
 
 	// The agent's address must be known to subscribe, and the secret the
 	// subscription returns to build the agent, so listen first.
@@ -73,12 +64,13 @@ func run(ctx context.Context, out io.Writer) (err error) {
 	// connection that was dialed but never used, which the transport can
 	// leave behind.
 	hc := &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
-	secret, err := subscribe(ctx, hc, srv.URL, apiToken, hook)
+	body, _ := json.Marshal(map[string]string{"webhook": hook, "description": "demo agent"})
+	secret, err := narrate.Subscribe(ctx, hc, srv.URL, apiToken, pattern+"?subscription=demo-agents", string(body))
 	if err != nil {
 		_ = ln.Close()
 		return err
 	}
-	p.say("subscribed", "%s → %s (201 Created, secret %s…)", pattern, hook, secret[:len("whsec_")+4])
+	p.Say("subscribed", "%s → %s (201 Created, secret %s…)", pattern, hook, secret[:len("whsec_")+4])
 
 	finished := make(chan agent.Step, 8)
 	a, err := agent.New(agent.Config{
@@ -87,7 +79,7 @@ func run(ctx context.Context, out io.Writer) (err error) {
 		HTTPClient:   hc,
 		Logger:       log,
 		OnStep: func(s agent.Step) {
-			p.step(s)
+			step(p, s)
 			if s.Kind == agent.StepDone || s.Kind == agent.StepFailed {
 				select {
 				case finished <- s:
@@ -107,9 +99,9 @@ func run(ctx context.Context, out io.Writer) (err error) {
 	// and Shutdown waits 5 seconds for such a connection.
 	consumer.SetKeepAlivesEnabled(false)
 	go func() { _ = consumer.Serve(ln) }()
-	defer func() { err = errors.Join(err, closeWithin("consumer", consumer.Shutdown)) }()
+	defer func() { err = errors.Join(err, narrate.CloseWithin("consumer", consumer.Shutdown)) }()
 	defer hc.CloseIdleConnections() // runs first; see hc
-	p.say("consumer", "agent listening at %s", hook)
+	p.Say("consumer", "agent listening at %s", hook)
 
 	// Each batch is one request, so it lands in one piece and wakes the
 	// agent once. The first creates the stream with its events: an empty
@@ -121,13 +113,13 @@ func run(ctx context.Context, out io.Writer) (err error) {
 	for i, batch := range batches {
 		body := "[" + strings.Join(batch, ",") + "]"
 		if i == 0 {
-			if err := request(ctx, hc, http.MethodPut, srv.URL+stream, body, http.StatusCreated); err != nil {
+			if err := narrate.Request(ctx, hc, http.MethodPut, srv.URL+stream, body, http.StatusCreated); err != nil {
 				return fmt.Errorf("creating %s: %w", stream, err)
 			}
-			p.say("created", "stream %s with %d events", stream, len(batch))
+			p.Say("created", "stream %s with %d events", stream, len(batch))
 		} else {
-			p.say("append", "%d events to %s", len(batch), stream)
-			if err := request(ctx, hc, http.MethodPost, srv.URL+stream, body, http.StatusNoContent); err != nil {
+			p.Say("append", "%d events to %s", len(batch), stream)
+			if err := narrate.Request(ctx, hc, http.MethodPost, srv.URL+stream, body, http.StatusNoContent); err != nil {
 				return fmt.Errorf("appending to %s: %w", stream, err)
 			}
 		}
@@ -147,82 +139,14 @@ func run(ctx context.Context, out io.Writer) (err error) {
 		if err != nil {
 			return err
 		}
-		p.say("state", "consumer is %s at epoch %d, acked through %s", c.State, c.Epoch, c.Streams[0].Offset)
+		p.Say("state", "consumer is %s at epoch %d, acked through %s", c.State, c.Epoch, c.Streams[0].Offset)
 	}
-	p.say("ok", "woken twice, epochs 1 → 2: wake, claim, read, ack, done works end to end")
+	p.Say("ok", "woken twice, epochs 1 → 2: wake, claim, read, ack, done works end to end")
 	return nil
 }
 
-// subscribe creates the demo's subscription and returns its webhook secret.
-func subscribe(ctx context.Context, hc *http.Client, server, apiToken, hook string) (string, error) {
-	body, _ := json.Marshal(map[string]string{"webhook": hook, "description": "demo agent"})
-	req, err := http.NewRequestWithContext(ctx, http.MethodPut, server+pattern+"?subscription=demo-agents", bytes.NewReader(body))
-	if err != nil {
-		return "", err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Authorization", "Bearer "+apiToken)
-	resp, err := hc.Do(req)
-	if err != nil {
-		return "", fmt.Errorf("subscribing: %w", err)
-	}
-	defer resp.Body.Close()
-	var created struct {
-		Secret string `json:"webhook_secret"`
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&created); err != nil || resp.StatusCode != http.StatusCreated {
-		return "", fmt.Errorf("subscribing: status %s, decoding: %v", resp.Status, err)
-	}
-	if !strings.HasPrefix(created.Secret, "whsec_") {
-		return "", fmt.Errorf("subscribing: unexpected secret %q", created.Secret)
-	}
-	return created.Secret, nil
-}
-
-// request sends a JSON request and checks the status.
-func request(ctx context.Context, hc *http.Client, method, url, body string, want int) error {
-	req, err := http.NewRequestWithContext(ctx, method, url, strings.NewReader(body))
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := hc.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<10))
-	if resp.StatusCode != want {
-		return fmt.Errorf("status %s, want %d: %s", resp.Status, want, bytes.TrimSpace(msg))
-	}
-	return nil
-}
-
-// closeWithin runs a shutdown function with a bounded context. Everything
-// is idle by then, so shutting down takes milliseconds.
-func closeWithin(what string, shutdown func(context.Context) error) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	if err := shutdown(ctx); err != nil {
-		return fmt.Errorf("shutting down the %s: %w", what, err)
-	}
-	return nil
-}
-
-// printer writes the narrative. Steps come from the agent's handler
-// goroutines, so writes are serialized.
-type printer struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-func (p *printer) say(label, format string, args ...any) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	fmt.Fprintf(p.w, "%-11s %s\n", label, fmt.Sprintf(format, args...))
-}
-
-func (p *printer) step(s agent.Step) {
+// step narrates a step of the agent.
+func step(p *narrate.Printer, s agent.Step) {
 	n := s.Notification
 	switch s.Kind {
 	case agent.StepWoken:
@@ -230,19 +154,19 @@ func (p *printer) step(s agent.Step) {
 		if n.Epoch > 1 {
 			rewake = " (re-wake)"
 		}
-		p.say("WOKEN", "consumer %s, epoch %d%s, wake_id %s, triggered by %v", n.ConsumerID, n.Epoch, rewake, n.WakeID, n.TriggeredBy)
+		p.Say("WOKEN", "consumer %s, epoch %d%s, wake_id %s, triggered by %v", n.ConsumerID, n.Epoch, rewake, n.WakeID, n.TriggeredBy)
 	case agent.StepClaimed:
-		p.say("claimed", "wake %s via the callback API", n.WakeID)
+		p.Say("claimed", "wake %s via the callback API", n.WakeID)
 	case agent.StepRead:
-		p.say("read", "%s from offset %s: %d events", s.Stream, s.From, len(s.Events))
+		p.Say("read", "%s from offset %s: %d events", s.Stream, s.From, len(s.Events))
 		for _, e := range s.Events {
-			p.say("", "  %s", e)
+			p.Say("", "  %s", e)
 		}
 	case agent.StepAcked:
-		p.say("acked", "%s through %s (its Stream-Next-Offset)", s.Stream, s.Offset)
+		p.Say("acked", "%s through %s (its Stream-Next-Offset)", s.Stream, s.Offset)
 	case agent.StepDone:
-		p.say("done", "epoch %d finished", n.Epoch)
+		p.Say("done", "epoch %d finished", n.Epoch)
 	case agent.StepFailed:
-		p.say("FAILED", "epoch %d: %v", n.Epoch, s.Err)
+		p.Say("FAILED", "epoch %d: %v", n.Epoch, s.Err)
 	}
 }

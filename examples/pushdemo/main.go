@@ -8,23 +8,18 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net"
 	"net/http"
 	"os"
 	"strings"
-	"sync"
 	"time"
 
 	webhooks "github.com/streamhooks/webhooks"
-	"github.com/streamhooks/webhooks/examples/internal/exampleserver"
+	"github.com/streamhooks/webhooks/examples/internal/narrate"
 	"github.com/streamhooks/webhooks/examples/internal/pushreceiver"
 )
 
@@ -53,15 +48,12 @@ func main() {
 // had both batches and both servers have shut down, or with an error when
 // ctx ends first.
 func run(ctx context.Context, out io.Writer) (err error) {
-	p := &printer{w: out}
-	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
-	apiToken := rand.Text()
-	srv, err := exampleserver.Start(ctx, exampleserver.Config{Addr: "127.0.0.1:0", Dev: true, Logger: log, APIToken: apiToken})
+	p := narrate.NewPrinter(out)
+	srv, apiToken, err := narrate.StartServer(ctx, p)
 	if err != nil {
-		return fmt.Errorf("starting the stream server: %w", err)
+		return err
 	}
-	defer func() { err = errors.Join(err, closeWithin("stream server", srv.Close)) }()
-	p.say("server", "stream server with the webhook engine at %s (in-memory store)", srv.URL)
+	defer func() { err = errors.Join(err, narrate.CloseWithin("stream server", srv.Close)) }()
 
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -69,12 +61,13 @@ func run(ctx context.Context, out io.Writer) (err error) {
 	}
 	hook := "http://" + ln.Addr().String() + "/orders"
 	hc := &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
-	secret, err := subscribe(ctx, hc, srv.URL, apiToken, hook)
+	body := fmt.Sprintf(`{"webhook":%q,"description":"push demo",%s}`, hook, options)
+	secret, err := narrate.Subscribe(ctx, hc, srv.URL, apiToken, pattern+"?subscription=demo-orders", body)
 	if err != nil {
 		_ = ln.Close()
 		return err
 	}
-	p.say("subscribed", "%s → %s, delivery events, filter type order.* or refund.** (secret %s…)", pattern, hook, secret[:len("whsec_")+4])
+	p.Say("subscribed", "%s → %s, delivery events, filter type order.* or refund.** (secret %s…)", pattern, hook, secret[:len("whsec_")+4])
 
 	batches := make(chan *webhooks.EventsPayload, 8)
 	receiver := &http.Server{
@@ -85,9 +78,9 @@ func run(ctx context.Context, out io.Writer) (err error) {
 		ReadHeaderTimeout: 10 * time.Second,
 	}
 	go func() { _ = receiver.Serve(ln) }()
-	defer func() { err = errors.Join(err, closeWithin("receiver", receiver.Shutdown)) }()
+	defer func() { err = errors.Join(err, narrate.CloseWithin("receiver", receiver.Shutdown)) }()
 	defer hc.CloseIdleConnections()
-	p.say("receiver", "at %s: checks the signature, handles each Webhook-Id once, answers 204", hook)
+	p.Say("receiver", "at %s: checks the signature, handles each Webhook-Id once, answers 204", hook)
 
 	appends := [][]string{
 		{`{"type":"order.created","id":"o1"}`, `{"type":"user.login","user":"ann"}`, `{"type":"order.paid","id":"o1"}`},
@@ -99,27 +92,27 @@ func run(ctx context.Context, out io.Writer) (err error) {
 		if i == 0 {
 			method, want, verb = http.MethodPut, http.StatusCreated, "created"
 		}
-		if err := request(ctx, hc, method, srv.URL+stream, body, want); err != nil {
+		if err := narrate.Request(ctx, hc, method, srv.URL+stream, body, want); err != nil {
 			return fmt.Errorf("%s %s: %w", verb, stream, err)
 		}
-		p.say(verb, "%s with %d events", stream, len(events))
+		p.Say(verb, "%s with %d events", stream, len(events))
 		var b *webhooks.EventsPayload
 		select {
 		case b = <-batches:
 		case <-ctx.Done():
 			return fmt.Errorf("no batch %d within %v: %w", i+1, timeout, ctx.Err())
 		}
-		p.say("POST", "delivery %s: %d events of %s, offsets %s → %s, up_to_date %v", b.DeliveryID, len(b.Events), b.Stream, b.FirstOffset, b.Offset, b.UpToDate)
+		p.Say("POST", "delivery %s: %d events of %s, offsets %s → %s, up_to_date %v", b.DeliveryID, len(b.Events), b.Stream, b.FirstOffset, b.Offset, b.UpToDate)
 		for _, e := range b.Events {
-			p.say("", "  %s", e)
+			p.Say("", "  %s", e)
 		}
 		c, err := waitCursor(ctx, srv.Store, webhooks.ConsumerID("demo-orders", stream), b.Offset)
 		if err != nil {
 			return err
 		}
-		p.say("state", "consumer is %s, cursor at %s: the 204 acked the batch", c.State, c.Streams[0].Offset)
+		p.Say("state", "consumer is %s, cursor at %s: the 204 acked the batch", c.State, c.Streams[0].Offset)
 	}
-	p.say("ok", "two batches pushed and acked by 2xx alone; user.login was filtered out")
+	p.Say("ok", "two batches pushed and acked by 2xx alone; user.login was filtered out")
 	return nil
 }
 
@@ -140,68 +133,4 @@ func waitCursor(ctx context.Context, store webhooks.Store, id, offset string) (*
 		case <-time.After(time.Millisecond):
 		}
 	}
-}
-
-// subscribe creates the demo's subscription and returns its webhook secret.
-func subscribe(ctx context.Context, hc *http.Client, server, apiToken, hook string) (string, error) {
-	body := fmt.Sprintf(`{"webhook":%q,"description":"push demo",%s}`, hook, options)
-	req, err := http.NewRequestWithContext(ctx, http.MethodPut, server+pattern+"?subscription=demo-orders", strings.NewReader(body))
-	if err != nil {
-		return "", err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Authorization", "Bearer "+apiToken)
-	resp, err := hc.Do(req)
-	if err != nil {
-		return "", fmt.Errorf("subscribing: %w", err)
-	}
-	defer resp.Body.Close()
-	var created struct {
-		Secret string `json:"webhook_secret"`
-	}
-	if err := json.NewDecoder(resp.Body).Decode(&created); err != nil || resp.StatusCode != http.StatusCreated {
-		return "", fmt.Errorf("subscribing: status %s, decoding: %v", resp.Status, err)
-	}
-	return created.Secret, nil
-}
-
-// request sends a JSON request and checks the status.
-func request(ctx context.Context, hc *http.Client, method, url, body string, want int) error {
-	req, err := http.NewRequestWithContext(ctx, method, url, strings.NewReader(body))
-	if err != nil {
-		return err
-	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := hc.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	msg, _ := io.ReadAll(io.LimitReader(resp.Body, 1<<10))
-	if resp.StatusCode != want {
-		return fmt.Errorf("status %s, want %d: %s", resp.Status, want, bytes.TrimSpace(msg))
-	}
-	return nil
-}
-
-// closeWithin runs a shutdown function with a bounded context.
-func closeWithin(what string, shutdown func(context.Context) error) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	if err := shutdown(ctx); err != nil {
-		return fmt.Errorf("shutting down the %s: %w", what, err)
-	}
-	return nil
-}
-
-// printer writes the narrative.
-type printer struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-func (p *printer) say(label, format string, args ...any) {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	fmt.Fprintf(p.w, "%-11s %s\n", label, fmt.Sprintf(format, args...))
 }

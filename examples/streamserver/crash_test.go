@@ -388,7 +388,13 @@ func (w *crashWorld) subscribe(id, pattern string) {
 // subscribeOn creates a subscription through the server at base.
 func (w *crashWorld) subscribeOn(base, id, pattern string) {
 	w.t.Helper()
-	body := fmt.Sprintf(`{"webhook":%q}`, w.recv.URL+"/hook")
+	w.createSubscription(base, id, pattern, fmt.Sprintf(`{"webhook":%q}`, w.recv.URL+"/hook"))
+}
+
+// createSubscription creates subscription id on pattern with the request
+// body through the server at base, and records and returns its secret.
+func (w *crashWorld) createSubscription(base, id, pattern, body string) string {
+	w.t.Helper()
 	req, err := http.NewRequest(http.MethodPut, base+pattern+"?subscription="+id, strings.NewReader(body))
 	require.NoError(w.t, err)
 	req.Header.Set("Content-Type", "application/json")
@@ -403,6 +409,7 @@ func (w *crashWorld) subscribeOn(base, id, pattern string) {
 	w.mu.Lock()
 	w.secrets[id] = created.Secret
 	w.mu.Unlock()
+	return created.Secret
 }
 
 func (w *crashWorld) createStream(path string) {

@@ -169,18 +169,9 @@ func (pw *pushWorld) handle(p *webhooks.EventsPayload) {
 func (pw *pushWorld) subscribe(base string) {
 	pw.t.Helper()
 	body := fmt.Sprintf(`{"webhook":%q,"delivery":"events","batch":{"max_size":3,"max_wait_ms":0},"timeout_ms":1000,"retry":{"max_attempts":0}}`, pw.recv.URL)
-	req, err := http.NewRequest(http.MethodPut, base+"/push/*?subscription=push", strings.NewReader(body))
-	require.NoError(pw.t, err)
-	resp, err := pw.client.Do(req)
-	require.NoError(pw.t, err)
-	defer resp.Body.Close()
-	require.Equal(pw.t, http.StatusCreated, resp.StatusCode)
-	var created struct {
-		Secret string `json:"webhook_secret"`
-	}
-	require.NoError(pw.t, json.NewDecoder(resp.Body).Decode(&created))
+	secret := pw.createSubscription(base, "push", "/push/*", body)
 	pw.mu.Lock()
-	pw.secret = created.Secret
+	pw.secret = secret
 	pw.mu.Unlock()
 }
 
