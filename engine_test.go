@@ -374,7 +374,7 @@ func TestLateResponseOfEndedCycleChangesNothing(t *testing.T) {
 	// Now epoch 1's POST answers {"done":true}: it must not auto-ack epoch
 	// 2's work or end epoch 2's cycle.
 	close(hold)
-	require.Eventually(t, func() bool { return len(h.recv.deliveries) == 0 }, waitFor, time.Millisecond)
+	require.True(t, h.waitProgress(func() bool { return webhooks.DeliveriesRunning(h.engine) == 0 }), "epoch 1's POST never ended")
 	after := h.consumer(agentAID)
 	require.Equal(t, before.State, after.State)
 	require.Equal(t, before.Epoch, after.Epoch)

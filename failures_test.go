@@ -250,7 +250,7 @@ func TestFailureStormLogIsBounded(t *testing.T) {
 			fh.create(fmt.Sprintf("/tools/%d", i), 1)
 		}
 	}
-	require.Eventually(t, func() bool { return fh.failures(t)["status_5xx"] == storm+others }, waitFor, 10*time.Millisecond)
+	require.True(t, fh.waitProgress(func() bool { return fh.failures(t)["status_5xx"] == storm+others }))
 	require.True(t, fh.waitProgress(func() bool { return webhooks.FaultSlotsInUse(fh.engine) == 0 }), "a delivery never ended")
 
 	bySub := func() map[string][]map[string]any {
@@ -269,7 +269,7 @@ func TestFailureStormLogIsBounded(t *testing.T) {
 
 	fh.clock.Add(webhooks.FailureLogEvery)
 	fh.create("/agents/last", 1)
-	require.Eventually(t, func() bool { return fh.failures(t)["status_5xx"] == storm+others+1 }, waitFor, time.Millisecond)
+	require.True(t, fh.waitProgress(func() bool { return fh.failures(t)["status_5xx"] == storm+others+1 }))
 	id := webhooks.ConsumerID("storm", "/agents/last")
 	fh.waitConsumer(id, func(c *webhooks.Consumer) bool { return c.Failures == 1 })
 	fh.faultRequireSettled(id)
@@ -293,7 +293,8 @@ func TestHungAttemptIsLoggedAtItsWakingTimeout(t *testing.T) {
 	d := fh.wake("s1", "/agents/*", agentA)
 	fh.clock.Add(webhooks.DefaultWakingTimeout)
 	c := fh.waitConsumer(agentAID, func(c *webhooks.Consumer) bool { return c.Failures == 1 && !c.InFlight })
-	require.Eventually(t, func() bool { return len(fh.logs.lines(t, failedMsg)) == 1 }, waitFor, time.Millisecond)
+	// Logged after the write, before the scheduler parks again.
+	require.True(t, fh.waitProgress(func() bool { return len(fh.logs.lines(t, failedMsg)) == 1 }))
 	line := fh.logs.lines(t, failedMsg)[0]
 	require.Equal(t, "timeout", line["error_class"])
 	require.Equal(t, "no 2xx within the attempt's timeout", line["error"])
@@ -391,7 +392,7 @@ func TestFailureThatEndsTheRunIsLoggedAsARemoval(t *testing.T) {
 	h.waitGone(agentAID)
 	store.open()
 	h.faultRequireNoDelivery()
-	require.Eventually(t, func() bool { return len(logs.lines(t, failedMsg)) == 2 }, waitFor, time.Millisecond)
+	require.True(t, h.waitProgress(func() bool { return len(logs.lines(t, failedMsg)) == 2 }))
 	last := logs.lines(t, failedMsg)[1]
 	require.Equal(t, 2.0, last["attempt"])
 	require.Equal(t, true, last["removed"])
