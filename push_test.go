@@ -472,3 +472,38 @@ func TestPushGoneDisablesTheSubscription(t *testing.T) {
 	require.Equal(t, map[string][]string{"/orders/1": numbered(1, 1), "/orders/2": numbered(1, 2)}, got, "every consumer resumed from its cursor")
 	require.ErrorIs(t, h.engine.EnableSubscription(context.Background(), "none"), webhooks.ErrSubscriptionNotFound)
 }
+
+// A batch's request, byte for byte: the body, and the headers with a
+// signature computed independently (Python's hmac) for a fixed secret,
+// time and delivery id.
+func TestPushKnownAnswer(t *testing.T) {
+	ctx := context.Background()
+	h := newHarness(t)
+	require.NoError(t, h.store.CreateSubscription(ctx, &webhooks.Subscription{
+		ID: "s1", Pattern: "/orders/*", Webhook: h.recv.url(), Secret: "whsec_kat", CreatedAt: h.clock.Now(),
+		Delivery: webhooks.DeliveryEvents,
+		Events:   &webhooks.EventsOptions{MaxBatchEvents: 100, Headers: map[string]string{"Authorization": "Bearer kat"}},
+	}))
+	tail := h.source.appendEvents("/orders/1", `{"n":1}`, `{"n":2}`)
+	require.NoError(t, h.store.CreateConsumer(ctx, &webhooks.Consumer{
+		ID: ordersID, SubscriptionID: "s1", PrimaryStream: "/orders/1",
+		State: webhooks.StateWaking, Epoch: 1, WakeID: "msg_00000000000000000000000000000001",
+		Streams: streamOffsets("/orders/1", webhooks.OffsetNone), Batch: webhooks.ReadLimit{MaxEvents: 100, Until: tail},
+		Deadline: h.clock.Now(),
+	}))
+	h.clock.Add(testPollInterval) // the poll finds the retry due: 2026-01-02T04:04:05Z
+	d := h.nextDelivery()
+	require.Equal(t, `{"subscription_id":"s1","stream":"/orders/1","delivery_id":"msg_00000000000000000000000000000001",`+
+		`"events":[{"n":1},{"n":2}],"first_offset":"-1","offset":"0000000000000000_0000000000000002","up_to_date":true}`, string(d.body))
+	for name, want := range map[string]string{
+		"Content-Type":            "application/json",
+		"User-Agent":              "streamhooks",
+		"Authorization":           "Bearer kat",
+		webhooks.DeliveryIDHeader: "msg_00000000000000000000000000000001",
+		webhooks.TimestampHeader:  "1767326645",
+		webhooks.SignatureHeader:  "t=1767326645,sha256=c73d08113151e0ab89b71f3b17d3efea813dfda7042f07d1ade85512c0ca0eba",
+	} {
+		require.Equal(t, want, d.header.Get(name), name)
+	}
+	h.waitCursor(ordersID, tail)
+}
