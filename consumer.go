@@ -403,7 +403,7 @@ func (e *Engine) update(ctx context.Context, id string, fn func(c *Consumer) (ch
 		return c, err
 	}
 	if c.Epoch > before {
-		e.tel.woke(ctx)
+		e.tel.started(ctx, c)
 	}
 	if c.State == StateFailed && !wasFailed {
 		e.log.WarnContext(ctx, "webhooks: consumer stopped: its batch failed every attempt allowed",

@@ -27,6 +27,7 @@ const (
 type telemetry struct {
 	tracer          trace.Tracer
 	wakes           metric.Int64Counter
+	batches         metric.Int64Counter
 	deliveries      metric.Int64Counter
 	failures        metric.Int64Counter
 	deliveryLatency metric.Float64Histogram
@@ -69,6 +70,10 @@ func newTelemetry(tp trace.TracerProvider, mp metric.MeterProvider, store Store,
 		metric.WithDescription("Wake cycles started.")); err != nil {
 		return nil, err
 	}
+	if t.batches, err = meter.Int64Counter("webhooks.batches",
+		metric.WithDescription("Event-push batches started.")); err != nil {
+		return nil, err
+	}
 	if t.deliveries, err = meter.Int64Counter("webhooks.delivery.attempts",
 		metric.WithDescription("Webhook delivery attempts, by outcome.")); err != nil {
 		return nil, err
@@ -97,7 +102,7 @@ func newTelemetry(tp trace.TracerProvider, mp metric.MeterProvider, store Store,
 		if err != nil {
 			return err
 		}
-		for _, state := range []ConsumerState{StateIdle, StateWaking, StateLive} {
+		for _, state := range []ConsumerState{StateIdle, StateWaking, StateLive, StateFailed} {
 			o.ObserveInt64(t.consumers, int64(counts[state]), metric.WithAttributes(attribute.String("state", string(state))))
 		}
 		return nil
@@ -108,7 +113,13 @@ func newTelemetry(tp trace.TracerProvider, mp metric.MeterProvider, store Store,
 	return t, nil
 }
 
-func (t *telemetry) woke(ctx context.Context) {
+// started counts a wake cycle, or an event-push batch, which c has just
+// started.
+func (t *telemetry) started(ctx context.Context, c *Consumer) {
+	if c.Batch != (ReadLimit{}) {
+		t.batches.Add(ctx, 1)
+		return
+	}
 	t.wakes.Add(ctx, 1)
 }
 

@@ -213,7 +213,7 @@ func TestTelemetrySpansAndMetrics(t *testing.T) {
 		telInt64Points(t, m["webhooks.callbacks"], "code"))
 
 	require.Contains(t, m, "webhooks.consumers")
-	require.Equal(t, map[string]int64{"IDLE": 1, "WAKING": 1, "LIVE": 1},
+	require.Equal(t, map[string]int64{"IDLE": 1, "WAKING": 1, "LIVE": 1, "FAILED": 0},
 		telInt64Points(t, m["webhooks.consumers"], "state"))
 
 	// The gauge follows the store: after a done callback and the removal of
@@ -223,7 +223,32 @@ func TestTelemetrySpansAndMetrics(t *testing.T) {
 	th.source.remove("/agents/t2")
 	require.NoError(t, th.engine.StreamDeleted(ctx, "/agents/t2"))
 	m = th.telCollect()
-	require.Equal(t, map[string]int64{"IDLE": 2, "WAKING": 0, "LIVE": 0},
+	require.Equal(t, map[string]int64{"IDLE": 2, "WAKING": 0, "LIVE": 0, "FAILED": 0},
+		telInt64Points(t, m["webhooks.consumers"], "state"))
+}
+
+// Event push counts batches, not wakes; a push attempt has its span, and a
+// consumer stopped after its last attempt shows in the gauge as FAILED.
+func TestTelemetryEventPush(t *testing.T) {
+	th := newTelHarness(t)
+	th.subscribeEvents("s1", "/orders/*", `"batch":{"max_wait_ms":0},"retry":{"max_attempts":1}`)
+	th.recv.queue(reply{status: http.StatusInternalServerError})
+	th.push("/orders/1", numbered(1, 1)...)
+	th.nextBatch()
+	th.waitConsumer(ordersID, func(c *webhooks.Consumer) bool { return c.State == webhooks.StateFailed })
+	th.push("/orders/2", numbered(1, 1)...)
+	th.nextBatch()
+	th.waitCursor(webhooks.ConsumerID("s1", "/orders/2"), offset(1))
+	// A span ends with its attempt.
+	require.True(t, th.waitProgress(func() bool { return webhooks.DeliveriesRunning(th.engine) == 0 }))
+	require.Len(t, th.telEnded("webhooks.push"), 2)
+
+	m := th.telCollect()
+	require.Equal(t, map[string]int64{"": 2}, telInt64Points(t, m["webhooks.batches"], ""))
+	require.NotContains(t, m, "webhooks.wakes", "no wake cycle")
+	require.Equal(t, map[string]int64{"ok": 1, "http_error": 1},
+		telInt64Points(t, m["webhooks.delivery.attempts"], "outcome"))
+	require.Equal(t, map[string]int64{"IDLE": 1, "WAKING": 0, "LIVE": 0, "FAILED": 1},
 		telInt64Points(t, m["webhooks.consumers"], "state"))
 }
 
@@ -250,7 +275,7 @@ func TestTelemetryRetryAttempts(t *testing.T) {
 	require.Equal(t, map[string]int64{"": 1}, telInt64Points(t, m["webhooks.wakes"], ""))
 	require.Equal(t, map[string]int64{"ok": 1, "http_error": 1},
 		telInt64Points(t, m["webhooks.delivery.attempts"], "outcome"))
-	require.Equal(t, map[string]int64{"IDLE": 0, "WAKING": 0, "LIVE": 1},
+	require.Equal(t, map[string]int64{"IDLE": 0, "WAKING": 0, "LIVE": 1, "FAILED": 0},
 		telInt64Points(t, m["webhooks.consumers"], "state"))
 }
 
