@@ -170,7 +170,8 @@ func TestAttemptWhoseHostCannotBeReadIsRetried(t *testing.T) {
 	store.armed.Store(2)
 	h.clock.Add(testPollInterval) // the poll finds the consumer due
 	h.waitConsumer(agentAID, func(c *webhooks.Consumer) bool { return c.InFlight && c.Attempt == 1 })
-	require.Eventually(t, func() bool { return store.armed.Load() == 0 }, waitFor, time.Millisecond)
+	// Read before the scheduler parks again.
+	require.True(t, h.waitProgress(func() bool { return store.armed.Load() == 0 }), "the send never read the subscription")
 	h.faultRequireNoDelivery()
 
 	h.clock.Add(webhooks.DefaultWakingTimeout)
