@@ -167,8 +167,9 @@ func (pushMechanism) deliver(ctx context.Context, e *Engine, c *Consumer, sub *S
 	defer span.End()
 	batch, events, err := e.readBatch(ctx, c, sub)
 	if err != nil {
-		// The attempt stays in flight and times out, to be retried.
-		if ctx.Err() == nil {
+		// The attempt stays in flight and times out, to be retried. A
+		// stream deleted meanwhile takes its consumers with it.
+		if ctx.Err() == nil && !errors.Is(err, ErrStreamNotFound) {
 			e.log.ErrorContext(ctx, "webhooks: reading a batch", "consumer_id", c.ID, "error", err)
 		}
 		return ""

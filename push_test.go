@@ -3,6 +3,7 @@ package webhooks_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -506,4 +507,39 @@ func TestPushKnownAnswer(t *testing.T) {
 		require.Equal(t, want, d.header.Get(name), name)
 	}
 	h.waitCursor(ordersID, tail)
+}
+
+// unreadable is a source whose streams cannot be read: ReadEvents fails
+// with err.
+type unreadable struct {
+	*fakeSource
+	err error
+}
+
+func (u unreadable) ReadEvents(context.Context, string, string, webhooks.ReadLimit) (webhooks.EventBatch, error) {
+	return webhooks.EventBatch{}, u.err
+}
+
+// A batch that cannot be read is not sent: the attempt stays in flight and
+// times out, to be retried. A read error is logged, but not a stream that
+// was deleted meanwhile, which takes its consumers with it.
+func TestPushUnreadableBatch(t *testing.T) {
+	for _, tc := range []struct {
+		err    error
+		logged int
+	}{
+		{errors.New("disk on fire"), 1},
+		{webhooks.ErrStreamNotFound, 0},
+	} {
+		logs, logger := newLogCapture()
+		h := newHarnessWrapped(t, func(s *fakeSource) webhooks.StreamSource { return unreadable{s, tc.err} },
+			webhooks.WithLogger(logger))
+		h.subscribeEvents("s1", "/orders/*", `"batch":{"max_wait_ms":0}`)
+		h.push("/orders/1", numbered(1, 1)...)
+		require.True(t, h.waitProgress(func() bool { return webhooks.DeliveriesRunning(h.engine) == 0 }))
+		c := h.consumer(ordersID)
+		require.True(t, c.InFlight && c.State == webhooks.StateWaking, "%v: the attempt stays in flight", tc.err)
+		h.faultRequireNoDelivery()
+		require.Len(t, logs.lines(t, "webhooks: reading a batch"), tc.logged, tc.err)
+	}
 }
