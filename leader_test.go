@@ -139,7 +139,7 @@ func storeConsumers(t *testing.T, store webhooks.Store) {
 	}
 }
 
-var storeGauge = map[string]int64{"IDLE": 2, "WAKING": 0, "LIVE": 1}
+var storeGauge = map[string]int64{"IDLE": 2, "WAKING": 0, "LIVE": 1, "FAILED": 0}
 
 // Two engines on one Store: only the one that holds the lease reports the
 // Store-wide gauge, so the sum over both is the Store's count, not twice it.
