@@ -201,7 +201,7 @@ func (e *Engine) applyCallback(ctx context.Context, c *Consumer, claims *tokenCl
 	}
 	ch := changeSave
 	if req.Done && c.State == StateLive {
-		ch = e.m.finish(c, t, now)
+		ch = e.m.finish(c, e.subs.get(c.SubscriptionID), t, now)
 	}
 	e.m.touch(c, now)
 	return ch, nil

@@ -180,11 +180,11 @@ func (m *machine) wakeIfPending(c *Consumer, t tails, now time.Time) change {
 
 // finish ends a wake cycle: to IDLE, or straight into a new wake if work is
 // pending (L3; the same rule keeps L1 after a liveness timeout).
-func (m *machine) finish(c *Consumer, t tails, now time.Time) change {
+func (m *machine) finish(c *Consumer, sub *Subscription, t tails, now time.Time) change {
 	c.State = StateIdle
 	c.InFlight = false
 	c.Deadline = time.Time{}
-	if ch := m.wakeIfPending(c, t, now); ch != noChange {
+	if ch := m.start(c, sub, t, now); ch != noChange {
 		return ch
 	}
 	// Only a wake cycle reads these: an IDLE consumer, of which there may
@@ -251,7 +251,7 @@ type deliveryResult struct {
 
 // applyDelivery applies a wake-up outcome. A response from a wake cycle
 // that has ended changes nothing.
-func (m *machine) applyDelivery(c *Consumer, r deliveryResult, t tails, now time.Time) change {
+func (m *machine) applyDelivery(c *Consumer, sub *Subscription, r deliveryResult, t tails, now time.Time) change {
 	if c.Epoch != r.epoch || c.WakeID != r.wakeID {
 		return noChange
 	}
@@ -262,7 +262,7 @@ func (m *machine) applyDelivery(c *Consumer, r deliveryResult, t tails, now time
 		}
 		deliveryOK(c)
 		m.autoAck(c)
-		return m.finish(c, t, now)
+		return m.finish(c, sub, t, now)
 	case r.ok:
 		// LIVE and IDLE consumers have no failure run to end: goLive
 		// ended it.
@@ -357,7 +357,7 @@ func (m *machine) onDue(c *Consumer, sub *Subscription, t tails, now time.Time) 
 		m.startAttempt(c, sub, now)
 		return changeSend
 	case StateLive:
-		return m.finish(c, t, now)
+		return m.finish(c, sub, t, now)
 	case StateIdle:
 		if ch := m.start(c, sub, t, now); ch != noChange {
 			return ch

@@ -83,7 +83,7 @@ func TestStaleFailureIsIgnored(t *testing.T) {
 	require.Equal(t, changeSave, m.onDue(c, nil, nil, t0.Add(DefaultWakingTimeout)))
 	require.Equal(t, 1, c.Failures)
 	require.Equal(t, changeSend, m.onDue(c, nil, nil, c.Deadline))
-	require.Equal(t, noChange, m.applyDelivery(c, r, nil, c.Deadline))
+	require.Equal(t, noChange, m.applyDelivery(c, nil, r, nil, c.Deadline))
 	require.Equal(t, 1, c.Failures)
 }
 
@@ -102,7 +102,7 @@ func TestFinishToIdleDropsWhatOnlyTheWakeReads(t *testing.T) {
 	c := newConsumer("s", "/a", OffsetNone, t0)
 	require.Equal(t, changeSend, m.wakeIfPending(c, tl, t0))
 	wakeID := c.WakeID
-	require.Equal(t, changeSave, m.applyDelivery(c, deliveryResult{epoch: 1, wakeID: wakeID, attempt: 1, ok: true, done: true}, tl, t0))
+	require.Equal(t, changeSave, m.applyDelivery(c, nil, deliveryResult{epoch: 1, wakeID: wakeID, attempt: 1, ok: true, done: true}, tl, t0))
 	require.Equal(t, StateIdle, c.State)
 	require.Nil(t, c.WakeTails)
 	require.Nil(t, c.TriggeredBy)
@@ -111,7 +111,7 @@ func TestFinishToIdleDropsWhatOnlyTheWakeReads(t *testing.T) {
 	// A finish that wakes again keeps them, for the new cycle.
 	c.State = StateLive
 	tl["/a"] = StreamInfo{Path: "/a", Tail: "0000000000000000_0000000000000020"}
-	require.Equal(t, changeSend, m.finish(c, tl, t0), "the new wake's attempt is to send")
+	require.Equal(t, changeSend, m.finish(c, nil, tl, t0), "the new wake's attempt is to send")
 	require.Equal(t, StateWaking, c.State)
 	require.Equal(t, []string{"/a"}, c.TriggeredBy)
 	require.Equal(t, []StreamOffset{{Path: "/a", Offset: "0000000000000000_0000000000000020"}}, c.WakeTails)

@@ -28,3 +28,6 @@ func DeliveriesRunning(e *Engine) int64 { return e.attempts.Load() }
 func KnownSubscriptions(e *Engine) []string {
 	return slices.Sorted(maps.Keys(e.subs.patterns()))
 }
+
+// LoadedSubscription is subscription id as e has loaded it, or nil.
+func LoadedSubscription(e *Engine, id string) *Subscription { return e.subs.get(id).Clone() }

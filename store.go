@@ -160,7 +160,8 @@ const (
 	StatusActive SubscriptionStatus = "active"
 	// StatusDisabled subscriptions deliver nothing and keep their cursors:
 	// the engine disables an events subscription whose webhook answers
-	// 410 Gone. Engine.EnableSubscription resumes it from its cursors.
+	// 410 Gone, and a host may disable any through the Store.
+	// Engine.EnableSubscription resumes it from its cursors.
 	StatusDisabled SubscriptionStatus = "disabled"
 )
 

@@ -955,3 +955,41 @@ func TestSubscriptionDelivery(t *testing.T) {
 	rec = h.do(http.MethodPut, "/b/*?subscription=s2", body(`,"delivery":"wake"`))
 	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
 }
+
+// A wake subscription disabled through the Store wakes nothing, not even a
+// consumer whose done leaves work pending, and keeps every acked offset;
+// EnableSubscription wakes those with pending work.
+func TestDisabledWakeSubscriptionWakesNothing(t *testing.T) {
+	ctx := context.Background()
+	h := newHarness(t)
+	d := h.wake("s1", "/agents/*", agentA)
+	r := h.callback(agentAID, d.n.Token, webhooks.CallbackRequest{Epoch: epoch(1), WakeID: d.n.WakeID, Acks: streamOffsets(agentA, offset(10))})
+	require.Equal(t, http.StatusOK, r.status, r.raw)
+
+	_, err := h.store.UpdateSubscription(ctx, "s1", func(s *webhooks.Subscription) error {
+		s.Status = webhooks.StatusDisabled
+		return nil
+	})
+	require.NoError(t, err)
+	require.True(t, h.waitProgress(func() bool {
+		return webhooks.LoadedSubscription(h.engine, "s1").Status == webhooks.StatusDisabled
+	}), "the feed brings the status to the engine")
+
+	h.appendTo(agentA, 5)
+	r = h.callback(agentAID, r.body.Token, webhooks.CallbackRequest{Epoch: epoch(1), Done: true})
+	require.Equal(t, http.StatusOK, r.status, r.raw)
+	c := h.consumer(agentAID)
+	require.Equal(t, webhooks.StateIdle, c.State, "done with pending work wakes nothing")
+	require.Equal(t, int64(1), c.Epoch)
+	h.create("/agents/b", 3)
+	require.Equal(t, webhooks.StateIdle, h.consumer(webhooks.ConsumerID("s1", "/agents/b")).State, "nor does a new stream")
+	h.faultRequireNoDelivery()
+
+	require.NoError(t, h.engine.EnableSubscription(ctx, "s1"))
+	woken := map[string]int64{}
+	for range 2 {
+		n := h.nextDelivery().n
+		woken[n.PrimaryStream] = n.Epoch
+	}
+	require.Equal(t, map[string]int64{agentA: 2, "/agents/b": 1}, woken)
+}

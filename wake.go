@@ -114,7 +114,7 @@ func (e *Engine) deliver(ctx context.Context, c *Consumer, sub *Subscription) (o
 		// Timeout).
 		accepted := result
 		accepted.ok = true
-		e.record(ctx, c.ID, accepted)
+		e.record(ctx, c.ID, sub, accepted)
 	})
 	if ctx.Err() != nil {
 		// Shutting down: the attempt stays in flight in the Store and times
@@ -127,11 +127,11 @@ func (e *Engine) deliver(ctx context.Context, c *Consumer, sub *Subscription) (o
 		// Recorded when the status arrived.
 	case outcomeDone:
 		result.ok, result.done = true, true
-		e.record(ctx, c.ID, result)
+		e.record(ctx, c.ID, sub, result)
 	default:
 		// An attempt the WAKING timeout failed first was logged then.
 		result.failure = failure.reason()
-		if stored, applied := e.record(ctx, c.ID, result); applied {
+		if stored, applied := e.record(ctx, c.ID, sub, result); applied {
 			e.attemptFailed(ctx, c, failure, stored)
 		}
 	}
@@ -142,7 +142,7 @@ func (e *Engine) deliver(ctx context.Context, c *Consumer, sub *Subscription) (o
 // returns the consumer as stored afterwards, nil if there is none, and
 // whether the outcome changed or removed it (failure GC): an outcome of an
 // attempt that has already ended changes nothing.
-func (e *Engine) record(ctx context.Context, id string, result deliveryResult) (stored *Consumer, applied bool) {
+func (e *Engine) record(ctx context.Context, id string, sub *Subscription, result deliveryResult) (stored *Consumer, applied bool) {
 	var failingSince time.Time
 	c, err := e.update(ctx, id, func(cur *Consumer) (change, error) {
 		var t tails
@@ -152,7 +152,7 @@ func (e *Engine) record(ctx context.Context, id string, result deliveryResult) (
 				return noChange, err
 			}
 		}
-		ch := e.m.applyDelivery(cur, result, t, e.clock.Now())
+		ch := e.m.applyDelivery(cur, sub, result, t, e.clock.Now())
 		applied = ch != noChange
 		if ch == changeDelete {
 			failingSince = cur.FailingSince
