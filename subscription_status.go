@@ -7,9 +7,10 @@ import (
 	"time"
 )
 
-// A disabled subscription delivers nothing and keeps its cursors: its
-// IDLE consumers start no delivery, and a retry that comes due waits with
-// no deadline. Enabling it resumes each consumer from its cursor.
+// A disabled subscription delivers nothing and keeps its cursors, in every
+// mode: its IDLE consumers start no delivery, a wake cycle that ends does
+// not start another, and a retry that comes due waits with no deadline.
+// Enabling it resumes each consumer from its cursor.
 
 // disableSubscription disables subscription id, whose webhook answered 410
 // Gone, as Stripe and Svix do with such an endpoint.
