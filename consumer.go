@@ -275,7 +275,7 @@ func (m *machine) applyDelivery(c *Consumer, sub *Subscription, r deliveryResult
 		if c.State != StateWaking || !c.InFlight || c.Attempt != r.attempt {
 			return noChange
 		}
-		return m.fail(c, nil, r.failure, now)
+		return m.fail(c, sub, r.failure, now)
 	}
 }
 

@@ -22,15 +22,10 @@ type eventFilter struct {
 	globs []*glob.Pattern
 }
 
-// validateFilter checks f against the filter's rules and limits.
-func validateFilter(f *EventFilter) error {
-	_, err := compileFilter(f)
-	return err
-}
-
-// compileFilter compiles f; a nil filter matches every event. '**' may
-// only be a pattern's last segment, which keeps matching linear in the
-// field's length.
+// compileFilter checks f against the filter's rules and limits and
+// compiles it; a nil filter matches every event. '**' may only be a
+// pattern's last segment, which keeps matching linear in the field's
+// length.
 func compileFilter(f *EventFilter) (*eventFilter, error) {
 	if f == nil {
 		return nil, nil

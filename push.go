@@ -116,13 +116,13 @@ type pushResult struct {
 	epoch      int64
 	deliveryID string
 	attempt    int
-	ok         bool   // 2xx, or nothing to send
-	next       string // the cursor past the batch, if ok
+	next       string // the cursor past the batch, if it succeeded
 	// cut is set when the batch ended before its Until at a size limit:
 	// the events after it have waited their window already.
-	cut     bool
-	failure string // why it failed, if it did
-	gone    bool   // the webhook answered 410 Gone
+	cut bool
+	// failure is why the attempt failed; nil for a 2xx, or for a batch
+	// with nothing to send.
+	failure *deliveryFailure
 }
 
 // applyPush applies the outcome of an attempt of c's batch. A 2xx of any
@@ -133,11 +133,11 @@ func (m *machine) applyPush(c *Consumer, sub *Subscription, r pushResult, t tail
 	if c.State != StateWaking || c.Epoch != r.epoch || c.WakeID != r.deliveryID {
 		return noChange
 	}
-	if !r.ok {
+	if r.failure != nil {
 		if !c.InFlight || c.Attempt != r.attempt {
 			return noChange
 		}
-		return m.fail(c, sub, r.failure, now)
+		return m.fail(c, sub, r.failure.reason(), now)
 	}
 	if len(c.Streams) > 0 && compareOffsets(r.next, c.Streams[0].Offset) > 0 {
 		c.Streams[0].Offset = r.next
@@ -183,8 +183,7 @@ func (pushMechanism) deliver(ctx context.Context, e *Engine, c *Consumer, sub *S
 	}
 	span.SetAttributes(attribute.Int("webhooks.events", len(events)))
 	if len(events) == 0 {
-		result.ok = true
-		e.recordPush(ctx, c, sub, result, nil)
+		e.recordPush(ctx, c, sub, result)
 		return ""
 	}
 	body := eventsBody(&EventsPayload{
@@ -210,12 +209,8 @@ func (pushMechanism) deliver(ctx context.Context, e *Engine, c *Consumer, sub *S
 		return ""
 	}
 	e.tel.delivered(ctx, span, outcome, failure, e.clock.Since(start))
-	result.ok = failure == nil
-	if failure != nil {
-		result.failure = failure.reason()
-		result.gone = failure.status == http.StatusGone
-	}
-	e.recordPush(ctx, c, sub, result, failure)
+	result.failure = failure
+	e.recordPush(ctx, c, sub, result)
 	return outcome
 }
 
@@ -288,11 +283,11 @@ func (e *Engine) readBatch(ctx context.Context, c *Consumer, sub *Subscription) 
 
 // recordPush applies the outcome of an attempt of c's batch, and logs a
 // failure that counted.
-func (e *Engine) recordPush(ctx context.Context, c *Consumer, sub *Subscription, r pushResult, failure *deliveryFailure) {
+func (e *Engine) recordPush(ctx context.Context, c *Consumer, sub *Subscription, r pushResult) {
 	applied := false
 	stored, err := e.update(ctx, c.ID, func(cur *Consumer) (change, error) {
 		var t tails
-		if r.ok {
+		if r.failure == nil {
 			var err error
 			if t, err = e.readTails(ctx, streamPaths(cur)); err != nil {
 				return noChange, err
@@ -308,10 +303,10 @@ func (e *Engine) recordPush(ctx context.Context, c *Consumer, sub *Subscription,
 		if !errors.Is(err, ErrConsumerNotFound) && ctx.Err() == nil {
 			e.log.ErrorContext(ctx, "webhooks: recording a batch's outcome", "consumer_id", c.ID, "error", err)
 		}
-	case failure != nil && applied:
-		e.attemptFailed(ctx, c, failure, stored)
+	case r.failure != nil && applied:
+		e.attemptFailed(ctx, c, r.failure, stored)
 	}
-	if r.gone && err == nil {
-		e.disableSubscription(ctx, sub.ID, r.failure)
+	if r.failure != nil && r.failure.status == http.StatusGone && err == nil {
+		e.disableSubscription(ctx, sub.ID, r.failure.reason())
 	}
 }

@@ -64,17 +64,17 @@ func TestApplyPushFencesOutcomes(t *testing.T) {
 	c := newConsumer("s", "/a", OffsetNone, t0)
 	require.Equal(t, changeSend, pushMechanism{}.start(m, c, sub, tails{"/a": tail}, t0))
 	require.Equal(t, ReadLimit{MaxEvents: 10, Until: tail.Tail}, c.Batch)
-	first := pushResult{epoch: c.Epoch, deliveryID: c.WakeID, attempt: 1, failure: "status_5xx: status 503"}
+	first := pushResult{epoch: c.Epoch, deliveryID: c.WakeID, attempt: 1, failure: statusFailure(503)}
 	require.Equal(t, changeSave, m.applyPush(c, sub, first, nil, t0))
 	require.Equal(t, changeSend, m.onDue(c, sub, nil, c.Deadline), "the retry")
 	require.Equal(t, 2, c.Attempt)
 
 	require.Equal(t, noChange, m.applyPush(c, sub, first, nil, t0), "a failure of an attempt no longer in flight")
-	stale := pushResult{epoch: c.Epoch - 1, deliveryID: c.WakeID, attempt: 2, ok: true, next: tail.Tail}
+	stale := pushResult{epoch: c.Epoch - 1, deliveryID: c.WakeID, attempt: 2, next: tail.Tail}
 	require.Equal(t, noChange, m.applyPush(c, sub, stale, nil, t0), "another batch's 2xx")
 
 	late := first
-	late.ok, late.failure, late.next = true, "", tail.Tail
+	late.failure, late.next = nil, tail.Tail
 	require.Equal(t, changeSave, m.applyPush(c, sub, late, tails{"/a": tail}, t0), "a late 2xx of the first attempt acks the batch")
 	require.Equal(t, StateIdle, c.State)
 	require.Equal(t, tail.Tail, c.Streams[0].Offset)

@@ -119,7 +119,7 @@ func (p *pushJSON) eventsOptions() (*EventsOptions, error) {
 	ev.Headers = headers
 	if f := p.Filter; f != nil {
 		ev.Filter = &EventFilter{Field: f.Field, Patterns: f.Patterns}
-		if err := validateFilter(ev.Filter); err != nil {
+		if _, err := compileFilter(ev.Filter); err != nil {
 			return nil, err
 		}
 	}

@@ -57,9 +57,12 @@ func (e *Engine) EnableSubscription(ctx context.Context, id string) error {
 	var errs []error
 	for _, s := range streams {
 		_, err := e.update(ctx, ConsumerID(id, s.Path), func(c *Consumer) (change, error) {
-			t, err := e.readTails(ctx, streamPaths(c))
-			if err != nil {
-				return noChange, err
+			var t tails
+			if c.State == StateIdle { // only a start reads the tails
+				var err error
+				if t, err = e.readTails(ctx, streamPaths(c)); err != nil {
+					return noChange, err
+				}
 			}
 			return e.m.resume(c, sub, t, e.clock.Now()), nil
 		})
