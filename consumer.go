@@ -25,6 +25,7 @@ type machine struct {
 	requestTimeout  time.Duration
 	failureGCAfter  time.Duration
 	backoff         func(retry int) time.Duration
+	maxRetryAfter   time.Duration
 }
 
 // tails maps a stream path to what the source said of it; missing paths have
@@ -150,7 +151,7 @@ const (
 	noChange     change = iota // nothing; another engine may have got there first
 	changeSave                 // save the consumer
 	changeSend                 // save it, then send the delivery attempt it started
-	changeDelete               // delete it: failure GC
+	changeDelete               // delete it
 )
 
 // action is the Store's action for ch.
@@ -225,7 +226,7 @@ func deliveryOK(c *Consumer) {
 func (m *machine) startAttempt(c *Consumer, sub *Subscription, now time.Time) {
 	c.Attempt++
 	c.InFlight = true
-	c.Deadline = m.gcCap(c, sub, now.Add(m.attemptTimeout(sub)))
+	c.Deadline = m.ageCap(c, m.retryPolicy(sub), now.Add(m.attemptTimeout(sub)))
 }
 
 // attemptTimeout is how long an attempt for sub may stay in flight before
@@ -246,7 +247,7 @@ type deliveryResult struct {
 	attempt int
 	ok      bool   // 2xx
 	done    bool   // 2xx with {"done": true}
-	failure string // why it failed, if it did
+	failure *deliveryFailure // why it failed, if it did
 }
 
 // applyDelivery applies a wake-up outcome. A response from a wake cycle
@@ -290,46 +291,75 @@ func (m *machine) autoAck(c *Consumer) {
 	}
 }
 
-// fail records a failed attempt of a consumer of sub and schedules the
-// retry. A wake consumer is collected once its failures have lasted the
-// failure GC period (spec 001); an events consumer whose batch has had
-// every attempt its subscription allows stops in StateFailed, with its
-// cursor before the batch.
-func (m *machine) fail(c *Consumer, sub *Subscription, reason string, now time.Time) change {
+// fail records failed attempt f of a consumer of sub and schedules the
+// retry, after the wait its subscription's retry policy gives, or longer
+// if the webhook asked for it with Retry-After. A consumer that has failed
+// for as long, or as many times, as the policy allows becomes a dead
+// letter instead.
+func (m *machine) fail(c *Consumer, sub *Subscription, f *deliveryFailure, now time.Time) change {
 	c.InFlight = false
 	c.Failures++
-	c.LastError = reason
+	c.LastError = f.reason()
 	if c.FailingSince.IsZero() {
 		c.FailingSince = now
 	}
-	if m.gcDue(c, sub, now) {
-		return changeDelete
+	p := m.retryPolicy(sub)
+	if p.MaxAttempts > 0 && c.Attempt >= p.MaxAttempts || m.tooOld(c, p, now) {
+		return m.deadLetter(c)
 	}
-	if sub.pushes() && sub.Events.MaxAttempts > 0 && c.Attempt >= sub.Events.MaxAttempts {
-		c.State = StateFailed
-		c.Deadline = time.Time{}
-		return changeSave
+	wait := m.retryWait(p, c.Failures)
+	if f.retryAfter > 0 {
+		wait = max(wait, min(f.retryAfter, m.maxRetryAfter))
 	}
-	c.Deadline = m.gcCap(c, sub, now.Add(m.backoff(c.Failures)))
+	c.Deadline = m.ageCap(c, p, now.Add(wait))
 	return changeSave
 }
 
-// gcCap brings t forward to when a failing wake consumer of sub is
-// collected, if that is sooner.
-func (m *machine) gcCap(c *Consumer, sub *Subscription, t time.Time) time.Time {
-	if c.FailingSince.IsZero() || sub.pushes() {
+// deadLetter stops c in StateFailed, its cursor where it is.
+func (m *machine) deadLetter(c *Consumer) change {
+	c.State = StateFailed
+	c.InFlight = false
+	c.Deadline = time.Time{}
+	return changeSave
+}
+
+// retryPolicy is sub's retry policy, or its mode's default: event push
+// gives up on a batch after DefaultMaxAttempts, and a wake-up after the
+// failure GC period (spec 001's three days).
+func (m *machine) retryPolicy(sub *Subscription) RetryPolicy {
+	switch {
+	case sub != nil && sub.Retry != nil:
+		return *sub.Retry
+	case sub.pushes():
+		return RetryPolicy{MaxAttempts: DefaultMaxAttempts}
+	default:
+		return RetryPolicy{MaxAge: m.failureGCAfter}
+	}
+}
+
+// retryWait is the wait before retry number failures under p.
+func (m *machine) retryWait(p RetryPolicy, failures int) time.Duration {
+	if n := len(p.Schedule); n > 0 {
+		return p.Schedule[min(failures, n)-1]
+	}
+	return m.backoff(failures)
+}
+
+// ageCap brings t forward to when failing consumer c gives up under p, if
+// that is sooner.
+func (m *machine) ageCap(c *Consumer, p RetryPolicy, t time.Time) time.Time {
+	if c.FailingSince.IsZero() || p.MaxAge <= 0 {
 		return t
 	}
-	if gc := c.FailingSince.Add(m.failureGCAfter); gc.Before(t) {
-		return gc
+	if end := c.FailingSince.Add(p.MaxAge); end.Before(t) {
+		return end
 	}
 	return t
 }
 
-// gcDue reports whether c, a consumer of sub, is due for the failure GC,
-// which only wake consumers have.
-func (m *machine) gcDue(c *Consumer, sub *Subscription, now time.Time) bool {
-	return !sub.pushes() && !c.FailingSince.IsZero() && !now.Before(c.FailingSince.Add(m.failureGCAfter))
+// tooOld reports whether c has been failing for as long as p allows.
+func (m *machine) tooOld(c *Consumer, p RetryPolicy, now time.Time) bool {
+	return p.MaxAge > 0 && !c.FailingSince.IsZero() && !now.Before(c.FailingSince.Add(p.MaxAge))
 }
 
 // onDue handles a passed deadline of a consumer of sub: starts the next
@@ -343,11 +373,11 @@ func (m *machine) onDue(c *Consumer, sub *Subscription, t tails, now time.Time) 
 	}
 	switch c.State {
 	case StateWaking:
-		if m.gcDue(c, sub, now) {
-			return changeDelete
+		if m.tooOld(c, m.retryPolicy(sub), now) {
+			return m.deadLetter(c)
 		}
 		if c.InFlight {
-			return m.fail(c, sub, transportFailure(errAttemptTimeout).reason(), now)
+			return m.fail(c, sub, transportFailure(errAttemptTimeout), now)
 		}
 		if !sub.active() {
 			// The retry waits, with no deadline, for the subscription

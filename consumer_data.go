@@ -55,15 +55,11 @@ func (c *Consumer) MarshalData() ([]byte, error) {
 	b = binary.AppendVarint(b, int64(c.Attempt))
 	b = appendBool(b, c.InFlight)
 	b = binary.AppendVarint(b, int64(c.Failures))
+	var err error
 	for _, t := range []time.Time{c.FailingSince, c.CreatedAt, c.UpdatedAt} {
-		if t.IsZero() {
-			b = appendBool(b, false)
-			continue
+		if b, err = appendTime(b, t); err != nil {
+			return nil, err
 		}
-		if t.Before(minNanoTime) || t.After(maxNanoTime) {
-			return nil, fmt.Errorf("webhooks: time %v is outside the storable range", t)
-		}
-		b = binary.AppendVarint(appendBool(b, true), t.UnixNano())
 	}
 	b = appendString(b, c.LastError)
 	b = binary.AppendVarint(b, int64(c.Batch.MaxEvents))
@@ -98,9 +94,7 @@ func (c *Consumer) UnmarshalData(data []byte) error {
 	out.InFlight = d.byte() == 1
 	out.Failures = int(d.varint())
 	for _, t := range []*time.Time{&out.FailingSince, &out.CreatedAt, &out.UpdatedAt} {
-		if d.byte() == 1 {
-			*t = time.Unix(0, d.varint()).UTC()
-		}
+		*t = d.time()
 	}
 	if version >= consumerDataV2 {
 		out.LastError = d.string()
@@ -124,6 +118,18 @@ func appendBool(b []byte, v bool) []byte {
 		return append(b, 1)
 	}
 	return append(b, 0)
+}
+
+// appendTime appends whether t is set and, if it is, its UTC Unix
+// nanoseconds.
+func appendTime(b []byte, t time.Time) ([]byte, error) {
+	if t.IsZero() {
+		return appendBool(b, false), nil
+	}
+	if t.Before(minNanoTime) || t.After(maxNanoTime) {
+		return nil, fmt.Errorf("webhooks: time %v is outside the storable range", t)
+	}
+	return binary.AppendVarint(appendBool(b, true), t.UnixNano()), nil
 }
 
 func appendOffsets(b []byte, offsets []StreamOffset) []byte {
@@ -186,6 +192,14 @@ func (d *decoder) string() string {
 	s := string(d.b[:n])
 	d.b = d.b[n:]
 	return s
+}
+
+// time reads what appendTime wrote.
+func (d *decoder) time() time.Time {
+	if d.byte() != 1 {
+		return time.Time{}
+	}
+	return time.Unix(0, d.varint()).UTC()
 }
 
 func (d *decoder) offsets() []StreamOffset {

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"syscall"
+	"time"
 	"unicode/utf8"
 
 	"github.com/streamhooks/webhooks/internal/netguard"
@@ -40,6 +41,9 @@ type deliveryFailure struct {
 	class  failureClass
 	status int   // the response's status, if one arrived
 	err    error // why no response arrived, otherwise
+	// retryAfter is how long a 429 or 503 response asked the engine to
+	// wait before it retries.
+	retryAfter time.Duration
 }
 
 // statusFailure classifies a response status; it returns nil for a 2xx.

@@ -176,9 +176,5 @@ func (e *Engine) handleDue(ctx context.Context, snapshot *Consumer) error {
 	if errors.Is(err, ErrConsumerNotFound) {
 		return nil
 	}
-	if ch == changeDelete && err == nil {
-		e.log.InfoContext(ctx, "webhooks: consumer removed after continuous delivery failure",
-			"consumer_id", snapshot.ID, "failing_since", snapshot.FailingSince)
-	}
 	return err
 }

@@ -137,7 +137,7 @@ func (m *machine) applyPush(c *Consumer, sub *Subscription, r pushResult, t tail
 		if !c.InFlight || c.Attempt != r.attempt {
 			return noChange
 		}
-		return m.fail(c, sub, r.failure.reason(), now)
+		return m.fail(c, sub, r.failure, now)
 	}
 	if len(c.Streams) > 0 && compareOffsets(r.next, c.Streams[0].Offset) > 0 {
 		c.Streams[0].Offset = r.next

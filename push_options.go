@@ -63,12 +63,11 @@ type pushJSON struct {
 	Batch     *batchJSON        `json:"batch,omitempty"`
 	Headers   map[string]string `json:"headers,omitempty"`
 	TimeoutMS *int64            `json:"timeout_ms,omitempty"`
-	Retry     *retryJSON        `json:"retry,omitempty"`
 	Filter    *filterJSON       `json:"filter,omitempty"`
 }
 
 func (p *pushJSON) empty() bool {
-	return p.Batch == nil && p.Headers == nil && p.TimeoutMS == nil && p.Retry == nil && p.Filter == nil
+	return p.Batch == nil && p.Headers == nil && p.TimeoutMS == nil && p.Filter == nil
 }
 
 // eventsOptions validates the event-push fields of a create request and
@@ -78,7 +77,6 @@ func (p *pushJSON) eventsOptions() (*EventsOptions, error) {
 		MaxBatchEvents: DefaultMaxBatchEvents,
 		MaxBatchBytes:  DefaultMaxBatchBytes,
 		MaxWait:        DefaultMaxWait,
-		MaxAttempts:    DefaultMaxAttempts,
 	}
 	if b := p.Batch; b != nil {
 		if b.MaxSize != nil {
@@ -105,12 +103,6 @@ func (p *pushJSON) eventsOptions() (*EventsOptions, error) {
 			return nil, fmt.Errorf("timeout_ms must be 1 to %d", maxPushTimeoutLimit.Milliseconds())
 		}
 		ev.Timeout = time.Duration(*p.TimeoutMS) * time.Millisecond
-	}
-	if p.Retry != nil && p.Retry.MaxAttempts != nil {
-		if *p.Retry.MaxAttempts < 0 || *p.Retry.MaxAttempts > maxAttemptsLimit {
-			return nil, fmt.Errorf("retry.max_attempts must be 0 (for ever) to %d", maxAttemptsLimit)
-		}
-		ev.MaxAttempts = *p.Retry.MaxAttempts
 	}
 	headers, err := customHeaders(p.Headers)
 	if err != nil {
@@ -187,10 +179,8 @@ func validHeaderName(name string) bool {
 // names with their values redacted.
 func pushView(ev *EventsOptions) pushJSON {
 	size, bytes, wait := ev.MaxBatchEvents, ev.MaxBatchBytes, ev.MaxWait.Milliseconds()
-	attempts := ev.MaxAttempts
 	out := pushJSON{
 		Batch: &batchJSON{MaxSize: &size, MaxBytes: &bytes, MaxWaitMS: &wait},
-		Retry: &retryJSON{MaxAttempts: &attempts},
 	}
 	if ev.Timeout > 0 {
 		ms := ev.Timeout.Milliseconds()

@@ -103,11 +103,40 @@ type Store interface {
 	NextDeadline(ctx context.Context) (time.Time, bool, error)
 	// CountConsumers returns how many consumers are in each state.
 	CountConsumers(ctx context.Context) (map[ConsumerState]int, error)
+	// ListConsumers returns up to p.Limit consumers of subscription
+	// p.SubscriptionID whose ID sorts after p.After, ordered by ID, and
+	// only those in p.State if it is set. Its cost grows with p.Limit, not
+	// with the subscription's consumers: durable Stores answer from an
+	// index.
+	ListConsumers(ctx context.Context, p *ListConsumersParams) ([]*Consumer, error)
+
+	// UpdateHealth is an atomic read-modify-write of the health of
+	// subscription id, which starts zero. It calls fn with a copy and
+	// stores what fn leaves, returning it. It returns
+	// ErrSubscriptionNotFound, without calling fn, if there is no such
+	// subscription. It does not go through the SubscriptionFeed: health
+	// changes with every failed delivery, and watchers need not reload for
+	// it. Deleting the subscription deletes its health. fn may run more
+	// than once, each time on a fresh copy.
+	UpdateHealth(ctx context.Context, id string, fn func(h *SubscriptionHealth)) (*SubscriptionHealth, error)
 
 	// LoadOrStoreSigningKey returns the stored callback-token signing key,
 	// storing key first if none is stored. Engines that share a Store thereby
 	// share one key, and tokens survive restarts of a durable Store.
 	LoadOrStoreSigningKey(ctx context.Context, key []byte) ([]byte, error)
+}
+
+// ListConsumersParams select a page of a subscription's consumers for
+// Store.ListConsumers.
+type ListConsumersParams struct {
+	SubscriptionID string
+	// State, if set, keeps only the consumers in that state.
+	State ConsumerState
+	// After is the ID of the last consumer of the previous page, or "" for
+	// the first page.
+	After string
+	// Limit is the most consumers to return; it is at least 1.
+	Limit int
 }
 
 // UpdateAction tells Store.UpdateConsumer what to do with the consumer after
@@ -127,11 +156,12 @@ const (
 // ID, Pattern and CreatedAt never change.
 //
 // A Store keeps ID, Pattern, Webhook, Description, Secret and CreatedAt as
-// they are, and every other field as the one opaque value of
-// Subscription.MarshalData, which it gives back to UnmarshalData: a field
-// added to Subscription needs no migration in any backend. The value may
-// come to hold credentials, such as a webhook's custom headers, so a Store
-// that seals Secret at rest seals it too.
+// they are, Health apart (Store.UpdateHealth), and every other field as the
+// one opaque value of Subscription.MarshalData, which it gives back to
+// UnmarshalData: a field added to Subscription needs no migration in any
+// backend. The value holds credentials, such as a webhook's custom headers
+// and its previous secret, so a Store that seals Secret at rest seals it
+// too.
 type Subscription struct {
 	ID          string
 	Pattern     string
@@ -150,6 +180,53 @@ type Subscription struct {
 	// Status says whether the subscription delivers. The zero value is
 	// StatusActive.
 	Status SubscriptionStatus
+	// Signature is the scheme that signs its deliveries. The zero value
+	// is SignatureStreamhooks.
+	Signature SignatureScheme
+	// PreviousSecret, after a rotation, signs deliveries beside Secret
+	// until PreviousSecretExpiresAt, so that receivers can switch over
+	// without downtime. The API never shows it.
+	PreviousSecret          string
+	PreviousSecretExpiresAt time.Time
+	// Retry, if set, replaces the engine's retry schedule and limits for
+	// this subscription.
+	Retry *RetryPolicy
+	// RateLimit bounds the deliveries started per minute; zero means no
+	// bound. Deliveries beyond it wait their turn.
+	RateLimit int
+	// Health is the webhook's recent record of deliveries. Stores keep it
+	// apart (Store.UpdateHealth): GetSubscription, ListSubscriptions and
+	// UpdateSubscription return it, and CreateSubscription and
+	// UpdateSubscription ignore it.
+	Health SubscriptionHealth
+}
+
+// SignatureScheme names how deliveries are signed.
+type SignatureScheme string
+
+const (
+	// SignatureStreamhooks is spec 001's Webhook-Signature header,
+	// "t=<unix>,sha256=<hex>", keyed with the whole secret string.
+	SignatureStreamhooks SignatureScheme = "streamhooks"
+	// SignatureStandard is Standard Webhooks: "v1,<base64>" signatures
+	// keyed with the base64 secret after "whsec_".
+	SignatureStandard SignatureScheme = "standard"
+)
+
+// RetryPolicy says when a failed delivery is tried again and when the
+// engine gives up. A consumer that gives up becomes a dead letter
+// (StateFailed), which keeps its cursor until Engine.ResumeConsumer.
+type RetryPolicy struct {
+	// Schedule is the wait before each retry: Schedule[0] before the
+	// first, and the last entry for every retry past the list. Empty
+	// means the engine's backoff (WithBackoff).
+	Schedule []time.Duration
+	// MaxAttempts is how many attempts one delivery gets; zero means no
+	// limit.
+	MaxAttempts int
+	// MaxAge is how long deliveries may fail in a row before the consumer
+	// gives up; zero means no limit.
+	MaxAge time.Duration
 }
 
 // SubscriptionStatus says whether a subscription delivers.
@@ -194,9 +271,6 @@ type EventsOptions struct {
 	// Timeout bounds one POST; zero means the engine's request timeout
 	// (WithTimeouts).
 	Timeout time.Duration
-	// MaxAttempts is how many attempts one batch gets before its consumer
-	// stops in StateFailed; zero retries for ever.
-	MaxAttempts int
 	// Headers are added to every POST. They often carry credentials, so
 	// the subscription API never shows their values.
 	Headers map[string]string
@@ -238,10 +312,11 @@ const (
 	StateIdle   ConsumerState = "IDLE"
 	StateWaking ConsumerState = "WAKING"
 	StateLive   ConsumerState = "LIVE"
-	// StateFailed is a consumer that has stopped: its batch failed more
-	// attempts than its subscription allows (EventsOptions.MaxAttempts).
-	// LastError says why, and its cursor has not moved past the batch.
-	// Engine.ResumeConsumer retries it.
+	// StateFailed is a dead letter: a consumer whose deliveries failed for
+	// longer, or more times, than its subscription's retry policy allows.
+	// LastError says why, and its cursor has not moved past what failed.
+	// It delivers nothing, and its callbacks are answered CONSUMER_GONE,
+	// until Engine.ResumeConsumer revives it from its cursor.
 	StateFailed ConsumerState = "FAILED"
 )
 
@@ -327,6 +402,11 @@ func (s *Subscription) Clone() *Subscription {
 			ev.Filter = &EventFilter{Field: f.Field, Patterns: slices.Clone(f.Patterns)}
 		}
 		out.Events = &ev
+	}
+	if s.Retry != nil {
+		r := *s.Retry
+		r.Schedule = slices.Clone(s.Retry.Schedule)
+		out.Retry = &r
 	}
 	return &out
 }

@@ -260,7 +260,7 @@ func (e *Engine) existing(ctx context.Context, want *Subscription) (*subscriptio
 // sameEventsOptions reports whether a and b are the same options, by their
 // encoding, which is canonical.
 func sameEventsOptions(a, b *EventsOptions) bool {
-	return bytes.Equal((&Subscription{Events: a}).MarshalData(), (&Subscription{Events: b}).MarshalData())
+	return bytes.Equal(appendEventsOptions(nil, a), appendEventsOptions(nil, b))
 }
 
 // adoptExistingStreams gives each existing stream that matches a new

@@ -15,27 +15,51 @@ import (
 // a Store gives for a subscription stored before it kept one, as all
 // fields zero.
 
-// Subscription data versions: version 1 holds Delivery; version 2, which
-// MarshalData writes, adds Status and Events.
+// Subscription data versions: version 1 holds Delivery; version 2 adds
+// Status and Events, whose MaxAttempts was then a field of the options;
+// version 3, which MarshalData writes, moves it to Retry and adds
+// Signature, PreviousSecret, PreviousSecretExpiresAt, Retry and RateLimit.
 const (
 	subscriptionDataV1 = 1
 	subscriptionDataV2 = 2
+	subscriptionDataV3 = 3
 )
 
 var errCorruptSubscriptionData = errors.New("webhooks: corrupt subscription data")
 
 // MarshalData encodes the fields of s that a Store keeps no column for:
-// every field but ID, Pattern, Webhook, Description, Secret and CreatedAt.
-func (s *Subscription) MarshalData() []byte {
-	b := []byte{subscriptionDataV2}
+// every field but ID, Pattern, Webhook, Description, Secret, CreatedAt and
+// Health. It fails for a time outside the years 1678 to 2262.
+func (s *Subscription) MarshalData() ([]byte, error) {
+	b := []byte{subscriptionDataV3}
 	b = appendString(b, string(s.Delivery))
 	b = appendString(b, string(s.Status))
-	ev := s.Events
+	b = appendString(b, string(s.Signature))
+	b = appendString(b, s.PreviousSecret)
+	b, err := appendTime(b, s.PreviousSecretExpiresAt)
+	if err != nil {
+		return nil, err
+	}
+	b = binary.AppendVarint(b, int64(s.RateLimit))
+	b = appendBool(b, s.Retry != nil)
+	if r := s.Retry; r != nil {
+		b = binary.AppendUvarint(b, uint64(len(r.Schedule)))
+		for _, d := range r.Schedule {
+			b = binary.AppendVarint(b, int64(d))
+		}
+		b = binary.AppendVarint(b, int64(r.MaxAttempts))
+		b = binary.AppendVarint(b, int64(r.MaxAge))
+	}
+	return appendEventsOptions(b, s.Events), nil
+}
+
+// appendEventsOptions appends whether ev is set and, if it is, its fields.
+func appendEventsOptions(b []byte, ev *EventsOptions) []byte {
 	b = appendBool(b, ev != nil)
 	if ev == nil {
 		return b
 	}
-	for _, v := range []int64{int64(ev.MaxBatchEvents), int64(ev.MaxBatchBytes), int64(ev.MaxWait), int64(ev.Timeout), int64(ev.MaxAttempts)} {
+	for _, v := range []int64{int64(ev.MaxBatchEvents), int64(ev.MaxBatchBytes), int64(ev.MaxWait), int64(ev.Timeout)} {
 		b = binary.AppendVarint(b, v)
 	}
 	// Sorted, so that equal subscriptions encode alike.
@@ -58,40 +82,73 @@ func (s *Subscription) MarshalData() []byte {
 // which any version of this package's MarshalData wrote, or which is empty.
 // It leaves the other fields alone, and s unchanged if data is corrupt.
 func (s *Subscription) UnmarshalData(data []byte) error {
-	var (
-		delivery DeliveryMode
-		status   SubscriptionStatus
-		events   *EventsOptions
-	)
+	// Decoding into a fresh value zeroes what data does not set.
+	out := Subscription{ID: s.ID, Pattern: s.Pattern, Webhook: s.Webhook, Description: s.Description,
+		Secret: s.Secret, CreatedAt: s.CreatedAt, Health: s.Health}
 	if len(data) > 0 {
 		d := decoder{b: data}
 		version := d.byte()
-		if version != subscriptionDataV1 && version != subscriptionDataV2 {
+		if version < subscriptionDataV1 || version > subscriptionDataV3 {
 			return errCorruptSubscriptionData
 		}
-		delivery = DeliveryMode(d.string())
-		if version >= subscriptionDataV2 {
-			status = SubscriptionStatus(d.string())
+		out.Delivery = DeliveryMode(d.string())
+		switch version {
+		case subscriptionDataV2:
+			out.Status = SubscriptionStatus(d.string())
 			if d.byte() == 1 {
-				events = d.eventsOptions()
+				out.Events = d.eventsOptions()
+				// Version 2 kept the events' attempt limit in their options.
+				out.Retry = &RetryPolicy{MaxAttempts: int(d.varint())}
+				d.eventsFilter(out.Events)
+			}
+		case subscriptionDataV3:
+			out.Status = SubscriptionStatus(d.string())
+			out.Signature = SignatureScheme(d.string())
+			out.PreviousSecret = d.string()
+			out.PreviousSecretExpiresAt = d.time()
+			out.RateLimit = int(d.varint())
+			if d.byte() == 1 {
+				out.Retry = d.retryPolicy()
+			}
+			if d.byte() == 1 {
+				out.Events = d.eventsOptions()
+				d.eventsFilter(out.Events)
 			}
 		}
 		if d.err != nil || len(d.b) != 0 {
 			return errCorruptSubscriptionData
 		}
 	}
-	s.Delivery, s.Status, s.Events = delivery, status, events
+	*s = out
 	return nil
 }
 
+func (d *decoder) retryPolicy() *RetryPolicy {
+	r := &RetryPolicy{}
+	if n := d.count(); n > 0 {
+		r.Schedule = make([]time.Duration, n)
+		for i := range r.Schedule {
+			r.Schedule[i] = time.Duration(d.varint())
+		}
+	}
+	r.MaxAttempts = int(d.varint())
+	r.MaxAge = time.Duration(d.varint())
+	return r
+}
+
+// eventsOptions reads the options' numbers, which every version begins
+// with.
 func (d *decoder) eventsOptions() *EventsOptions {
-	ev := &EventsOptions{
+	return &EventsOptions{
 		MaxBatchEvents: int(d.varint()),
 		MaxBatchBytes:  int(d.varint()),
 		MaxWait:        time.Duration(d.varint()),
 		Timeout:        time.Duration(d.varint()),
-		MaxAttempts:    int(d.varint()),
 	}
+}
+
+// eventsFilter reads the options' headers and filter into ev.
+func (d *decoder) eventsFilter(ev *EventsOptions) {
 	if n := d.count(); n > 0 {
 		ev.Headers = make(map[string]string, n)
 		for range n {
@@ -108,5 +165,4 @@ func (d *decoder) eventsOptions() *EventsOptions {
 			}
 		}
 	}
-	return ev
 }

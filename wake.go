@@ -130,7 +130,7 @@ func (e *Engine) deliver(ctx context.Context, c *Consumer, sub *Subscription) (o
 		e.record(ctx, c.ID, sub, result)
 	default:
 		// An attempt the WAKING timeout failed first was logged then.
-		result.failure = failure.reason()
+		result.failure = failure
 		if stored, applied := e.record(ctx, c.ID, sub, result); applied {
 			e.attemptFailed(ctx, c, failure, stored)
 		}
@@ -140,10 +140,9 @@ func (e *Engine) deliver(ctx context.Context, c *Consumer, sub *Subscription) (o
 
 // record applies the outcome of a delivery attempt to consumer id. It
 // returns the consumer as stored afterwards, nil if there is none, and
-// whether the outcome changed or removed it (failure GC): an outcome of an
-// attempt that has already ended changes nothing.
+// whether the outcome changed it: an outcome of an attempt that has
+// already ended changes nothing.
 func (e *Engine) record(ctx context.Context, id string, sub *Subscription, result deliveryResult) (stored *Consumer, applied bool) {
-	var failingSince time.Time
 	c, err := e.update(ctx, id, func(cur *Consumer) (change, error) {
 		var t tails
 		if result.done {
@@ -154,25 +153,16 @@ func (e *Engine) record(ctx context.Context, id string, sub *Subscription, resul
 		}
 		ch := e.m.applyDelivery(cur, sub, result, t, e.clock.Now())
 		applied = ch != noChange
-		if ch == changeDelete {
-			failingSince = cur.FailingSince
-		}
 		return ch, nil
 	})
-	switch {
-	case err != nil:
+	if err != nil {
 		// After Stop the attempt stays in flight and times out.
 		if !errors.Is(err, ErrConsumerNotFound) && ctx.Err() == nil {
 			e.log.ErrorContext(ctx, "webhooks: recording delivery outcome", "consumer_id", id, "error", err)
 		}
 		return nil, false
-	case c == nil:
-		e.log.InfoContext(ctx, "webhooks: consumer removed after continuous delivery failure",
-			"consumer_id", id, "failing_since", failingSince)
-		return nil, true
-	default:
-		return c, applied
 	}
+	return c, applied
 }
 
 // notification builds the signed body of a wake-up POST. Every attempt gets
