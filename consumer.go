@@ -245,8 +245,8 @@ type deliveryResult struct {
 	epoch   int64
 	wakeID  string
 	attempt int
-	ok      bool   // 2xx
-	done    bool   // 2xx with {"done": true}
+	ok      bool             // 2xx
+	done    bool             // 2xx with {"done": true}
 	failure *deliveryFailure // why it failed, if it did
 }
 
