@@ -134,6 +134,11 @@ func (e *Engine) callback(ctx context.Context, r *http.Request) (*successRespons
 // applyCallback is the transition a callback makes, atomic in one
 // UpdateConsumer: it fails as a whole or applies as a whole.
 func (e *Engine) applyCallback(ctx context.Context, c *Consumer, claims *tokenClaims, expired bool, req *CallbackRequest) (change, error) {
+	if c.State == StateFailed {
+		// A dead letter is removed from the wake cycle, as spec 001's
+		// failure GC removes the consumer; only its cursor is kept.
+		return noChange, newAPIError(http.StatusGone, CodeConsumerGone, "consumer %s is a dead letter after continuous delivery failure", c.ID)
+	}
 	// A token is bound to the epoch it was issued at, as the request is:
 	// either of another epoch is a zombie's (S6), whatever else it claims.
 	// Its signature is valid, so this is STALE_EPOCH, not TOKEN_INVALID,

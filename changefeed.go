@@ -1,6 +1,7 @@
 package webhooks
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"sync"
@@ -179,13 +180,20 @@ func (s *subscriptionSet) endReload(subs []*Subscription) (added, removed []stri
 }
 
 // sameSubscription reports whether a and b are the same stored
-// subscription: every field equal, CreatedAt as an instant and Events by
-// value.
+// subscription: every field equal, times as instants, and the rest by its
+// encoding, which is canonical.
 func sameSubscription(a, b *Subscription) bool {
-	x, y := *a, *b
-	x.CreatedAt, y.CreatedAt = time.Time{}, time.Time{}
-	x.Events, y.Events = nil, nil
-	return a.CreatedAt.Equal(b.CreatedAt) && x == y && sameEventsOptions(a.Events, b.Events)
+	encode := func(s *Subscription) []byte {
+		data, err := s.MarshalData()
+		health, herr := s.Health.MarshalBinary()
+		if err != nil || herr != nil {
+			return nil // never equal
+		}
+		return append(data, health...)
+	}
+	ea, eb := encode(a), encode(b)
+	return a.ID == b.ID && a.Pattern == b.Pattern && a.Webhook == b.Webhook && a.Description == b.Description &&
+		a.Secret == b.Secret && a.CreatedAt.Equal(b.CreatedAt) && ea != nil && bytes.Equal(ea, eb)
 }
 
 // abortReload ends a reload whose list failed, changing nothing.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"log/slog"
+	"sync"
 	"time"
 )
 
@@ -93,4 +95,83 @@ func (a *DeliveryAttempt) UnmarshalBinary(data []byte) error {
 	}
 	*a = out
 	return nil
+}
+
+// DefaultDeliveryLogKeep is how many attempts of each consumer the
+// delivery log keeps by default.
+const DefaultDeliveryLogKeep = 20
+
+// maxPendingAttempts bounds the attempts waiting for the log's writer: if
+// the Store falls that far behind, further attempts are left out of the
+// log and counted, rather than slow deliveries down or grow memory.
+const maxPendingAttempts = 10_000
+
+// attemptLog writes delivery attempts to the Store's DeliveryLog in the
+// background, in batches: an attempt costs its delivery no Store write.
+// Attempts not yet written when the engine stops are lost; the log is a
+// diagnostic, not a record deliveries depend on.
+type attemptLog struct {
+	store   DeliveryLog // nil: no log
+	keep    int
+	tel     *telemetry
+	written func() // a test's signal
+
+	mu      sync.Mutex
+	pending []*DeliveryAttempt
+	wake    chan struct{}
+}
+
+func newAttemptLog(store Store, keep int, tel *telemetry, written func()) *attemptLog {
+	l := &attemptLog{keep: keep, tel: tel, written: written, wake: make(chan struct{}, 1)}
+	if dl, ok := store.(DeliveryLog); ok && keep > 0 {
+		l.store = dl
+	}
+	return l
+}
+
+// add queues a for writing.
+func (l *attemptLog) add(ctx context.Context, a *DeliveryAttempt) {
+	if l.store == nil {
+		return
+	}
+	l.mu.Lock()
+	full := len(l.pending) >= maxPendingAttempts
+	if !full {
+		l.pending = append(l.pending, a)
+	}
+	l.mu.Unlock()
+	if full {
+		l.tel.logDropped.Add(ctx, 1)
+		return
+	}
+	select {
+	case l.wake <- struct{}{}:
+	default:
+	}
+}
+
+// run writes queued attempts until ctx ends.
+func (l *attemptLog) run(ctx context.Context, log *slog.Logger) {
+	if l.store == nil {
+		return
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-l.wake:
+		}
+		l.mu.Lock()
+		batch := l.pending
+		l.pending = nil
+		l.mu.Unlock()
+		if len(batch) == 0 {
+			continue
+		}
+		if err := l.store.AppendAttempts(ctx, batch, l.keep); err != nil && ctx.Err() == nil {
+			l.tel.logDropped.Add(ctx, int64(len(batch)))
+			log.ErrorContext(ctx, "webhooks: writing the delivery log", "attempts", len(batch), "error", err)
+		}
+		l.written()
+	}
 }

@@ -171,7 +171,7 @@ func (e *Engine) handleDue(ctx context.Context, snapshot *Consumer) error {
 		return ch, nil
 	})
 	if timedOut != nil && err == nil {
-		e.attemptFailed(ctx, timedOut, transportFailure(errAttemptTimeout), c)
+		e.attemptEnded(ctx, timedOut, sub, response{outcome: outcomeTimeout, failure: transportFailure(errAttemptTimeout)}, c)
 	}
 	if errors.Is(err, ErrConsumerNotFound) {
 		return nil

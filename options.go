@@ -1,6 +1,7 @@
 package webhooks
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
@@ -80,6 +81,17 @@ type config struct {
 	authorizer              Authorizer
 	pollInterval            time.Duration
 	maxDeliveriesPerHost    int
+	breaker                 breakerConfig
+	disabledHook            func(context.Context, SubscriptionDisabled)
+	deliveryLogKeep         int
+	maxRetryAfter           time.Duration
+}
+
+// breakerConfig is when the circuit breaker disables a subscription; a
+// zero field never trips it.
+type breakerConfig struct {
+	failures   int
+	failingFor time.Duration
 }
 
 func defaultConfig() config {
@@ -97,6 +109,9 @@ func defaultConfig() config {
 		maxConcurrentDeliveries: DefaultMaxConcurrentDeliveries,
 		pollInterval:            DefaultPollInterval,
 		maxDeliveriesPerHost:    DefaultMaxDeliveriesPerHost,
+		breaker:                 breakerConfig{DefaultBreakerFailures, DefaultBreakerFailingFor},
+		deliveryLogKeep:         DefaultDeliveryLogKeep,
+		maxRetryAfter:           DefaultMaxRetryAfter,
 	}
 }
 
@@ -230,8 +245,9 @@ func WithTokenTTL(ttl time.Duration) Option {
 	}
 }
 
-// WithFailureGCAfter sets how long deliveries to a consumer must fail
-// without a break before the consumer is removed.
+// WithFailureGCAfter sets how long deliveries to a wake consumer must fail
+// without a break before it becomes a dead letter (StateFailed), for
+// subscriptions whose retry policy sets no other limit.
 func WithFailureGCAfter(d time.Duration) Option {
 	return func(c *config) error {
 		if d <= 0 {
@@ -330,4 +346,58 @@ func trimTrailingSlash(p string) string {
 		p = p[:len(p)-1]
 	}
 	return p
+}
+
+// WithCircuitBreaker sets when the engine disables a subscription whose
+// webhook keeps failing: after failures delivery attempts failed in a row,
+// across its consumers and the engines sharing the Store, or once they
+// have failed for failingFor without a success, whichever comes first.
+// Zero turns either off. The defaults are DefaultBreakerFailures and
+// DefaultBreakerFailingFor. A disabled subscription keeps its cursors;
+// see WithSubscriptionDisabledHook.
+func WithCircuitBreaker(failures int, failingFor time.Duration) Option {
+	return func(c *config) error {
+		if failures < 0 || failingFor < 0 {
+			return fmt.Errorf("WithCircuitBreaker: %d failures or %v is negative", failures, failingFor)
+		}
+		c.breaker = breakerConfig{failures, failingFor}
+		return nil
+	}
+}
+
+// WithSubscriptionDisabledHook sets a function the engine calls when it
+// disables a subscription, so that the host can tell its admins. Of the
+// engines sharing a Store, the one that disabled it calls its hook, once.
+// It runs on a delivery goroutine: it should return quickly.
+func WithSubscriptionDisabledHook(hook func(ctx context.Context, ev SubscriptionDisabled)) Option {
+	return func(c *config) error {
+		c.disabledHook = hook
+		return nil
+	}
+}
+
+// WithDeliveryLog sets how many of each consumer's latest delivery
+// attempts the Store keeps, if it is a DeliveryLog; zero keeps none. The
+// default is DefaultDeliveryLogKeep.
+func WithDeliveryLog(keep int) Option {
+	return func(c *config) error {
+		if keep < 0 {
+			return fmt.Errorf("WithDeliveryLog: %d is negative", keep)
+		}
+		c.deliveryLogKeep = keep
+		return nil
+	}
+}
+
+// WithMaxRetryAfter caps the wait before a retry that a webhook's 429 or
+// 503 response can ask for with Retry-After. The default is
+// DefaultMaxRetryAfter.
+func WithMaxRetryAfter(d time.Duration) Option {
+	return func(c *config) error {
+		if d < 0 {
+			return fmt.Errorf("WithMaxRetryAfter: %v is negative", d)
+		}
+		c.maxRetryAfter = d
+		return nil
+	}
 }

@@ -65,6 +65,7 @@ const (
 const (
 	CodeSubscriptionNotFound ErrorCode = "SUBSCRIPTION_NOT_FOUND" // 404
 	CodeSubscriptionConflict ErrorCode = "SUBSCRIPTION_CONFLICT"  // 409
+	CodeConsumerNotFound     ErrorCode = "CONSUMER_NOT_FOUND"     // 404
 	CodeUnauthorized         ErrorCode = "UNAUTHORIZED"           // 401, see WithAuthorizer
 	CodeForbidden            ErrorCode = "FORBIDDEN"              // 403, see WithAuthorizer
 	CodeInternal             ErrorCode = "INTERNAL_ERROR"         // 500

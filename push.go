@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"net/http"
 	"strconv"
 	"time"
 
@@ -183,7 +182,7 @@ func (pushMechanism) deliver(ctx context.Context, e *Engine, c *Consumer, sub *S
 	}
 	span.SetAttributes(attribute.Int("webhooks.events", len(events)))
 	if len(events) == 0 {
-		e.recordPush(ctx, c, sub, result)
+		e.recordPush(ctx, c, sub, result, response{})
 		return ""
 	}
 	body := eventsBody(&EventsPayload{
@@ -204,14 +203,14 @@ func (pushMechanism) deliver(ctx context.Context, e *Engine, c *Consumer, sub *S
 	}
 	header.Set(DeliveryIDHeader, c.WakeID)
 	header.Set(TimestampHeader, strconv.FormatInt(start.Unix(), 10))
-	outcome, failure := e.post(ctx, sub.Webhook, header, body, e.m.pushTimeout(sub), nil)
+	resp := e.post(ctx, sub.Webhook, header, body, e.m.pushTimeout(sub), nil)
 	if ctx.Err() != nil {
 		return ""
 	}
-	e.tel.delivered(ctx, span, outcome, failure, e.clock.Since(start))
-	result.failure = failure
-	e.recordPush(ctx, c, sub, result)
-	return outcome
+	e.tel.delivered(ctx, span, resp.outcome, resp.failure, resp.latency)
+	result.failure = resp.failure
+	e.recordPush(ctx, c, sub, result, resp)
+	return resp.outcome
 }
 
 // eventsBody encodes p as encoding/json would, but with the events as the
@@ -281,9 +280,10 @@ func (e *Engine) readBatch(ctx context.Context, c *Consumer, sub *Subscription) 
 	return batch, events, nil
 }
 
-// recordPush applies the outcome of an attempt of c's batch, and logs a
-// failure that counted.
-func (e *Engine) recordPush(ctx context.Context, c *Consumer, sub *Subscription, r pushResult) {
+// recordPush applies the outcome r of an attempt of c's batch, whose POST
+// got resp, if it made one; a failure counts if it was the attempt in
+// flight.
+func (e *Engine) recordPush(ctx context.Context, c *Consumer, sub *Subscription, r pushResult, resp response) {
 	applied := false
 	stored, err := e.update(ctx, c.ID, func(cur *Consumer) (change, error) {
 		var t tails
@@ -303,10 +303,7 @@ func (e *Engine) recordPush(ctx context.Context, c *Consumer, sub *Subscription,
 		if !errors.Is(err, ErrConsumerNotFound) && ctx.Err() == nil {
 			e.log.ErrorContext(ctx, "webhooks: recording a batch's outcome", "consumer_id", c.ID, "error", err)
 		}
-	case r.failure != nil && applied:
-		e.attemptFailed(ctx, c, r.failure, stored)
-	}
-	if r.failure != nil && r.failure.status == http.StatusGone && err == nil {
-		e.disableSubscription(ctx, sub.ID, r.failure.reason())
+	case resp.outcome != "" && (r.failure == nil || applied):
+		e.attemptEnded(ctx, c, sub, resp, stored)
 	}
 }

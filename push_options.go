@@ -19,7 +19,8 @@ const (
 	DefaultMaxBatchBytes = 1 << 20
 	// DefaultMaxWait is the default of batch.max_wait_ms.
 	DefaultMaxWait = time.Second
-	// DefaultMaxAttempts is the default of retry.max_attempts.
+	// DefaultMaxAttempts is the default of retry.max_attempts for event
+	// push.
 	DefaultMaxAttempts = 5
 )
 
@@ -30,7 +31,6 @@ const (
 	maxBatchBytesLimit   = 16 << 20
 	maxWaitLimit         = time.Minute
 	maxPushTimeoutLimit  = 5 * time.Minute
-	maxAttemptsLimit     = 1000
 	maxCustomHeaders     = 32
 	maxCustomHeaderBytes = 8 << 10
 )
@@ -44,11 +44,6 @@ type batchJSON struct {
 	MaxSize   *int   `json:"max_size,omitempty"`
 	MaxBytes  *int   `json:"max_bytes,omitempty"`
 	MaxWaitMS *int64 `json:"max_wait_ms,omitempty"`
-}
-
-// retryJSON is the "retry" object.
-type retryJSON struct {
-	MaxAttempts *int `json:"max_attempts,omitempty"`
 }
 
 // filterJSON is the "filter" object.
@@ -70,52 +65,68 @@ func (p *pushJSON) empty() bool {
 	return p.Batch == nil && p.Headers == nil && p.TimeoutMS == nil && p.Filter == nil
 }
 
-// eventsOptions validates the event-push fields of a create request and
-// returns the options they give, defaults filled in.
-func (p *pushJSON) eventsOptions() (*EventsOptions, error) {
-	ev := &EventsOptions{
-		MaxBatchEvents: DefaultMaxBatchEvents,
-		MaxBatchBytes:  DefaultMaxBatchBytes,
-		MaxWait:        DefaultMaxWait,
-	}
+// applyTo sets the event-push options p gives on ev, over what ev has.
+func (p *pushJSON) applyTo(ev *EventsOptions) error {
 	if b := p.Batch; b != nil {
 		if b.MaxSize != nil {
-			if *b.MaxSize < 1 || *b.MaxSize > maxBatchEventsLimit {
-				return nil, fmt.Errorf("batch.max_size must be 1 to %d", maxBatchEventsLimit)
-			}
 			ev.MaxBatchEvents = *b.MaxSize
 		}
 		if b.MaxBytes != nil {
-			if *b.MaxBytes < 1 || *b.MaxBytes > maxBatchBytesLimit {
-				return nil, fmt.Errorf("batch.max_bytes must be 1 to %d", maxBatchBytesLimit)
-			}
 			ev.MaxBatchBytes = *b.MaxBytes
 		}
 		if b.MaxWaitMS != nil {
-			if *b.MaxWaitMS < 0 || *b.MaxWaitMS > maxWaitLimit.Milliseconds() {
-				return nil, fmt.Errorf("batch.max_wait_ms must be 0 to %d", maxWaitLimit.Milliseconds())
-			}
 			ev.MaxWait = time.Duration(*b.MaxWaitMS) * time.Millisecond
 		}
 	}
 	if p.TimeoutMS != nil {
-		if *p.TimeoutMS < 1 || *p.TimeoutMS > maxPushTimeoutLimit.Milliseconds() {
-			return nil, fmt.Errorf("timeout_ms must be 1 to %d", maxPushTimeoutLimit.Milliseconds())
+		if *p.TimeoutMS < 1 {
+			return fmt.Errorf("timeout_ms must be 1 to %d", maxPushTimeoutLimit.Milliseconds())
 		}
 		ev.Timeout = time.Duration(*p.TimeoutMS) * time.Millisecond
 	}
-	headers, err := customHeaders(p.Headers)
-	if err != nil {
-		return nil, err
+	if p.Headers != nil {
+		headers, err := customHeaders(p.Headers)
+		if err != nil {
+			return err
+		}
+		ev.Headers = headers
 	}
-	ev.Headers = headers
 	if f := p.Filter; f != nil {
 		ev.Filter = &EventFilter{Field: f.Field, Patterns: f.Patterns}
+	}
+	return nil
+}
+
+// defaultEventsOptions are the options of an events subscription that
+// sets none.
+func defaultEventsOptions() *EventsOptions {
+	return &EventsOptions{MaxBatchEvents: DefaultMaxBatchEvents, MaxBatchBytes: DefaultMaxBatchBytes, MaxWait: DefaultMaxWait}
+}
+
+// validateEventsOptions checks ev against the API's limits, naming each
+// option by its JSON field.
+func validateEventsOptions(ev *EventsOptions) error {
+	if ev.MaxBatchEvents < 1 || ev.MaxBatchEvents > maxBatchEventsLimit {
+		return fmt.Errorf("batch.max_size must be 1 to %d", maxBatchEventsLimit)
+	}
+	if ev.MaxBatchBytes < 1 || ev.MaxBatchBytes > maxBatchBytesLimit {
+		return fmt.Errorf("batch.max_bytes must be 1 to %d", maxBatchBytesLimit)
+	}
+	if ev.MaxWait < 0 || ev.MaxWait > maxWaitLimit {
+		return fmt.Errorf("batch.max_wait_ms must be 0 to %d", maxWaitLimit.Milliseconds())
+	}
+	if ev.Timeout < 0 || ev.Timeout > maxPushTimeoutLimit {
+		return fmt.Errorf("timeout_ms must be 1 to %d", maxPushTimeoutLimit.Milliseconds())
+	}
+	if _, err := customHeaders(ev.Headers); err != nil {
+		return err
+	}
+	if ev.Filter != nil {
 		if _, err := compileFilter(ev.Filter); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	return ev, nil
+	return nil
 }
 
 // reservedHeaders are set by the engine or by HTTP itself; a subscription

@@ -235,15 +235,27 @@ type SubscriptionStatus string
 const (
 	// StatusActive subscriptions deliver.
 	StatusActive SubscriptionStatus = "active"
-	// StatusDisabled subscriptions deliver nothing and keep their cursors:
-	// the engine disables an events subscription whose webhook answers
-	// 410 Gone, and a host may disable any through the Store.
-	// Engine.EnableSubscription resumes it from its cursors.
+	// StatusPaused subscriptions start no delivery and keep their
+	// cursors; deliveries in flight finish. An operator pauses them, and
+	// Engine.ResumeSubscription resumes them from their cursors.
+	StatusPaused SubscriptionStatus = "paused"
+	// StatusDisabled subscriptions deliver nothing either: the engine
+	// disables a subscription whose webhook answers 410 Gone, or whose
+	// failures trip its circuit breaker (WithCircuitBreaker).
+	// Engine.ResumeSubscription resumes it from its cursors.
 	StatusDisabled SubscriptionStatus = "disabled"
 )
 
+// status is s's status, StatusActive for the zero value.
+func (s *Subscription) status() SubscriptionStatus {
+	if s.Status == "" {
+		return StatusActive
+	}
+	return s.Status
+}
+
 // active reports whether s delivers.
-func (s *Subscription) active() bool { return s == nil || s.Status != StatusDisabled }
+func (s *Subscription) active() bool { return s == nil || s.status() == StatusActive }
 
 // DeliveryMode is how the engine delivers a subscription's streams to its
 // webhook.

@@ -52,28 +52,29 @@ const (
 )
 
 // subscriptionJSON is a subscription as the API shows it. The secret is
-// shown only in the response that creates the subscription.
+// shown only in the response that creates the subscription, or rotates its
+// secret; the previous secret never.
 type subscriptionJSON struct {
-	SubscriptionID string `json:"subscription_id"`
-	Pattern        string `json:"pattern"`
-	Webhook        string `json:"webhook"`
-	WebhookSecret  string `json:"webhook_secret,omitempty"`
-	Description    string `json:"description,omitempty"`
-	// Delivery and the event-push options are shown for an events
-	// subscription only, so that a wake subscription looks as spec 001
-	// has it.
-	Delivery DeliveryMode       `json:"delivery,omitempty"`
-	Status   SubscriptionStatus `json:"status,omitempty"`
+	SubscriptionID string             `json:"subscription_id"`
+	Pattern        string             `json:"pattern"`
+	Webhook        string             `json:"webhook"`
+	WebhookSecret  string             `json:"webhook_secret,omitempty"`
+	Description    string             `json:"description,omitempty"`
+	Delivery       DeliveryMode       `json:"delivery"`
+	Status         SubscriptionStatus `json:"status"`
+	optionsJSON
 	pushJSON
+	healthJSON
 }
 
-func toJSON(s *Subscription) subscriptionJSON {
-	out := subscriptionJSON{SubscriptionID: s.ID, Pattern: s.Pattern, Webhook: s.Webhook, Description: s.Description}
+// view is s as the API shows it.
+func (e *Engine) view(s *Subscription) subscriptionJSON {
+	out := subscriptionJSON{
+		SubscriptionID: s.ID, Pattern: s.Pattern, Webhook: s.Webhook, Description: s.Description,
+		Delivery: s.Delivery.orDefault(), Status: s.status(),
+		optionsJSON: e.m.optionsView(s), healthJSON: healthView(s.Health),
+	}
 	if s.pushes() {
-		out.Delivery, out.Status = s.Delivery, StatusActive
-		if !s.active() {
-			out.Status = StatusDisabled
-		}
 		out.pushJSON = pushView(s.Events)
 	}
 	return out
@@ -84,6 +85,12 @@ type createRequest struct {
 	Webhook     string       `json:"webhook"`
 	Description string       `json:"description"`
 	Delivery    DeliveryMode `json:"delivery"`
+	// DeliverPolicy says where the consumers of existing streams start:
+	// "new" (the default) at their tails, "all" before their first
+	// events, "from_offset" at Offset.
+	DeliverPolicy string `json:"deliver_policy"`
+	Offset        string `json:"offset"`
+	optionsJSON
 	pushJSON
 }
 
@@ -159,7 +166,7 @@ func (e *Engine) serveSubscription(ctx context.Context, r *http.Request) (int, a
 		if err != nil {
 			return 0, nil, err
 		}
-		return http.StatusOK, toJSON(sub), nil
+		return http.StatusOK, e.view(sub), nil
 	case http.MethodDelete:
 		return e.deleteSubscription(ctx, pattern, id)
 	default:
@@ -174,47 +181,48 @@ func methodNotAllowed(allow string) *apiError {
 }
 
 func (e *Engine) createSubscription(ctx context.Context, pattern *Pattern, id string, body io.Reader) (int, any, error) {
-	data, err := io.ReadAll(http.MaxBytesReader(nil, io.NopCloser(body), MaxSubscriptionBodyBytes))
-	if err != nil {
-		return 0, nil, newAPIError(http.StatusBadRequest, CodeInvalidRequest, "request body is unreadable or exceeds %d bytes", MaxSubscriptionBodyBytes)
-	}
 	var req createRequest
-	if err := decodeStrict(data, &req); err != nil {
-		return 0, nil, newAPIError(http.StatusBadRequest, CodeInvalidRequest, "%v", err)
+	if err := readRequest(body, &req); err != nil {
+		return 0, nil, err
 	}
 	if req.Webhook == "" {
 		return 0, nil, newAPIError(http.StatusBadRequest, CodeInvalidRequest, "webhook is required")
 	}
-	sub := &Subscription{ID: id, Pattern: pattern.String(), Webhook: req.Webhook, Description: req.Description, Delivery: req.Delivery.orDefault()}
+	sub := &Subscription{ID: id, Pattern: pattern.String(), Webhook: req.Webhook, Description: req.Description,
+		Delivery: req.Delivery.orDefault(), Signature: req.Signature, RateLimit: DefaultRateLimit}
 	switch sub.Delivery {
 	case DeliveryWake:
 		if !req.pushJSON.empty() {
 			return 0, nil, newAPIError(http.StatusBadRequest, CodeInvalidRequest,
-				"batch, headers, timeout_ms, retry and filter apply only to delivery %q", DeliveryEvents)
+				"batch, headers, timeout_ms and filter apply only to delivery %q", DeliveryEvents)
 		}
 	case DeliveryEvents:
 		if _, ok := e.source.(EventReader); !ok {
 			return 0, nil, errNoEventReader()
 		}
-		if sub.Events, err = req.pushJSON.eventsOptions(); err != nil {
+		sub.Events = defaultEventsOptions()
+		sub.Retry = &RetryPolicy{MaxAttempts: DefaultMaxAttempts}
+		if err := req.pushJSON.applyTo(sub.Events); err != nil {
 			return 0, nil, newAPIError(http.StatusBadRequest, CodeInvalidRequest, "%v", err)
 		}
 	default:
 		return 0, nil, newAPIError(http.StatusBadRequest, CodeInvalidRequest, "unknown delivery %q; use %q or %q", req.Delivery, DeliveryWake, DeliveryEvents)
+	}
+	if req.Retry != nil && sub.Retry == nil {
+		sub.Retry = &RetryPolicy{MaxAge: e.cfg.failureGCAfter}
+	}
+	req.optionsJSON.applyTo(sub)
+	start, err := deliverStart(req.DeliverPolicy, req.Offset)
+	if err != nil {
+		return 0, nil, newAPIError(http.StatusBadRequest, CodeInvalidRequest, "%v", err)
 	}
 	// An existing subscription is compared before the webhook is validated,
 	// so a repeated create is answered the same way whatever the policy.
 	if have, err := e.existing(ctx, sub); have != nil || err != nil {
 		return http.StatusOK, have, err
 	}
-	if len(req.Description) > MaxDescriptionLength {
-		return 0, nil, newAPIError(http.StatusBadRequest, CodeInvalidRequest, "description is longer than %d characters", MaxDescriptionLength)
-	}
-	if len(req.Webhook) > MaxWebhookURLLength {
-		return 0, nil, newAPIError(http.StatusBadRequest, CodeInvalidRequest, "webhook URL is longer than %d characters", MaxWebhookURLLength)
-	}
-	if _, err := e.policy.CheckURL(req.Webhook); err != nil {
-		return 0, nil, newAPIError(http.StatusBadRequest, CodeInvalidRequest, "webhook URL rejected: %v", err)
+	if err := e.validate(sub); err != nil {
+		return 0, nil, err
 	}
 	sub.Secret = newWebhookSecret()
 	sub.CreatedAt = e.clock.Now()
@@ -229,12 +237,67 @@ func (e *Engine) createSubscription(ctx context.Context, pattern *Pattern, id st
 	// Index first: a stream created during the scan below then gets its
 	// consumer from StreamCreated, and the scan's create finds it exists.
 	e.subs.add(pattern, sub)
-	if err := e.adoptExistingStreams(ctx, pattern, id); err != nil {
+	if err := e.adoptExistingStreams(ctx, pattern, id, start); err != nil {
 		return 0, nil, err
 	}
-	created := toJSON(sub)
+	created := e.view(sub)
 	created.WebhookSecret = sub.Secret
 	return http.StatusCreated, created, nil
+}
+
+// readRequest decodes a subscription API request body into v.
+func readRequest(body io.Reader, v any) error {
+	data, err := io.ReadAll(http.MaxBytesReader(nil, io.NopCloser(body), MaxSubscriptionBodyBytes))
+	if err != nil {
+		return newAPIError(http.StatusBadRequest, CodeInvalidRequest, "request body is unreadable or exceeds %d bytes", MaxSubscriptionBodyBytes)
+	}
+	if err := decodeStrict(data, v); err != nil {
+		return newAPIError(http.StatusBadRequest, CodeInvalidRequest, "%v", err)
+	}
+	return nil
+}
+
+// validate checks a subscription about to be stored: its description, its
+// webhook URL, by the engine's policy too, and its options.
+func (e *Engine) validate(sub *Subscription) error {
+	if len(sub.Description) > MaxDescriptionLength {
+		return newAPIError(http.StatusBadRequest, CodeInvalidRequest, "description is longer than %d characters", MaxDescriptionLength)
+	}
+	if len(sub.Webhook) > MaxWebhookURLLength {
+		return newAPIError(http.StatusBadRequest, CodeInvalidRequest, "webhook URL is longer than %d characters", MaxWebhookURLLength)
+	}
+	if _, err := e.policy.CheckURL(sub.Webhook); err != nil {
+		return newAPIError(http.StatusBadRequest, CodeInvalidRequest, "webhook URL rejected: %v", err)
+	}
+	if err := validateOptions(sub); err != nil {
+		return newAPIError(http.StatusBadRequest, CodeInvalidRequest, "%v", err)
+	}
+	return nil
+}
+
+// deliverStart is the offset at which a new subscription's consumers of
+// existing streams start, by its deliver policy: "" for each stream's
+// tail.
+func deliverStart(policy, offset string) (string, error) {
+	switch policy {
+	case "", deliverPolicyNew:
+		if offset != "" {
+			return "", fmt.Errorf("offset applies only to deliver_policy %q", deliverPolicyFrom)
+		}
+		return "", nil
+	case deliverPolicyAll:
+		if offset != "" {
+			return "", fmt.Errorf("offset applies only to deliver_policy %q", deliverPolicyFrom)
+		}
+		return OffsetNone, nil
+	case deliverPolicyFrom:
+		if err := validateOffset(offset); err != nil {
+			return "", err
+		}
+		return offset, nil
+	default:
+		return "", fmt.Errorf("unknown deliver_policy %q; use %q, %q or %q", policy, deliverPolicyNew, deliverPolicyAll, deliverPolicyFrom)
+	}
 }
 
 // existing answers a create for an ID that may be taken: the subscription
@@ -248,25 +311,31 @@ func (e *Engine) existing(ctx context.Context, want *Subscription) (*subscriptio
 	if err != nil {
 		return nil, err
 	}
-	if have.Pattern != want.Pattern || have.Webhook != want.Webhook || have.Description != want.Description ||
-		have.Delivery.orDefault() != want.Delivery.orDefault() || !sameEventsOptions(have.Events, want.Events) {
+	if !sameConfiguration(have, want) {
 		return nil, newAPIError(http.StatusConflict, CodeSubscriptionConflict,
-			"subscription %s exists with a different configuration; delete it to change it", want.ID)
+			"subscription %s exists with a different configuration; PATCH it, or delete it, to change it", want.ID)
 	}
-	out := toJSON(have)
+	out := e.view(have)
 	return &out, nil
 }
 
-// sameEventsOptions reports whether a and b are the same options, by their
-// encoding, which is canonical.
-func sameEventsOptions(a, b *EventsOptions) bool {
-	return bytes.Equal(appendEventsOptions(nil, a), appendEventsOptions(nil, b))
+// sameConfiguration reports whether a and b are configured alike: the
+// same pattern, webhook, description, mode and options, whatever their
+// secrets, status and health. It compares their encodings, which are
+// canonical.
+func sameConfiguration(a, b *Subscription) bool {
+	config := func(s *Subscription) []byte {
+		c := Subscription{Delivery: s.Delivery.orDefault(), Signature: s.signature(), Retry: s.Retry, RateLimit: s.RateLimit, Events: s.Events}
+		data, _ := c.MarshalData() // no times, so no error
+		return data
+	}
+	return a.Pattern == b.Pattern && a.Webhook == b.Webhook && a.Description == b.Description && bytes.Equal(config(a), config(b))
 }
 
 // adoptExistingStreams gives each existing stream that matches a new
-// subscription an IDLE consumer at its current tail: existing events are
-// assumed handled, and only new ones wake it.
-func (e *Engine) adoptExistingStreams(ctx context.Context, pattern *Pattern, id string) error {
+// subscription an IDLE consumer at start, or at its current tail if start
+// is "": existing events are assumed handled, and only new ones wake it.
+func (e *Engine) adoptExistingStreams(ctx context.Context, pattern *Pattern, id, start string) error {
 	streams, err := e.source.MatchStreams(ctx, pattern)
 	if err != nil {
 		return fmt.Errorf("listing streams matching %s: %w", pattern, err)
@@ -275,10 +344,20 @@ func (e *Engine) adoptExistingStreams(ctx context.Context, pattern *Pattern, id 
 		if validateStreamPath(s.Path) != nil {
 			continue // as in StreamCreated
 		}
-		err := e.store.CreateConsumer(ctx, newConsumer(id, s.Path, s.Tail, e.clock.Now()))
+		offset := s.Tail
+		if start != "" {
+			offset = start
+		}
+		err := e.store.CreateConsumer(ctx, newConsumer(id, s.Path, offset, e.clock.Now()))
 		e.progressed.Send()
 		if err != nil && !errors.Is(err, ErrConsumerExists) {
 			return fmt.Errorf("creating consumer for %s: %w", s.Path, err)
+		}
+		if start != "" {
+			// Events before the tail are pending.
+			if err := e.startIfPending(ctx, ConsumerID(id, s.Path), id); err != nil {
+				return fmt.Errorf("starting consumer for %s: %w", s.Path, err)
+			}
 		}
 	}
 	return nil
@@ -318,7 +397,7 @@ func (e *Engine) listSubscriptions(ctx context.Context, pattern *Pattern) (int, 
 	out := []subscriptionJSON{}
 	for _, s := range subs {
 		if pattern.Match(s.Pattern) {
-			out = append(out, toJSON(s))
+			out = append(out, e.view(s))
 		}
 	}
 	return http.StatusOK, map[string]any{"subscriptions": out}, nil

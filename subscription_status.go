@@ -7,56 +7,60 @@ import (
 	"time"
 )
 
-// A disabled subscription delivers nothing and keeps its cursors, in every
-// mode: its IDLE consumers start no delivery, a wake cycle that ends does
-// not start another, and a retry that comes due waits with no deadline.
-// Enabling it resumes each consumer from its cursor.
+// A paused or disabled subscription delivers nothing and keeps its
+// cursors, in every mode: its IDLE consumers start no delivery, a wake
+// cycle that ends does not start another, a retry that comes due waits
+// with no deadline, and deliveries already in flight finish. Resuming it
+// resumes each consumer from its cursor.
 
-// disableSubscription disables subscription id, whose webhook answered 410
-// Gone, as Stripe and Svix do with such an endpoint.
-func (e *Engine) disableSubscription(ctx context.Context, id, reason string) {
+// errImmutable refuses a change to a field no update may make.
+var errImmutable = errors.New("delivery, signature, secret and status cannot be changed by an update; delete and re-create the subscription, rotate its secret, or pause or resume it")
+
+// PauseSubscription pauses subscription id: its consumers start no new
+// delivery until ResumeSubscription. It returns the subscription as
+// stored, or ErrSubscriptionNotFound.
+func (e *Engine) PauseSubscription(ctx context.Context, id string) (*Subscription, error) {
+	if err := e.checkLoaded(); err != nil {
+		return nil, err
+	}
 	sub, err := e.store.UpdateSubscription(ctx, id, func(s *Subscription) error {
-		s.Status = StatusDisabled
+		s.Status = StatusPaused
 		return nil
 	})
 	if err != nil {
-		if !errors.Is(err, ErrSubscriptionNotFound) && ctx.Err() == nil {
-			e.log.ErrorContext(ctx, "webhooks: disabling a subscription", "subscription_id", id, "error", err)
-		}
-		return
+		return nil, err
 	}
 	e.subs.update(sub)
-	e.log.WarnContext(ctx, "webhooks: subscription disabled: its webhook answered 410 Gone; Engine.EnableSubscription resumes it",
-		"subscription_id", id, "reason", reason)
+	e.tel.operated(ctx, "pause")
+	return sub, nil
 }
 
-// EnableSubscription makes subscription id active again and resumes each of
-// its consumers from its cursor: a batch whose retry waited is sent, and
-// pending work starts. It returns ErrSubscriptionNotFound if there is no
-// such subscription.
-func (e *Engine) EnableSubscription(ctx context.Context, id string) error {
+// ResumeSubscription makes paused or disabled subscription id active
+// again and resumes each of its consumers from its cursor: a retry that
+// waited is sent, and pending work starts. Dead letters stay dead
+// (ResumeConsumer). Resuming also ends the subscription's failure run, so
+// that the circuit breaker gives it a fresh count. It returns the
+// subscription as stored, or ErrSubscriptionNotFound.
+func (e *Engine) ResumeSubscription(ctx context.Context, id string) (*Subscription, error) {
 	if err := e.checkLoaded(); err != nil {
-		return err
+		return nil, err
+	}
+	if _, err := e.store.UpdateHealth(ctx, id, func(h *SubscriptionHealth) {
+		h.ConsecutiveFailures, h.FailingSince = 0, time.Time{}
+	}); err != nil {
+		return nil, err
 	}
 	sub, err := e.store.UpdateSubscription(ctx, id, func(s *Subscription) error {
 		s.Status = StatusActive
 		return nil
 	})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	e.subs.update(sub)
-	pattern, err := ParsePattern(sub.Pattern)
-	if err != nil {
-		return fmt.Errorf("webhooks: stored subscription %s: %w", id, err)
-	}
-	streams, err := e.source.MatchStreams(ctx, pattern)
-	if err != nil {
-		return fmt.Errorf("webhooks: listing streams matching %s: %w", pattern, err)
-	}
-	var errs []error
-	for _, s := range streams {
-		_, err := e.update(ctx, ConsumerID(id, s.Path), func(c *Consumer) (change, error) {
+	e.tel.operated(ctx, "resume")
+	return sub, e.eachConsumer(ctx, id, "", func(c *Consumer) error {
+		_, err := e.update(ctx, c.ID, func(c *Consumer) (change, error) {
 			var t tails
 			if c.State == StateIdle { // only a start reads the tails
 				var err error
@@ -66,14 +70,70 @@ func (e *Engine) EnableSubscription(ctx context.Context, id string) error {
 			}
 			return e.m.resume(c, sub, t, e.clock.Now()), nil
 		})
-		if err != nil && !errors.Is(err, ErrConsumerNotFound) {
-			errs = append(errs, fmt.Errorf("webhooks: resuming consumer of %s: %w", s.Path, err))
-		}
-	}
-	return errors.Join(errs...)
+		return err
+	})
 }
 
-// resume restarts consumer c of sub, just enabled: a retry that waited is
+// UpdateSubscription changes subscription id by fn, which may change its
+// webhook, description and options, and returns it as stored. The result
+// is checked as a create's is, the webhook URL by the engine's policy too;
+// an invalid one changes nothing and returns the error, as does an fn that
+// changes the delivery mode, signature scheme, secrets or status. Cursors
+// are kept; a batch in flight keeps the limits it started with. It returns
+// ErrSubscriptionNotFound if there is no such subscription.
+func (e *Engine) UpdateSubscription(ctx context.Context, id string, fn func(s *Subscription) error) (*Subscription, error) {
+	if err := e.checkLoaded(); err != nil {
+		return nil, err
+	}
+	sub, err := e.store.UpdateSubscription(ctx, id, func(s *Subscription) error {
+		before := s.Clone()
+		if err := fn(s); err != nil {
+			return err
+		}
+		if s.Delivery.orDefault() != before.Delivery.orDefault() || s.signature() != before.signature() ||
+			s.Secret != before.Secret || s.PreviousSecret != before.PreviousSecret ||
+			!s.PreviousSecretExpiresAt.Equal(before.PreviousSecretExpiresAt) || s.status() != before.status() ||
+			(s.Events == nil) != (before.Events == nil) {
+			return newAPIError(400, CodeInvalidRequest, "%v", errImmutable)
+		}
+		return e.validate(s)
+	})
+	if err != nil {
+		return nil, err
+	}
+	e.subs.update(sub)
+	e.tel.operated(ctx, "update")
+	return sub, nil
+}
+
+// eachConsumer calls fn with each consumer of subscription id, in state if
+// it is set, a page at a time. It goes on past a consumer that is gone,
+// and returns the other errors joined.
+func (e *Engine) eachConsumer(ctx context.Context, id string, state ConsumerState, fn func(c *Consumer) error) error {
+	var errs []error
+	p := &ListConsumersParams{SubscriptionID: id, State: state, Limit: consumerPage}
+	for {
+		page, err := e.store.ListConsumers(ctx, p)
+		if err != nil {
+			return errors.Join(append(errs, fmt.Errorf("webhooks: listing the consumers of %s: %w", id, err))...)
+		}
+		for _, c := range page {
+			if err := fn(c); err != nil && !errors.Is(err, ErrConsumerNotFound) {
+				errs = append(errs, fmt.Errorf("webhooks: consumer %s: %w", c.ID, err))
+			}
+		}
+		if len(page) < p.Limit {
+			return errors.Join(errs...)
+		}
+		p.After = page[len(page)-1].ID
+	}
+}
+
+// consumerPage is how many consumers the engine reads from the Store at a
+// time when it acts on all of a subscription's.
+const consumerPage = 500
+
+// resume restarts consumer c of sub, just resumed: a retry that waited is
 // sent, and an IDLE consumer starts its pending work.
 func (m *machine) resume(c *Consumer, sub *Subscription, t tails, now time.Time) change {
 	switch {

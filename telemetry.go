@@ -32,6 +32,9 @@ type telemetry struct {
 	failures        metric.Int64Counter
 	deliveryLatency metric.Float64Histogram
 	callbacks       metric.Int64Counter
+	disabledSubs    metric.Int64Counter
+	operations      metric.Int64Counter
+	logDropped      metric.Int64Counter
 	consumers       metric.Int64ObservableGauge
 	registration    metric.Registration
 
@@ -88,6 +91,18 @@ func newTelemetry(tp trace.TracerProvider, mp metric.MeterProvider, store Store,
 	}
 	if t.callbacks, err = meter.Int64Counter("webhooks.callbacks",
 		metric.WithDescription("Callback requests, by response code.")); err != nil {
+		return nil, err
+	}
+	if t.disabledSubs, err = meter.Int64Counter("webhooks.subscriptions.disabled",
+		metric.WithDescription("Subscriptions the engine disabled: 410 Gone or the circuit breaker.")); err != nil {
+		return nil, err
+	}
+	if t.operations, err = meter.Int64Counter("webhooks.operations",
+		metric.WithDescription("Operator actions done, by operation.")); err != nil {
+		return nil, err
+	}
+	if t.logDropped, err = meter.Int64Counter("webhooks.delivery_log.dropped",
+		metric.WithDescription("Delivery attempts left out of the delivery log: its writer fell behind.")); err != nil {
 		return nil, err
 	}
 	if t.consumers, err = meter.Int64ObservableGauge("webhooks.consumers",
@@ -162,4 +177,12 @@ func consumerAttrs(c *Consumer) []attribute.KeyValue {
 		attribute.String("webhooks.wake_id", c.WakeID),
 		attribute.Int("webhooks.attempt", c.Attempt),
 	}
+}
+
+// disabled counts a subscription the engine disabled.
+func (t *telemetry) disabled(ctx context.Context) { t.disabledSubs.Add(ctx, 1) }
+
+// operated counts an operator action.
+func (t *telemetry) operated(ctx context.Context, op string) {
+	t.operations.Add(ctx, 1, metric.WithAttributes(attribute.String("operation", op)))
 }

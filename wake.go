@@ -106,9 +106,7 @@ func (e *Engine) deliver(ctx context.Context, c *Consumer, sub *Subscription) (o
 		return
 	}
 	result := deliveryResult{epoch: c.Epoch, wakeID: c.WakeID, attempt: c.Attempt}
-	start := e.clock.Now()
-	var failure *deliveryFailure
-	outcome, failure = e.post(ctx, sub.Webhook, e.signedHeader(sub, body, e.clock.Now()), body, e.cfg.requestTimeout, func() {
+	resp := e.post(ctx, sub.Webhook, e.signedHeader(sub, body, e.clock.Now()), body, e.cfg.requestTimeout, func() {
 		// A 2xx proves receipt: the consumer is LIVE at once, even if the
 		// receiver holds the body open while it works (spec: WAKING
 		// Timeout).
@@ -121,21 +119,23 @@ func (e *Engine) deliver(ctx context.Context, c *Consumer, sub *Subscription) (o
 		// out like any other after a restart.
 		return
 	}
-	e.tel.delivered(ctx, span, outcome, failure, e.clock.Since(start))
-	switch outcome {
+	e.tel.delivered(ctx, span, resp.outcome, resp.failure, resp.latency)
+	switch resp.outcome {
 	case outcomeOK:
 		// Recorded when the status arrived.
+		e.attemptEnded(ctx, c, sub, resp, nil)
 	case outcomeDone:
 		result.ok, result.done = true, true
 		e.record(ctx, c.ID, sub, result)
+		e.attemptEnded(ctx, c, sub, resp, nil)
 	default:
 		// An attempt the WAKING timeout failed first was logged then.
-		result.failure = failure
+		result.failure = resp.failure
 		if stored, applied := e.record(ctx, c.ID, sub, result); applied {
-			e.attemptFailed(ctx, c, failure, stored)
+			e.attemptEnded(ctx, c, sub, resp, stored)
 		}
 	}
-	return outcome
+	return resp.outcome
 }
 
 // record applies the outcome of a delivery attempt to consumer id. It
@@ -194,12 +194,25 @@ func (e *Engine) signedHeader(sub *Subscription, body []byte, now time.Time) htt
 	}
 }
 
+// response is what one webhook POST came to.
+type response struct {
+	outcome string
+	failure *deliveryFailure // nil for a 2xx
+	status  int              // 0 if no response arrived
+	// preview is the start of the response body, for the delivery log.
+	preview string
+	sentAt  time.Time
+	latency time.Duration
+}
+
 // post sends one webhook POST of body with header to url, and classifies
 // the outcome, and the failure if it is one. It calls accepted, if set, as
 // soon as a 2xx status arrives, before reading the body. The timeout runs
 // on the engine's clock; it cancels the request rather than setting a
 // context deadline, which the dialer would read against the real clock.
-func (e *Engine) post(ctx context.Context, url string, header http.Header, body []byte, timeout time.Duration, accepted func()) (outcome string, failure *deliveryFailure) {
+func (e *Engine) post(ctx context.Context, url string, header http.Header, body []byte, timeout time.Duration, accepted func()) (r response) {
+	r.sentAt = e.clock.Now()
+	defer func() { r.latency = e.clock.Since(r.sentAt) }()
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	timer := e.clock.AfterFunc(timeout, func() { cancel(errRequestTimeout) })
@@ -207,22 +220,29 @@ func (e *Engine) post(ctx context.Context, url string, header http.Header, body 
 
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
 	if err != nil {
-		return outcomeError, transportFailure(err)
+		r.outcome, r.failure = outcomeError, transportFailure(err)
+		return r
 	}
 	req.Header = header
 	resp, err := e.client.Do(req)
 	if err != nil {
 		if errors.Is(context.Cause(ctx), errRequestTimeout) {
 			// A transport other than net/http's may not pass the cause on.
-			return outcomeTimeout, transportFailure(errRequestTimeout)
+			r.outcome, r.failure = outcomeTimeout, transportFailure(errRequestTimeout)
+			return r
 		}
 		trace.SpanFromContext(ctx).SetAttributes(attribute.String("webhooks.error", err.Error()))
-		return outcomeError, transportFailure(err)
+		r.outcome, r.failure = outcomeError, transportFailure(err)
+		return r
 	}
 	defer resp.Body.Close()
+	r.status = resp.StatusCode
 	trace.SpanFromContext(ctx).SetAttributes(attribute.Int("http.response.status_code", resp.StatusCode))
 	if f := statusFailure(resp.StatusCode); f != nil {
-		return outcomeHTTPError, f
+		f.retryAfter = retryAfter(resp, e.clock.Now())
+		data, _ := io.ReadAll(io.LimitReader(resp.Body, MaxResponsePreview))
+		r.outcome, r.failure, r.preview = outcomeHTTPError, f, responsePreview(data)
+		return r
 	}
 	if accepted != nil {
 		accepted()
@@ -231,9 +251,12 @@ func (e *Engine) post(ctx context.Context, url string, header http.Header, body 
 	// short or past the limit may not be what the receiver meant, and
 	// auto-acking on it could lose events.
 	data, err := io.ReadAll(io.LimitReader(resp.Body, MaxWebhookResponseBytes+1))
+	r.preview = responsePreview(data)
 	var d DoneResponse
 	if err == nil && len(data) <= MaxWebhookResponseBytes && json.Unmarshal(data, &d) == nil && d.Done {
-		return outcomeDone, nil
+		r.outcome = outcomeDone
+		return r
 	}
-	return outcomeOK, nil
+	r.outcome = outcomeOK
+	return r
 }

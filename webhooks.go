@@ -60,6 +60,10 @@ type Engine struct {
 	failures *failureLog
 	// outages logs API requests failed by a Store outage, sampled.
 	outages *outageLog
+	// successes spares the health a write at every successful delivery.
+	successes successes
+	// attemptLog writes the delivery log.
+	attemptLog *attemptLog
 	// metrics is this instance's claim to report the Store-wide gauge.
 	metrics *lease
 	// callbackPrefix is every callback URL but the consumer ID.
@@ -145,6 +149,7 @@ func New(store Store, source StreamSource, opts ...Option) (*Engine, error) {
 			requestTimeout:  cfg.requestTimeout,
 			failureGCAfter:  cfg.failureGCAfter,
 			backoff:         cfg.backoff,
+			maxRetryAfter:   cfg.maxRetryAfter,
 		},
 		client: &http.Client{
 			Transport: transport,
@@ -161,6 +166,7 @@ func New(store Store, source StreamSource, opts ...Option) (*Engine, error) {
 	e.failures = newFailureLog(cfg.logger, cfg.clock)
 	e.outages = newOutageLog(cfg.logger, cfg.clock)
 	e.metrics = metrics
+	e.attemptLog = newAttemptLog(store, cfg.deliveryLogKeep, tel, e.progressed.Send)
 	e.lanes = newLanes(e.clock, cfg.maxConcurrentDeliveries, cfg.maxDeliveriesPerHost, e.startDelivery)
 	return e, nil
 }
@@ -195,6 +201,11 @@ func (e *Engine) Start(ctx context.Context) error {
 		e.recover(runCtx)
 	}()
 	e.followFeed(runCtx)
+	e.deliveries.Add(1)
+	go func() {
+		defer e.deliveries.Done()
+		e.attemptLog.run(runCtx, e.log)
+	}()
 	go func() {
 		defer close(e.done)
 		e.schedule(runCtx)

@@ -1,0 +1,289 @@
+package webhooks
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// The operator routes of the subscription API. Each is the path of a
+// pattern that matches the subscription's, its id, and one more query
+// parameter naming the operation:
+//
+//	PATCH {pattern}?subscription={id}                        change status or mutable fields
+//	GET   {pattern}?subscription={id}&consumers              list consumers: &state= &limit= &cursor=
+//	GET   {pattern}?subscription={id}&consumer={cid}         get one consumer
+//	GET   {pattern}?subscription={id}&deliveries&consumer={cid}  its latest delivery attempts
+//	POST  {pattern}?subscription={id}&rewind                 {"offset": "-1"|offset, "consumer": cid}
+//	GET   {pattern}?subscription={id}&dead                   list dead letters, paged as consumers
+//	POST  {pattern}?subscription={id}&revive                 {"consumer": cid}
+//	POST  {pattern}?subscription={id}&test                   send a signed test delivery
+//	POST  {pattern}?subscription={id}&rotate                 {"overlap_ms": n}: a new secret
+
+// Page sizes of the consumer listings.
+const (
+	defaultConsumerPage = 100
+	maxConsumerPage     = 1000
+)
+
+// operation names the operator route that q asks for, or "" for none.
+func operation(q url.Values) string {
+	for _, op := range []string{"consumers", "deliveries", "rewind", "dead", "revive", "test", "rotate"} {
+		if q.Has(op) {
+			return op
+		}
+	}
+	if q.Has("consumer") {
+		return "consumer"
+	}
+	return ""
+}
+
+// serveOperation answers operator route op on subscription sub.
+func (e *Engine) serveOperation(ctx context.Context, r *http.Request, sub *Subscription, op string) (int, any, error) {
+	q := r.URL.Query()
+	want := http.MethodGet
+	switch op {
+	case "rewind", "revive", "test", "rotate":
+		want = http.MethodPost
+	}
+	if r.Method != want {
+		return 0, nil, methodNotAllowed(want)
+	}
+	switch op {
+	case "consumers", "dead":
+		state := ConsumerState(strings.ToUpper(q.Get("state")))
+		if op == "dead" {
+			state = StateFailed
+		}
+		return e.listConsumers(ctx, sub, state, q)
+	case "consumer":
+		c, err := e.consumerOf(ctx, sub, q.Get("consumer"))
+		if err != nil {
+			return 0, nil, err
+		}
+		views, err := e.consumerViews(ctx, []*Consumer{c})
+		if err != nil {
+			return 0, nil, err
+		}
+		return http.StatusOK, views[0], nil
+	case "deliveries":
+		return e.listDeliveries(ctx, sub, q)
+	case "rewind":
+		return e.rewindRequest(ctx, sub, r.Body)
+	case "revive":
+		return e.reviveRequest(ctx, sub, r.Body)
+	case "test":
+		res, err := e.SendTestDelivery(ctx, sub.ID)
+		if err != nil {
+			return 0, nil, err
+		}
+		return http.StatusOK, res, nil
+	default:
+		return e.rotateRequest(ctx, sub, r.Body)
+	}
+}
+
+// consumerJSON is a consumer as the API shows it.
+type consumerJSON struct {
+	ConsumerID    string          `json:"consumer_id"`
+	PrimaryStream string          `json:"primary_stream"`
+	State         ConsumerState   `json:"state"`
+	Epoch         int64           `json:"epoch"`
+	DeliveryID    string          `json:"delivery_id,omitempty"`
+	Streams       []streamJSON    `json:"streams"`
+	Pending       bool            `json:"pending"`
+	Attempt       int             `json:"attempt"`
+	InFlight      bool            `json:"in_flight"`
+	NextAttemptAt *time.Time      `json:"next_attempt_at"`
+	Deadline      *time.Time      `json:"deadline"`
+	Failures      int             `json:"failures"`
+	FailingSince  *time.Time      `json:"failing_since"`
+	LastError     string          `json:"last_error,omitempty"`
+	UpdatedAt     time.Time       `json:"updated_at"`
+	DeadLetter    *deadLetterJSON `json:"dead_letter,omitempty"`
+}
+
+// streamJSON is a subscribed stream: its cursor and, if it exists, its
+// tail.
+type streamJSON struct {
+	Path   string `json:"path"`
+	Offset string `json:"offset"`
+	Tail   string `json:"tail,omitempty"`
+}
+
+// deadLetterJSON says why a consumer became a dead letter.
+type deadLetterJSON struct {
+	Reason string `json:"reason"`
+}
+
+// consumerViews shows cs with their streams' tails, read from the source.
+func (e *Engine) consumerViews(ctx context.Context, cs []*Consumer) ([]consumerJSON, error) {
+	out := make([]consumerJSON, len(cs))
+	for i, c := range cs {
+		t, err := e.readTails(ctx, streamPaths(c))
+		if err != nil {
+			return nil, err
+		}
+		v := consumerJSON{
+			ConsumerID: c.ID, PrimaryStream: c.PrimaryStream, State: c.State, Epoch: c.Epoch, DeliveryID: c.WakeID,
+			Pending: len(pendingStreams(c, t)) > 0, Attempt: c.Attempt, InFlight: c.InFlight,
+			Deadline: timeOrNil(c.Deadline), Failures: c.Failures, FailingSince: timeOrNil(c.FailingSince),
+			LastError: c.LastError, UpdatedAt: c.UpdatedAt, Streams: make([]streamJSON, len(c.Streams)),
+		}
+		if c.State == StateWaking && !c.InFlight {
+			v.NextAttemptAt = v.Deadline
+		}
+		if c.State == StateFailed {
+			v.DeadLetter = &deadLetterJSON{Reason: c.LastError}
+		}
+		for j, s := range c.Streams {
+			v.Streams[j] = streamJSON{Path: s.Path, Offset: s.Offset, Tail: t[s.Path].Tail}
+		}
+		out[i] = v
+	}
+	return out, nil
+}
+
+// ListConsumers returns a page of the consumers of subscription
+// p.SubscriptionID, as Store.ListConsumers does; StateFailed lists its
+// dead letters.
+func (e *Engine) ListConsumers(ctx context.Context, p *ListConsumersParams) ([]*Consumer, error) {
+	if p.Limit < 1 {
+		return nil, errors.New("webhooks: ListConsumers: limit must be at least 1")
+	}
+	return e.store.ListConsumers(ctx, p)
+}
+
+func (e *Engine) listConsumers(ctx context.Context, sub *Subscription, state ConsumerState, q url.Values) (int, any, error) {
+	switch state {
+	case "", StateIdle, StateWaking, StateLive, StateFailed:
+	default:
+		return 0, nil, newAPIError(http.StatusBadRequest, CodeInvalidRequest, "unknown state %q; use IDLE, WAKING, LIVE or FAILED", q.Get("state"))
+	}
+	limit, err := pageLimit(q)
+	if err != nil {
+		return 0, nil, err
+	}
+	page, err := e.ListConsumers(ctx, &ListConsumersParams{SubscriptionID: sub.ID, State: state, After: q.Get("cursor"), Limit: limit})
+	if err != nil {
+		return 0, nil, err
+	}
+	views, err := e.consumerViews(ctx, page)
+	if err != nil {
+		return 0, nil, err
+	}
+	out := map[string]any{"consumers": views}
+	if len(page) == limit {
+		out["next_cursor"] = page[len(page)-1].ID
+	}
+	return http.StatusOK, out, nil
+}
+
+// pageLimit reads &limit=, defaultConsumerPage if absent.
+func pageLimit(q url.Values) (int, error) {
+	if !q.Has("limit") {
+		return defaultConsumerPage, nil
+	}
+	n, err := strconv.Atoi(q.Get("limit"))
+	if err != nil || n < 1 || n > maxConsumerPage {
+		return 0, newAPIError(http.StatusBadRequest, CodeInvalidRequest, "limit must be 1 to %d", maxConsumerPage)
+	}
+	return n, nil
+}
+
+// consumerOf returns consumer id of sub, or a 404.
+func (e *Engine) consumerOf(ctx context.Context, sub *Subscription, id string) (*Consumer, error) {
+	notFound := newAPIError(http.StatusNotFound, CodeConsumerNotFound, "subscription %s has no consumer %q", sub.ID, id)
+	if subID, _, err := ParseConsumerID(id); err != nil || subID != sub.ID {
+		return nil, notFound
+	}
+	c, err := e.store.GetConsumer(ctx, id)
+	if errors.Is(err, ErrConsumerNotFound) {
+		return nil, notFound
+	}
+	return c, err
+}
+
+// DeliveryLog returns up to limit of the latest delivery attempts of
+// consumer id, newest first: none if the Store keeps no DeliveryLog.
+func (e *Engine) DeliveryLog(ctx context.Context, id string, limit int) ([]*DeliveryAttempt, error) {
+	if e.attemptLog.store == nil {
+		return nil, nil
+	}
+	return e.attemptLog.store.ListAttempts(ctx, id, limit)
+}
+
+// attemptJSON is a delivery attempt as the API shows it.
+type attemptJSON struct {
+	At           time.Time `json:"at"`
+	DeliveryID   string    `json:"delivery_id"`
+	Attempt      int       `json:"attempt"`
+	StatusCode   int       `json:"status_code,omitempty"`
+	LatencyMS    float64   `json:"latency_ms"`
+	ErrorClass   string    `json:"error_class,omitempty"`
+	Error        string    `json:"error,omitempty"`
+	ResponseBody string    `json:"response_body,omitempty"`
+}
+
+func (e *Engine) listDeliveries(ctx context.Context, sub *Subscription, q url.Values) (int, any, error) {
+	c, err := e.consumerOf(ctx, sub, q.Get("consumer"))
+	if err != nil {
+		return 0, nil, err
+	}
+	limit, err := pageLimit(q)
+	if err != nil {
+		return 0, nil, err
+	}
+	attempts, err := e.DeliveryLog(ctx, c.ID, limit)
+	if err != nil {
+		return 0, nil, err
+	}
+	out := make([]attemptJSON, len(attempts))
+	for i, a := range attempts {
+		out[i] = attemptJSON{At: a.At, DeliveryID: a.DeliveryID, Attempt: a.Attempt, StatusCode: a.StatusCode,
+			LatencyMS: float64(a.Latency) / float64(time.Millisecond), ErrorClass: a.ErrorClass, Error: a.Error, ResponseBody: a.ResponseBody}
+	}
+	return http.StatusOK, map[string]any{"consumer_id": c.ID, "deliveries": out}, nil
+}
+
+// consumerRequest is the body of a revive request.
+type consumerRequest struct {
+	Consumer string `json:"consumer"`
+}
+
+func (e *Engine) reviveRequest(ctx context.Context, sub *Subscription, body io.Reader) (int, any, error) {
+	var req consumerRequest
+	if err := readRequest(body, &req); err != nil {
+		return 0, nil, err
+	}
+	c, err := e.consumerOf(ctx, sub, req.Consumer)
+	if err != nil {
+		return 0, nil, err
+	}
+	if c.State != StateFailed {
+		return 0, nil, newAPIError(http.StatusConflict, CodeInvalidRequest, "consumer %s is %s, not a dead letter", c.ID, c.State)
+	}
+	if err := e.ResumeConsumer(ctx, c.ID); err != nil {
+		return 0, nil, err
+	}
+	return e.showConsumer(ctx, sub, c.ID)
+}
+
+// showConsumer answers with consumer id of sub as stored now.
+func (e *Engine) showConsumer(ctx context.Context, sub *Subscription, id string) (int, any, error) {
+	c, err := e.consumerOf(ctx, sub, id)
+	if err != nil {
+		return 0, nil, err
+	}
+	views, err := e.consumerViews(ctx, []*Consumer{c})
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, views[0], nil
+}

@@ -1,0 +1,113 @@
+package webhooks
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+)
+
+// RewindParams say which cursors Engine.Rewind sets, and to what.
+type RewindParams struct {
+	SubscriptionID string
+	// Consumer, if set, is the one consumer to rewind; otherwise every
+	// consumer of the subscription is.
+	Consumer string
+	// Offset is the new cursor of each consumer's primary stream:
+	// OffsetNone to deliver everything again, or an offset of that stream,
+	// after which delivery resumes.
+	Offset string
+}
+
+// Rewind sets cursors back, or forward, to p.Offset, so that what follows
+// it is delivered again: replay. A consumer's delivery in progress ends,
+// its callbacks and late outcomes fenced by a new epoch, and its failures
+// are forgotten; a dead letter keeps its state until it is revived. An
+// offset past a stream's tail is refused, for that consumer, with an
+// error. It returns how many consumers it rewound.
+func (e *Engine) Rewind(ctx context.Context, p *RewindParams) (int, error) {
+	if err := e.checkLoaded(); err != nil {
+		return 0, err
+	}
+	if err := validateOffset(p.Offset); err != nil {
+		return 0, err
+	}
+	sub, err := e.subscription(ctx, p.SubscriptionID)
+	if err != nil {
+		return 0, err
+	}
+	e.tel.operated(ctx, "rewind")
+	n := 0
+	rewind := func(c *Consumer) error {
+		_, err := e.update(ctx, c.ID, func(c *Consumer) (change, error) {
+			t, err := e.readTails(ctx, streamPaths(c))
+			if err != nil {
+				return noChange, err
+			}
+			if info, ok := t[c.PrimaryStream]; ok && compareOffsets(p.Offset, info.Tail) > 0 {
+				return noChange, newAPIError(http.StatusConflict, CodeInvalidOffset, "offset %s is past the tail %s of %s", p.Offset, info.Tail, c.PrimaryStream)
+			}
+			return e.m.rewind(c, sub, p.Offset, t, e.clock.Now()), nil
+		})
+		if err == nil {
+			n++
+		}
+		return err
+	}
+	if p.Consumer != "" {
+		c, err := e.store.GetConsumer(ctx, p.Consumer)
+		if err != nil {
+			return 0, err
+		}
+		if c.SubscriptionID != sub.ID {
+			return 0, ErrConsumerNotFound
+		}
+		return n, rewind(c)
+	}
+	return n, e.eachConsumer(ctx, sub.ID, "", rewind)
+}
+
+// rewind sets the cursor of c's primary stream to offset and restarts c
+// from it: whatever delivery was in progress ends, fenced by a new epoch,
+// and pending work starts at once unless c is a dead letter.
+func (m *machine) rewind(c *Consumer, sub *Subscription, offset string, t tails, now time.Time) change {
+	i := streamIndex(c.Streams, c.PrimaryStream)
+	if i < 0 {
+		return noChange
+	}
+	c.Streams[i].Offset = offset
+	c.Epoch++
+	c.Failures, c.FailingSince, c.Attempt, c.Batch = 0, time.Time{}, 0, ReadLimit{}
+	if c.State == StateFailed {
+		return changeSave
+	}
+	c.LastError = ""
+	return m.finish(c, sub, t, now)
+}
+
+// rewindRequest is the body of a rewind.
+type rewindRequest struct {
+	Offset   string `json:"offset"`
+	Consumer string `json:"consumer"`
+}
+
+func (e *Engine) rewindRequest(ctx context.Context, sub *Subscription, body io.Reader) (int, any, error) {
+	var req rewindRequest
+	if err := readRequest(body, &req); err != nil {
+		return 0, nil, err
+	}
+	if err := validateOffset(req.Offset); err != nil {
+		return 0, nil, newAPIError(http.StatusBadRequest, CodeInvalidRequest, "%v", err)
+	}
+	if req.Consumer != "" {
+		if _, err := e.consumerOf(ctx, sub, req.Consumer); err != nil {
+			return 0, nil, err
+		}
+	}
+	n, err := e.Rewind(ctx, &RewindParams{SubscriptionID: sub.ID, Consumer: req.Consumer, Offset: req.Offset})
+	if err != nil {
+		return 0, nil, fmt.Errorf("rewinding %s: %w", sub.ID, err)
+	}
+	return http.StatusOK, map[string]any{"rewound": n, "offset": req.Offset}, nil
+}

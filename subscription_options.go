@@ -1,0 +1,162 @@
+package webhooks
+
+import (
+	"fmt"
+	"slices"
+	"time"
+)
+
+// Subscription options that apply to every delivery mode: how deliveries
+// are signed, retried and rate limited. In the API their JSON sits beside
+// the event-push options.
+
+// DefaultRateLimit is the default of max_deliveries_per_minute, as seed
+// 002 has it.
+const DefaultRateLimit = 1000
+
+// Limits on the options; a request past one is refused with 400
+// INVALID_REQUEST and a message naming the limit.
+const (
+	maxRetrySchedule  = 32
+	maxRetryWait      = 24 * time.Hour
+	maxAttemptsLimit  = 1000
+	maxRetryAge       = 30 * 24 * time.Hour
+	maxRateLimit      = 1_000_000
+	deliverPolicyNew  = "new"
+	deliverPolicyAll  = "all"
+	deliverPolicyFrom = "from_offset"
+)
+
+// retryJSON is the "retry" object. In a request a missing field keeps its
+// default, or on PATCH its value; a response shows the policy in force.
+type retryJSON struct {
+	ScheduleMS  []int64 `json:"schedule_ms,omitempty"`
+	MaxAttempts *int    `json:"max_attempts,omitempty"`
+	MaxAgeMS    *int64  `json:"max_age_ms,omitempty"`
+}
+
+// optionsJSON holds the mode-independent options of a subscription request
+// or response.
+type optionsJSON struct {
+	Signature              SignatureScheme `json:"signature,omitempty"`
+	Retry                  *retryJSON      `json:"retry,omitempty"`
+	MaxDeliveriesPerMinute *int            `json:"max_deliveries_per_minute,omitempty"`
+}
+
+// applyTo sets the options o gives on s, over what s has.
+func (o *optionsJSON) applyTo(s *Subscription) {
+	if r := o.Retry; r != nil {
+		p := RetryPolicy{}
+		if s.Retry != nil {
+			p = *s.Retry
+		}
+		if r.ScheduleMS != nil {
+			p.Schedule = make([]time.Duration, len(r.ScheduleMS))
+			for i, ms := range r.ScheduleMS {
+				p.Schedule[i] = time.Duration(ms) * time.Millisecond
+			}
+		}
+		if r.MaxAttempts != nil {
+			p.MaxAttempts = *r.MaxAttempts
+		}
+		if r.MaxAgeMS != nil {
+			p.MaxAge = time.Duration(*r.MaxAgeMS) * time.Millisecond
+		}
+		s.Retry = &p
+	}
+	if o.MaxDeliveriesPerMinute != nil {
+		s.RateLimit = *o.MaxDeliveriesPerMinute
+	}
+}
+
+// validateOptions checks the options of s against the API's limits, naming
+// each by its JSON field.
+func validateOptions(s *Subscription) error {
+	switch s.Signature {
+	case "", SignatureStreamhooks, SignatureStandard:
+	default:
+		return fmt.Errorf("unknown signature %q; use %q or %q", s.Signature, SignatureStreamhooks, SignatureStandard)
+	}
+	if s.RateLimit < 0 || s.RateLimit > maxRateLimit {
+		return fmt.Errorf("max_deliveries_per_minute must be 0 (no limit) to %d", maxRateLimit)
+	}
+	if r := s.Retry; r != nil {
+		if len(r.Schedule) > maxRetrySchedule {
+			return fmt.Errorf("retry.schedule_ms has more than %d entries", maxRetrySchedule)
+		}
+		if slices.ContainsFunc(r.Schedule, func(d time.Duration) bool { return d < time.Millisecond || d > maxRetryWait }) {
+			return fmt.Errorf("retry.schedule_ms entries must be 1 to %d", maxRetryWait.Milliseconds())
+		}
+		if r.MaxAttempts < 0 || r.MaxAttempts > maxAttemptsLimit {
+			return fmt.Errorf("retry.max_attempts must be 0 (no limit) to %d", maxAttemptsLimit)
+		}
+		if r.MaxAge < 0 || r.MaxAge > maxRetryAge {
+			return fmt.Errorf("retry.max_age_ms must be 0 (no limit) to %d", maxRetryAge.Milliseconds())
+		}
+	}
+	if ev := s.Events; ev != nil {
+		return validateEventsOptions(ev)
+	}
+	return nil
+}
+
+// optionsView is how the API shows the options of s: the retry policy in
+// force, its default included.
+func (m *machine) optionsView(s *Subscription) optionsJSON {
+	p := m.retryPolicy(s)
+	r := &retryJSON{MaxAttempts: &p.MaxAttempts}
+	age := p.MaxAge.Milliseconds()
+	r.MaxAgeMS = &age
+	for _, d := range p.Schedule {
+		r.ScheduleMS = append(r.ScheduleMS, d.Milliseconds())
+	}
+	rate := s.RateLimit
+	return optionsJSON{Signature: s.signature(), Retry: r, MaxDeliveriesPerMinute: &rate}
+}
+
+// signature is the scheme that signs s's deliveries.
+func (s *Subscription) signature() SignatureScheme {
+	if s.Signature == "" {
+		return SignatureStreamhooks
+	}
+	return s.Signature
+}
+
+// validateOffset checks an offset given to the API: one that a callback
+// could ack.
+func validateOffset(offset string) error {
+	if offset == "" || len(offset) > MaxOffsetLength {
+		return fmt.Errorf("offset must be 1 to %d characters", MaxOffsetLength)
+	}
+	if r, ok := controlChar(offset); ok {
+		return fmt.Errorf("offset contains the control character %U", r)
+	}
+	return nil
+}
+
+// healthJSON is a subscription's health as the API shows it (seed 002).
+type healthJSON struct {
+	ConsecutiveFailures int        `json:"consecutive_failures"`
+	FailingSince        *time.Time `json:"failing_since"`
+	LastSuccessAt       *time.Time `json:"last_success_at"`
+	LastFailureAt       *time.Time `json:"last_failure_at"`
+	LastFailureReason   string     `json:"last_failure_reason,omitempty"`
+}
+
+func healthView(h SubscriptionHealth) healthJSON {
+	return healthJSON{
+		ConsecutiveFailures: h.ConsecutiveFailures,
+		FailingSince:        timeOrNil(h.FailingSince),
+		LastSuccessAt:       timeOrNil(h.LastSuccessAt),
+		LastFailureAt:       timeOrNil(h.LastFailureAt),
+		LastFailureReason:   h.LastFailureReason,
+	}
+}
+
+// timeOrNil is t, or nil for the zero time, which JSON shows as null.
+func timeOrNil(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
+}
