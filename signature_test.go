@@ -60,6 +60,12 @@ func TestVerifySignatureRejects(t *testing.T) {
 		{"odd hex", testSecret, good + "0", testBody, testSignTime},
 		{"non-hex", testSecret, "t=1704067200,sha256=" + strings.Repeat("zz", 32), testBody, testSignTime},
 		{"trailing part", testSecret, good + ",v=1", testBody, testSignTime},
+		{"trailing comma", testSecret, good + ",", testBody, testSignTime},
+		{"empty entry", testSecret, strings.Replace(good, ",", ",,", 1), testBody, testSignTime},
+		{"second entry malformed", testSecret, good + ",sha256=" + hexSig[:62], testBody, testSignTime},
+		{"unknown key between entries", testSecret, strings.Replace(good, ",", ",v1=x,", 1), testBody, testSignTime},
+		{"too many entries", testSecret, "t=1704067200" + strings.Repeat(",sha256="+strings.Repeat("0", 64), maxSignatures) + ",sha256=" + hexSig, testBody, testSignTime},
+		{"no entry matches", testSecret, "t=1704067200,sha256=" + strings.Repeat("0", 64) + ",sha256=" + strings.Repeat("1", 64), testBody, testSignTime},
 		{"tampered body", testSecret, good, append(bytes.Clone(testBody), ' '), testSignTime},
 		{"wrong secret", "whsec_other", good, testBody, testSignTime},
 		{"secret without prefix", strings.TrimPrefix(testSecret, "whsec_"), good, testBody, testSignTime},
@@ -78,6 +84,21 @@ func TestVerifySignatureRejects(t *testing.T) {
 				t.Fatalf("VerifySignature = %v, want ErrInvalidSignature", err)
 			}
 		})
+	}
+}
+
+func TestVerifySignatureAnyEntry(t *testing.T) {
+	good := SignPayload(testSecret, testSignTime, testBody)
+	hexSig := strings.TrimPrefix(good, "t=1704067200,sha256=")
+	other := "sha256=" + strings.Repeat("0", 64)
+	for _, header := range []string{
+		good + "," + other,
+		"t=1704067200," + other + ",sha256=" + hexSig,
+		"t=1704067200" + strings.Repeat(","+other, maxSignatures-1) + ",sha256=" + hexSig,
+	} {
+		if err := VerifySignature(testSecret, header, testBody, testSignTime, DefaultSignatureTolerance); err != nil {
+			t.Errorf("VerifySignature(%q): %v", header, err)
+		}
 	}
 }
 
