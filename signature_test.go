@@ -3,6 +3,7 @@ package webhooks
 import (
 	"bytes"
 	"errors"
+	"net/http"
 	"os"
 	"os/exec"
 	"strings"
@@ -135,8 +136,15 @@ func TestReferenceVerifierAcceptsSignature(t *testing.T) {
 		}
 		t.Skip("node not on PATH")
 	}
-	header := SignPayload(testSecret, time.Now(), testBody)
-	run := func(body []byte) (int, string) {
+	now := time.Now()
+	// The verifier reads the first entry only, which signDelivery gives
+	// the new secret during a rotation.
+	rotated := http.Header{}
+	sub := &Subscription{Secret: testSecret, PreviousSecret: testPreviousSecret, PreviousSecretExpiresAt: now.Add(time.Hour)}
+	if err := signDelivery(rotated, sub, testDeliveryID, now, testBody); err != nil {
+		t.Fatal(err)
+	}
+	run := func(header string, body []byte) (int, string) {
 		t.Helper()
 		cmd := exec.Command(node, "testdata/verify_signature.mjs", header, testSecret)
 		cmd.Stdin = bytes.NewReader(body)
@@ -149,11 +157,13 @@ func TestReferenceVerifierAcceptsSignature(t *testing.T) {
 		}
 		return cmd.ProcessState.ExitCode(), stderr.String()
 	}
-	if code, stderr := run(testBody); code != 0 {
-		t.Fatalf("reference verifier rejected our signature: exit %d, stderr %q", code, stderr)
-	}
-	// A clean exit 1 is the verifier returning false, not a crash.
-	if code, stderr := run(append(bytes.Clone(testBody), ' ')); code != 1 || stderr != "" {
-		t.Fatalf("reference verifier on tampered body: exit %d, stderr %q; want exit 1", code, stderr)
+	for _, header := range []string{SignPayload(testSecret, now, testBody), rotated.Get(SignatureHeader)} {
+		if code, stderr := run(header, testBody); code != 0 {
+			t.Fatalf("reference verifier rejected our signature %q: exit %d, stderr %q", header, code, stderr)
+		}
+		// A clean exit 1 is the verifier returning false, not a crash.
+		if code, stderr := run(header, append(bytes.Clone(testBody), ' ')); code != 1 || stderr != "" {
+			t.Fatalf("reference verifier on tampered body: exit %d, stderr %q; want exit 1", code, stderr)
+		}
 	}
 }
