@@ -12,8 +12,14 @@ import (
 )
 
 // SignatureHeader is the header that carries a notification's signature:
-// "t=<unix seconds>,sha256=<lowercase hex HMAC-SHA256>".
+// "t=<unix seconds>,sha256=<lowercase hex HMAC-SHA256>". While a rotated
+// secret's overlap lasts, a second ",sha256=" entry follows, made with the
+// previous secret.
 const SignatureHeader = "Webhook-Signature"
+
+// maxSignatures bounds the sha256 entries VerifySignature accepts in one
+// header: rotation sends two, and a cap keeps a hostile header short.
+const maxSignatures = 8
 
 // DefaultSignatureTolerance is the clock skew the spec allows between the
 // signing time and verification, in either direction.
@@ -36,11 +42,17 @@ func SignPayload(secret string, t time.Time, body []byte) string {
 // bytes exactly as received: re-encoded JSON will not verify. An empty
 // secret is refused, so that a missing configuration value cannot make
 // forged notifications verify.
+//
+// The header is "t=<unix>" followed by one to eight ",sha256=<hex>"
+// entries, each 64 lowercase hex digits; anything else, such as another
+// key or a space, is malformed. The header verifies if any entry is the
+// MAC under secret, so a receiver holding either secret verifies during a
+// rotation's overlap.
 func VerifySignature(secret, header string, body []byte, now time.Time, tolerance time.Duration) error {
 	if secret == "" {
 		return fmt.Errorf("%w: empty secret", ErrInvalidSignature)
 	}
-	ts, sig, err := parseSignatureHeader(header)
+	ts, sigs, err := parseSignatureHeader(header)
 	if err != nil {
 		return err
 	}
@@ -59,10 +71,13 @@ func VerifySignature(secret, header string, body []byte, now time.Time, toleranc
 		return fmt.Errorf("%w: timestamp in the future", ErrInvalidSignature)
 	}
 	// The timestamp is signed as written, like the reference verifier does.
-	if !hmac.Equal(sig, signatureMAC(secret, ts, body)) {
-		return fmt.Errorf("%w: signature mismatch", ErrInvalidSignature)
+	want := signatureMAC(secret, ts, body)
+	for _, sig := range sigs {
+		if hmac.Equal(sig, want) {
+			return nil
+		}
 	}
-	return nil
+	return fmt.Errorf("%w: signature mismatch", ErrInvalidSignature)
 }
 
 // outsideTolerance reports whether a skew of seconds exceeds tolerance.
@@ -70,13 +85,13 @@ func outsideTolerance(seconds uint64, tolerance time.Duration) bool {
 	return tolerance < 0 || seconds > uint64(tolerance/time.Second)
 }
 
-// parseSignatureHeader splits "t=<digits>,sha256=<64 lowercase hex>" into
-// the timestamp as written and the decoded MAC.
-func parseSignatureHeader(header string) (ts string, sig []byte, err error) {
+// parseSignatureHeader splits "t=<digits>" and its ",sha256=<64 lowercase
+// hex>" entries into the timestamp as written and the decoded MACs.
+func parseSignatureHeader(header string) (ts string, sigs [][]byte, err error) {
 	malformed := func(why string) error {
 		return fmt.Errorf("%w: malformed header: %s", ErrInvalidSignature, why)
 	}
-	tPart, sigPart, ok := strings.Cut(header, ",")
+	tPart, rest, ok := strings.Cut(header, ",")
 	if !ok {
 		return "", nil, malformed("want t=<unix>,sha256=<hex>")
 	}
@@ -87,15 +102,21 @@ func parseSignatureHeader(header string) (ts string, sig []byte, err error) {
 	if ts == "" || strings.Trim(ts, "0123456789") != "" {
 		return "", nil, malformed("timestamp is not a decimal number")
 	}
-	hexSig, ok := strings.CutPrefix(sigPart, "sha256=")
-	if !ok {
-		return "", nil, malformed("missing sha256=")
+	for part := range strings.SplitSeq(rest, ",") {
+		if len(sigs) == maxSignatures {
+			return "", nil, malformed("too many signatures")
+		}
+		hexSig, ok := strings.CutPrefix(part, "sha256=")
+		if !ok {
+			return "", nil, malformed("missing sha256=")
+		}
+		sig, err := hex.DecodeString(hexSig)
+		if err != nil || len(sig) != sha256.Size || hexSig != strings.ToLower(hexSig) {
+			return "", nil, malformed("signature is not 64 lowercase hex digits")
+		}
+		sigs = append(sigs, sig)
 	}
-	sig, err = hex.DecodeString(hexSig)
-	if err != nil || len(sig) != sha256.Size || hexSig != strings.ToLower(hexSig) {
-		return "", nil, malformed("signature is not 64 lowercase hex digits")
-	}
-	return ts, sig, nil
+	return ts, sigs, nil
 }
 
 // signatureMAC is HMAC-SHA256(secret, "<ts>.<body>").

@@ -8,18 +8,21 @@ import (
 	"math/big"
 	"regexp"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
 
-// sigFuzzHeader is the only header shape a verifier may accept.
-var sigFuzzHeader = regexp.MustCompile(`^t=([0-9]+),sha256=([0-9a-f]{64})$`)
+// sigFuzzHeader is the only header shape a verifier may accept: a time
+// and one to eight MACs.
+var sigFuzzHeader = regexp.MustCompile(`^t=([0-9]+)((?:,sha256=[0-9a-f]{64}){1,8})$`)
 
 // FuzzSignature checks VerifySignature against SignPayload. An arbitrary
-// header is accepted only if it is well formed, within tolerance and the
-// HMAC of the body under the secret; a header SignPayload made is accepted
-// exactly when its time is within tolerance; and no single byte change to
-// the header, a change to the body or another secret is accepted.
+// header is accepted only if it is well formed, within tolerance and one of
+// its entries is the HMAC of the body under the secret; a header SignPayload
+// made is accepted exactly when its time is within tolerance, alone or
+// beside another secret's entry, as a rotation sends it; and no single byte
+// change to the header, a change to the body or another secret is accepted.
 func FuzzSignature(f *testing.F) {
 	good := SignPayload(testSecret, testSignTime, testBody)
 	sign := testSignTime.Unix()
@@ -35,6 +38,8 @@ func FuzzSignature(f *testing.F) {
 	f.Add(testSecret, "t=01704067200,sha256="+sigFuzzMAC(testSecret, "01704067200", testBody), testBody, sign, int64(0), uint8(0), int64(0), tol, uint16(2), byte(1))
 	f.Add("whsec_x", "t=0001704067200,sha256="+good[len(good)-64:], testBody, sign, int64(-1), uint8(63), int64(0), int64(-1), uint16(0), byte(0))
 	f.Add("whsec_x", "t=99999999999999999999,sha256=00", []byte("{}"), sign, int64(-1), uint8(1), int64(0), tol, uint16(12), byte(0x80))
+	f.Add(testSecret, good+",sha256="+sigFuzzMAC("whsec_old", "1704067200", testBody), testBody, sign, int64(0), uint8(0), int64(0), tol, uint16(70), byte(1))
+	f.Add(testSecret, "t=1704067200"+strings.Repeat(",sha256="+good[len(good)-64:], 9), testBody, sign, int64(0), uint8(0), int64(0), tol, uint16(0), byte(1))
 	// The signing time is now + skew<<shift: the mutator moves integers by
 	// at most 100, and a shift reaches the far ends of int64.
 	f.Fuzz(func(t *testing.T, secret, header string, body []byte, nowSec, skew int64, shift uint8, nowNsec, tolerance int64, pos uint16, xor byte) {
@@ -59,8 +64,8 @@ func FuzzSignature(f *testing.F) {
 			if err != nil || !sigFuzzWithin(now.Unix(), ts, tol) {
 				t.Fatalf("accepted header %q at %d with tolerance %v", header, now.Unix(), tol)
 			}
-			if m[2] != sigFuzzMAC(secret, m[1], body) {
-				t.Fatalf("accepted header %q whose MAC is not of this body and secret", header)
+			if !strings.Contains(m[2]+",", ",sha256="+sigFuzzMAC(secret, m[1], body)+",") {
+				t.Fatalf("accepted header %q with no MAC of this body and secret", header)
 			}
 		}
 
@@ -68,6 +73,15 @@ func FuzzSignature(f *testing.F) {
 		want := secret != "" && signSec >= 0 && sigFuzzWithin(now.Unix(), signSec, tol)
 		if err := verify(signed, body); (err == nil) != want {
 			t.Fatalf("header %q at %d with tolerance %v: got %v, want accepted=%v", signed, now.Unix(), tol, err, want)
+		}
+		old := secret + "old"
+		rotated := signed + ",sha256=" + sigFuzzMAC(old, strings.TrimPrefix(signed[:strings.IndexByte(signed, ',')], "t="), body)
+		if err := verify(rotated, body); (err == nil) != want {
+			t.Fatalf("rotated header %q: got %v, want accepted=%v", rotated, err, want)
+		}
+		wantOld := signSec >= 0 && sigFuzzWithin(now.Unix(), signSec, tol)
+		if err := VerifySignature(old, rotated, body, now, tol); (err == nil) != wantOld {
+			t.Fatalf("rotated header %q under the old secret: got %v, want accepted=%v", rotated, err, wantOld)
 		}
 		if xor == 0 {
 			xor = 1

@@ -3,6 +3,7 @@ package webhooks
 import (
 	"bytes"
 	"errors"
+	"net/http"
 	"os"
 	"os/exec"
 	"strings"
@@ -60,6 +61,12 @@ func TestVerifySignatureRejects(t *testing.T) {
 		{"odd hex", testSecret, good + "0", testBody, testSignTime},
 		{"non-hex", testSecret, "t=1704067200,sha256=" + strings.Repeat("zz", 32), testBody, testSignTime},
 		{"trailing part", testSecret, good + ",v=1", testBody, testSignTime},
+		{"trailing comma", testSecret, good + ",", testBody, testSignTime},
+		{"empty entry", testSecret, strings.Replace(good, ",", ",,", 1), testBody, testSignTime},
+		{"second entry malformed", testSecret, good + ",sha256=" + hexSig[:62], testBody, testSignTime},
+		{"unknown key between entries", testSecret, strings.Replace(good, ",", ",v1=x,", 1), testBody, testSignTime},
+		{"too many entries", testSecret, "t=1704067200" + strings.Repeat(",sha256="+strings.Repeat("0", 64), maxSignatures) + ",sha256=" + hexSig, testBody, testSignTime},
+		{"no entry matches", testSecret, "t=1704067200,sha256=" + strings.Repeat("0", 64) + ",sha256=" + strings.Repeat("1", 64), testBody, testSignTime},
 		{"tampered body", testSecret, good, append(bytes.Clone(testBody), ' '), testSignTime},
 		{"wrong secret", "whsec_other", good, testBody, testSignTime},
 		{"secret without prefix", strings.TrimPrefix(testSecret, "whsec_"), good, testBody, testSignTime},
@@ -78,6 +85,21 @@ func TestVerifySignatureRejects(t *testing.T) {
 				t.Fatalf("VerifySignature = %v, want ErrInvalidSignature", err)
 			}
 		})
+	}
+}
+
+func TestVerifySignatureAnyEntry(t *testing.T) {
+	good := SignPayload(testSecret, testSignTime, testBody)
+	hexSig := strings.TrimPrefix(good, "t=1704067200,sha256=")
+	other := "sha256=" + strings.Repeat("0", 64)
+	for _, header := range []string{
+		good + "," + other,
+		"t=1704067200," + other + ",sha256=" + hexSig,
+		"t=1704067200" + strings.Repeat(","+other, maxSignatures-1) + ",sha256=" + hexSig,
+	} {
+		if err := VerifySignature(testSecret, header, testBody, testSignTime, DefaultSignatureTolerance); err != nil {
+			t.Errorf("VerifySignature(%q): %v", header, err)
+		}
 	}
 }
 
@@ -114,8 +136,15 @@ func TestReferenceVerifierAcceptsSignature(t *testing.T) {
 		}
 		t.Skip("node not on PATH")
 	}
-	header := SignPayload(testSecret, time.Now(), testBody)
-	run := func(body []byte) (int, string) {
+	now := time.Now()
+	// The verifier reads the first entry only, which signDelivery gives
+	// the new secret during a rotation.
+	rotated := http.Header{}
+	sub := &Subscription{Secret: testSecret, PreviousSecret: testPreviousSecret, PreviousSecretExpiresAt: now.Add(time.Hour)}
+	if err := signDelivery(rotated, sub, testDeliveryID, now, testBody); err != nil {
+		t.Fatal(err)
+	}
+	run := func(header string, body []byte) (int, string) {
 		t.Helper()
 		cmd := exec.Command(node, "testdata/verify_signature.mjs", header, testSecret)
 		cmd.Stdin = bytes.NewReader(body)
@@ -128,11 +157,13 @@ func TestReferenceVerifierAcceptsSignature(t *testing.T) {
 		}
 		return cmd.ProcessState.ExitCode(), stderr.String()
 	}
-	if code, stderr := run(testBody); code != 0 {
-		t.Fatalf("reference verifier rejected our signature: exit %d, stderr %q", code, stderr)
-	}
-	// A clean exit 1 is the verifier returning false, not a crash.
-	if code, stderr := run(append(bytes.Clone(testBody), ' ')); code != 1 || stderr != "" {
-		t.Fatalf("reference verifier on tampered body: exit %d, stderr %q; want exit 1", code, stderr)
+	for _, header := range []string{SignPayload(testSecret, now, testBody), rotated.Get(SignatureHeader)} {
+		if code, stderr := run(header, testBody); code != 0 {
+			t.Fatalf("reference verifier rejected our signature %q: exit %d, stderr %q", header, code, stderr)
+		}
+		// A clean exit 1 is the verifier returning false, not a crash.
+		if code, stderr := run(header, append(bytes.Clone(testBody), ' ')); code != 1 || stderr != "" {
+			t.Fatalf("reference verifier on tampered body: exit %d, stderr %q; want exit 1", code, stderr)
+		}
 	}
 }
