@@ -18,6 +18,7 @@ import (
 var (
 	_ webhooks.Store            = (*Store)(nil)
 	_ webhooks.SubscriptionFeed = (*Store)(nil)
+	_ webhooks.DeliveryLog      = (*Store)(nil)
 )
 
 // Store is an in-memory webhooks.Store. The zero value is not usable; call
@@ -43,6 +44,9 @@ type Store struct {
 	counts    map[webhooks.ConsumerState]int
 	key       []byte
 	leases    map[string]heldLease
+	// attempts holds each consumer's delivery log, oldest first; remove
+	// and removeAll drop it with the consumer.
+	attempts map[string][]webhooks.DeliveryAttempt
 	// subsChanged is closed, and replaced, when a subscription is created,
 	// updated or deleted: it wakes every WatchSubscriptions at once.
 	subsChanged chan struct{}
@@ -50,20 +54,23 @@ type Store struct {
 
 // subEntry is a stored subscription. Its mu is read-locked by CreateConsumer
 // and write-locked by DeleteSubscription, so no consumer can be created while
-// a delete is collecting the consumer locks.
+// a delete is collecting the consumer locks. sub.Health is its health, which
+// only UpdateHealth changes.
 type subEntry struct {
-	mu        sync.RWMutex
-	sub       webhooks.Subscription
-	consumers []*entry // unordered; entry.subPos is the index
-	deleted   bool     // written under mu and Store.mu
+	mu  sync.RWMutex
+	sub webhooks.Subscription
+	// byState holds its consumers by state, each list ordered by ID, so
+	// that ListConsumers reads a page without a sort, with a state filter
+	// or without. They belong to Store.mu.
+	byState map[webhooks.ConsumerState]*idList
+	deleted bool // written under mu and Store.mu
 }
 
 // entry is a stored consumer, kept small because idle consumers may number
 // in the millions. c and deleted change only under both mu and Store.mu, so
-// either lock suffices to read them; subPos and heapPos belong to Store.mu.
+// either lock suffices to read them; heapPos belongs to Store.mu.
 type entry struct {
 	mu      sync.Mutex
-	subPos  int32
 	heapPos int32 // -1 while c.Deadline is zero
 	deleted bool
 	c       webhooks.Consumer
@@ -76,6 +83,7 @@ func New() *Store {
 		consumers: make(map[string]*entry),
 		byStream:  make(map[string][]*entry),
 		counts:    make(map[webhooks.ConsumerState]int),
+		attempts:  make(map[string][]webhooks.DeliveryAttempt),
 
 		subsChanged: make(chan struct{}),
 	}
@@ -88,7 +96,9 @@ func (s *Store) CreateSubscription(_ context.Context, sub *webhooks.Subscription
 	if _, ok := s.subs[sub.ID]; ok {
 		return webhooks.ErrSubscriptionExists
 	}
-	s.subs[sub.ID] = &subEntry{sub: *sub.Clone()}
+	se := &subEntry{sub: *sub.Clone(), byState: make(map[webhooks.ConsumerState]*idList)}
+	se.sub.Health = webhooks.SubscriptionHealth{}
+	s.subs[sub.ID] = se
 	s.subscriptionsChanged()
 	return nil
 }
@@ -105,7 +115,7 @@ func (s *Store) UpdateSubscription(_ context.Context, id string, fn func(*webhoo
 	if err := fn(sub); err != nil {
 		return nil, err
 	}
-	sub.ID, sub.Pattern, sub.CreatedAt = se.sub.ID, se.sub.Pattern, se.sub.CreatedAt
+	sub.ID, sub.Pattern, sub.CreatedAt, sub.Health = se.sub.ID, se.sub.Pattern, se.sub.CreatedAt, se.sub.Health
 	se.sub = *sub.Clone()
 	s.subscriptionsChanged()
 	return sub, nil
@@ -175,7 +185,10 @@ func (s *Store) DeleteSubscription(_ context.Context, id string) error {
 		s.mu.RUnlock()
 		return webhooks.ErrSubscriptionNotFound
 	}
-	doomed := slices.Clone(se.consumers)
+	var doomed []*entry
+	for _, l := range se.byState {
+		doomed = slices.AppendSeq(doomed, l.after(""))
+	}
 	s.mu.RUnlock()
 	for _, e := range doomed {
 		e.mu.Lock()
@@ -183,7 +196,7 @@ func (s *Store) DeleteSubscription(_ context.Context, id string) error {
 	s.mu.Lock()
 	s.removeAll(doomed)
 	se.deleted = true
-	se.consumers = nil
+	se.byState = nil
 	delete(s.subs, id)
 	s.subscriptionsChanged()
 	s.mu.Unlock()
@@ -203,6 +216,7 @@ func (s *Store) removeAll(doomed []*entry) {
 		}
 		e.deleted = true
 		delete(s.consumers, e.c.ID)
+		delete(s.attempts, e.c.ID)
 		s.count(e.c.State, -1)
 		if e.heapPos >= 0 {
 			heap.Remove(&s.deadlines, int(e.heapPos))
@@ -240,9 +254,9 @@ func (s *Store) CreateConsumer(_ context.Context, c *webhooks.Consumer) error {
 	if _, ok := s.consumers[c.ID]; ok {
 		return webhooks.ErrConsumerExists
 	}
-	e := &entry{subPos: int32(len(se.consumers)), heapPos: -1}
+	e := &entry{heapPos: -1}
 	e.set(c)
-	se.consumers = append(se.consumers, e)
+	se.index(e)
 	s.consumers[c.ID] = e
 	s.count(c.State, 1)
 	if !c.Deadline.IsZero() {
@@ -376,6 +390,59 @@ func (s *Store) CountConsumers(_ context.Context) (map[webhooks.ConsumerState]in
 	return out, nil
 }
 
+// ListConsumers implements webhooks.Store. A page costs O(log n + limit)
+// per state listed, for n consumers in the subscription, and a limit below
+// one returns nothing.
+func (s *Store) ListConsumers(_ context.Context, p *webhooks.ListConsumersParams) ([]*webhooks.Consumer, error) {
+	if p.Limit < 1 {
+		return nil, nil
+	}
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	se, ok := s.subs[p.SubscriptionID]
+	if !ok {
+		return nil, nil
+	}
+	// Each state's page, merged: at most limit entries from each.
+	var page []*entry
+	for st, l := range se.byState {
+		if p.State != "" && st != p.State {
+			continue
+		}
+		n := 0
+		for e := range l.after(p.After) {
+			if n == p.Limit {
+				break
+			}
+			page = append(page, e)
+			n++
+		}
+	}
+	slices.SortFunc(page, func(a, b *entry) int { return strings.Compare(a.c.ID, b.c.ID) })
+	page = page[:min(len(page), p.Limit)]
+	out := make([]*webhooks.Consumer, len(page))
+	for i, e := range page {
+		out[i] = e.c.Clone()
+	}
+	return out, nil
+}
+
+// UpdateHealth implements webhooks.Store. fn runs under the store's lock,
+// so it must not call the Store.
+func (s *Store) UpdateHealth(_ context.Context, id string, fn func(h *webhooks.SubscriptionHealth)) (*webhooks.SubscriptionHealth, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	se, ok := s.subs[id]
+	if !ok {
+		return nil, webhooks.ErrSubscriptionNotFound
+	}
+	// SubscriptionHealth holds no references: a copy is a deep one.
+	h := se.sub.Health
+	fn(&h)
+	se.sub.Health = h
+	return &h, nil
+}
+
 // LoadOrStoreSigningKey implements webhooks.Store. It rejects an empty key,
 // which would make every token forgeable.
 func (s *Store) LoadOrStoreSigningKey(_ context.Context, key []byte) ([]byte, error) {
@@ -412,12 +479,17 @@ func (s *Store) save(e *entry, c *webhooks.Consumer) {
 			s.indexStream(p, e)
 		}
 	})
-	if c.State != old.State {
+	stateChanged := c.State != old.State
+	if stateChanged {
 		s.count(old.State, -1)
 		s.count(c.State, 1)
+		s.subs[c.SubscriptionID].unindex(e)
 	}
 	wasScheduled, deadlineChanged := !old.Deadline.IsZero(), !c.Deadline.Equal(old.Deadline)
 	e.set(c)
+	if stateChanged {
+		s.subs[c.SubscriptionID].index(e)
+	}
 	switch {
 	case !deadlineChanged:
 	case e.c.Deadline.IsZero():
@@ -434,18 +506,34 @@ func (s *Store) save(e *entry, c *webhooks.Consumer) {
 func (s *Store) remove(e *entry) {
 	e.deleted = true
 	delete(s.consumers, e.c.ID)
+	delete(s.attempts, e.c.ID)
 	s.count(e.c.State, -1)
 	if e.heapPos >= 0 {
 		heap.Remove(&s.deadlines, int(e.heapPos))
 	}
 	forEachPath(&e.c, func(p string) { s.unindexStream(p, e) })
-	// Swap-delete from the subscription's list; order there is irrelevant.
-	se := s.subs[e.c.SubscriptionID]
-	last := se.consumers[len(se.consumers)-1]
-	se.consumers[e.subPos] = last
-	last.subPos = e.subPos
-	se.consumers[len(se.consumers)-1] = nil
-	se.consumers = se.consumers[:len(se.consumers)-1]
+	s.subs[e.c.SubscriptionID].unindex(e)
+}
+
+// index adds e to the list of its state. The caller holds Store.mu.
+func (se *subEntry) index(e *entry) {
+	l := se.byState[e.c.State]
+	if l == nil {
+		l = &idList{}
+		se.byState[e.c.State] = l
+	}
+	l.insert(e)
+}
+
+// unindex removes e from the list of its state. The caller holds Store.mu.
+func (se *subEntry) unindex(e *entry) {
+	l := se.byState[e.c.State]
+	if l == nil {
+		return
+	}
+	if l.remove(e); len(l.chunks) == 0 {
+		delete(se.byState, e.c.State)
+	}
 }
 
 func (s *Store) count(st webhooks.ConsumerState, delta int) {

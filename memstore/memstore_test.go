@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"slices"
 	"testing"
 	"time"
 
@@ -214,4 +215,86 @@ func BenchmarkIdleConsumerMemory(b *testing.B) {
 		perConsumer = float64(after.HeapAlloc-before.HeapAlloc) / n
 	}
 	b.ReportMetric(perConsumer, "B/consumer")
+}
+
+// TestUpdateHealthDoesNotNotify checks that a health update leaves the
+// watchers alone, where a subscription update wakes them.
+func TestUpdateHealthDoesNotNotify(t *testing.T) {
+	s := setup(t)
+	changed := s.subsChanged
+	_, err := s.UpdateHealth(t.Context(), "s", func(h *webhooks.SubscriptionHealth) { h.ConsecutiveFailures++ })
+	require.NoError(t, err)
+	select {
+	case <-changed:
+		t.Fatal("UpdateHealth woke the subscription watchers")
+	default:
+	}
+	_, err = s.UpdateSubscription(t.Context(), "s", func(*webhooks.Subscription) error { return nil })
+	require.NoError(t, err)
+	select {
+	case <-changed:
+	default:
+		t.Fatal("UpdateSubscription did not wake the subscription watchers")
+	}
+}
+
+func BenchmarkListConsumers(b *testing.B) {
+	storetest.BenchmarkListConsumers(b, New())
+}
+
+// TestListConsumersAcrossChunks pages through more consumers than one
+// chunk of an idList holds, as they are created, moved between states and
+// deleted, against a sorted list of IDs.
+func TestListConsumersAcrossChunks(t *testing.T) {
+	ctx := context.Background()
+	s := setup(t)
+	want := make(map[string]webhooks.ConsumerState)
+	for i := range 5 * maxChunk {
+		// Created out of order: 7 and the count are coprime.
+		c := newConsumer("s", fmt.Sprintf("/%05d", i*7%(5*maxChunk)))
+		require.NoError(t, s.CreateConsumer(ctx, c))
+		want[c.ID] = c.State
+	}
+	check := func(state webhooks.ConsumerState) {
+		t.Helper()
+		var ids []string
+		for id, st := range want {
+			if state == "" || st == state {
+				ids = append(ids, id)
+			}
+		}
+		slices.Sort(ids)
+		var got []string
+		p := &webhooks.ListConsumersParams{SubscriptionID: "s", State: state, Limit: 97}
+		for {
+			page, err := s.ListConsumers(ctx, p)
+			require.NoError(t, err)
+			for _, c := range page {
+				got = append(got, c.ID)
+			}
+			if len(page) < p.Limit {
+				break
+			}
+			p.After = page[len(page)-1].ID
+		}
+		require.Equal(t, ids, got, "state %q", state)
+	}
+	check("")
+	i := 0
+	for id := range want {
+		switch i % 3 {
+		case 0:
+			_, err := s.UpdateConsumer(ctx, id, func(*webhooks.Consumer) (webhooks.UpdateAction, error) { return webhooks.UpdateDelete, nil })
+			require.NoError(t, err)
+			delete(want, id)
+		case 1:
+			_, err := s.UpdateConsumer(ctx, id, save(func(c *webhooks.Consumer) { c.State = webhooks.StateLive }))
+			require.NoError(t, err)
+			want[id] = webhooks.StateLive
+		}
+		i++
+	}
+	check("")
+	check(webhooks.StateIdle)
+	check(webhooks.StateLive)
 }

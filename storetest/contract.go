@@ -113,6 +113,11 @@ func changedSub(id string) *webhooks.Subscription {
 	sub.Description = "moved ü"
 	sub.Secret = "whsec_rotated_" + id
 	sub.Status = webhooks.StatusDisabled
+	sub.Signature = webhooks.SignatureStreamhooks
+	sub.PreviousSecret = "whsec_previous_rotated_" + id
+	sub.PreviousSecretExpiresAt = time.Time{}
+	sub.Retry = &webhooks.RetryPolicy{MaxAttempts: 2}
+	sub.RateLimit = 0
 	sub.Events.MaxBatchEvents = 7
 	sub.Events.Headers = map[string]string{"X-New": "1"}
 	sub.Events.Filter = nil
@@ -121,7 +126,7 @@ func changedSub(id string) *webhooks.Subscription {
 
 func testSubscriptionFields(t *testing.T, s webhooks.Store) {
 	full := newSub("full")
-	requireAllSet(t, full)
+	requireAllSet(t, full, subHealthApart)
 	bare := &webhooks.Subscription{ID: "bare", Pattern: "/x", Webhook: "https://example.com/"}
 	mustCreateSub(t, s, full, bare)
 	for _, want := range []*webhooks.Subscription{full, bare} {

@@ -52,6 +52,7 @@ var durableTests = []durableTest{
 	{"Updates", testDurableUpdates},
 	{"SubscriptionUpdate", testDurableSubscriptionUpdate},
 	{"Deletes", testDurableDeletes},
+	{"HealthAndDeliveryLog", testDurableHealthAndLog},
 }
 
 // durableFixture is what testDurableEverything and testDurableDeletes
@@ -106,7 +107,7 @@ func testDurableEmpty(t *testing.T, r *reopener) {
 
 func testDurableEverything(t *testing.T, r *reopener) {
 	f := newDurableFixture()
-	requireAllSet(t, f.subs[0])
+	requireAllSet(t, f.subs[0], subHealthApart)
 	requireAllSet(t, f.consumers[0])
 	f.store(t, r.cur)
 	for range 2 {
@@ -228,4 +229,42 @@ func testDurableDeletes(t *testing.T, r *reopener) {
 	requireConsumer(t, newConsumer("t", "/y"), mustGet(t, s, ty.ID))
 	require.Empty(t, byStream(t, s, "/other/stream ü'\""))
 	require.Equal(t, []string{tx.ID}, due(t, s, at(time.Hour), 10))
+}
+
+// testDurableHealthAndLog checks that health and, if the store keeps one,
+// the delivery log survive a restart, and their deletes too.
+func testDurableHealthAndLog(t *testing.T, r *reopener) {
+	ctx := t.Context()
+	mustCreateSub(t, r.cur, newSub("s"), newSub("t"))
+	c, d := newConsumer("s", "/c"), newConsumer("t", "/d")
+	mustCreate(t, r.cur, c, d)
+	for _, id := range []string{"s", "t"} {
+		_, err := r.cur.UpdateHealth(ctx, id, func(h *webhooks.SubscriptionHealth) { *h = fullHealth() })
+		require.NoError(t, err)
+	}
+	_, logged := r.cur.(webhooks.DeliveryLog)
+	as := []*webhooks.DeliveryAttempt{fullAttempt(c.ID, 1), fullAttempt(d.ID, 2), fullAttempt(c.ID, 3), {ConsumerID: d.ID}}
+	if logged {
+		require.NoError(t, r.cur.(webhooks.DeliveryLog).AppendAttempts(ctx, as, 10))
+	}
+
+	s := r.reopen()
+	requireHealth(t, s, "s", fullHealth(), "health survives a restart")
+	h, err := s.UpdateHealth(ctx, "s", func(h *webhooks.SubscriptionHealth) { h.ConsecutiveFailures++ })
+	require.NoError(t, err)
+	require.Equal(t, fullHealth().ConsecutiveFailures+1, h.ConsecutiveFailures, "UpdateHealth reads the health stored before the restart")
+	if logged {
+		l := s.(webhooks.DeliveryLog)
+		requireAttempts(t, l, c.ID, 10, newest(as, c.ID, 10), "the delivery log survives a restart")
+		requireAttempts(t, l, d.ID, 10, newest(as, d.ID, 10))
+	}
+	require.NoError(t, s.DeleteSubscription(ctx, "t"))
+
+	s = r.reopen()
+	mustCreateSub(t, s, newSub("t"))
+	mustCreate(t, s, newConsumer("t", "/d"))
+	requireHealth(t, s, "t", webhooks.SubscriptionHealth{}, "deleted health stays deleted")
+	if logged {
+		requireAttempts(t, s.(webhooks.DeliveryLog), d.ID, 10, nil, "a deleted log stays deleted")
+	}
 }

@@ -1,11 +1,13 @@
 package storetest_test
 
 import (
+	"bytes"
 	"context"
-	"encoding/json"
+	"encoding/gob"
 	"errors"
 	"io"
 	"maps"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -456,9 +458,12 @@ func (s *flawedLease) ReleaseLease(_ context.Context, name, holder string) error
 
 // snapshot is what snapshotStore writes to its file.
 type snapshot struct {
-	Subs      []*webhooks.Subscription
+	Subs      []*webhooks.Subscription // with their health
 	Consumers []*webhooks.Consumer
-	Key       []byte
+	// Attempts are each consumer's, oldest first, by consumer ID: their
+	// MarshalBinary, which gob uses, leaves the ID out.
+	Attempts map[string][]*webhooks.DeliveryAttempt
+	Key      []byte
 }
 
 // snapshotStore is a memstore loaded from a file when opened and written
@@ -475,19 +480,27 @@ type snapshotStore struct {
 
 func openSnapshot(t *testing.T, dir string, onWrite func(*snapshot)) *snapshotStore {
 	ctx := t.Context()
-	s := &snapshotStore{Store: memstore.New(), file: filepath.Join(dir, "store.json"), onWrite: onWrite, ids: make(map[string]bool)}
+	s := &snapshotStore{Store: memstore.New(), file: filepath.Join(dir, "store.gob"), onWrite: onWrite, ids: make(map[string]bool)}
 	data, err := os.ReadFile(s.file)
 	if errors.Is(err, os.ErrNotExist) {
 		return s
 	}
 	require.NoError(t, err)
 	var snap snapshot
-	require.NoError(t, json.Unmarshal(data, &snap))
+	require.NoError(t, gob.NewDecoder(bytes.NewReader(data)).Decode(&snap))
 	for _, sub := range snap.Subs {
 		require.NoError(t, s.Store.CreateSubscription(ctx, sub))
+		_, err := s.UpdateHealth(ctx, sub.ID, func(h *webhooks.SubscriptionHealth) { *h = sub.Health })
+		require.NoError(t, err)
 	}
 	for _, c := range snap.Consumers {
 		require.NoError(t, s.CreateConsumer(ctx, c))
+	}
+	for id, as := range snap.Attempts {
+		for _, a := range as {
+			a.ConsumerID = id
+		}
+		require.NoError(t, s.AppendAttempts(ctx, as, len(as)))
 	}
 	if snap.Key != nil {
 		_, err := s.LoadOrStoreSigningKey(ctx, snap.Key)
@@ -515,7 +528,7 @@ func (s *snapshotStore) Close() error {
 		return nil
 	}
 	ctx := context.Background()
-	var snap snapshot
+	snap := snapshot{Attempts: make(map[string][]*webhooks.DeliveryAttempt)}
 	var err error
 	if snap.Subs, err = s.ListSubscriptions(ctx); err != nil {
 		return err
@@ -532,14 +545,21 @@ func (s *snapshotStore) Close() error {
 			return err
 		}
 		snap.Consumers = append(snap.Consumers, c)
+		as, err := s.ListAttempts(ctx, id, math.MaxInt)
+		if err != nil {
+			return err
+		}
+		slices.Reverse(as)
+		snap.Attempts[id] = as
 	}
 	snap.Key, _ = s.LoadOrStoreSigningKey(ctx, nil)
 	if s.onWrite != nil {
 		s.onWrite(&snap)
 	}
-	data, err := json.Marshal(&snap)
-	if err != nil {
+	// Gob, not JSON, keeps strings that are not UTF-8.
+	var data bytes.Buffer
+	if err := gob.NewEncoder(&data).Encode(&snap); err != nil {
 		return err
 	}
-	return os.WriteFile(s.file, data, 0o600)
+	return os.WriteFile(s.file, data.Bytes(), 0o600)
 }
