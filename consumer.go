@@ -448,10 +448,13 @@ func (e *Engine) update(ctx context.Context, id string, fn func(c *Consumer) (ch
 	return c, nil
 }
 
-// ResumeConsumer retries the batch of consumer id, which stopped in
-// StateFailed, as a new run of attempts under the same delivery id. It
-// does nothing to a consumer in another state, and returns
-// ErrConsumerNotFound if there is no such consumer.
+// ResumeConsumer revives consumer id from the dead letter (StateFailed)
+// at its cursor: an events consumer retries its batch, as a new run of
+// attempts under the same delivery id, and a wake consumer starts a new
+// wake cycle if it has pending work. Of a paused or disabled subscription,
+// the consumer waits to be resumed with it. It does nothing to a consumer
+// in another state, and returns ErrConsumerNotFound if there is no such
+// consumer.
 func (e *Engine) ResumeConsumer(ctx context.Context, id string) error {
 	subID, _, err := ParseConsumerID(id)
 	if err != nil {
@@ -464,16 +467,36 @@ func (e *Engine) ResumeConsumer(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
+	e.tel.operated(ctx, "revive")
 	_, err = e.update(ctx, id, func(c *Consumer) (change, error) {
 		if c.State != StateFailed {
 			return noChange, nil
 		}
-		c.State = StateWaking
-		c.Attempt = 0
-		c.Failures = 0
-		c.FailingSince = time.Time{}
-		e.m.startAttempt(c, sub, e.clock.Now())
-		return changeSend, nil
+		t, err := e.readTails(ctx, streamPaths(c))
+		if err != nil {
+			return noChange, err
+		}
+		return e.m.revive(c, sub, t, e.clock.Now()), nil
 	})
 	return err
+}
+
+// revive brings dead letter c of sub back at its cursor: an events
+// consumer retries its batch, and one whose batch a rewind dropped, like a
+// wake consumer, starts afresh.
+func (m *machine) revive(c *Consumer, sub *Subscription, t tails, now time.Time) change {
+	c.Failures, c.FailingSince, c.LastError = 0, time.Time{}, ""
+	if !sub.pushes() || c.Batch == (ReadLimit{}) {
+		c.Attempt = 0
+		return m.finish(c, sub, t, now)
+	}
+	c.State = StateWaking
+	c.Attempt = 0
+	if !sub.active() {
+		// The batch waits, with no deadline, for its subscription.
+		c.InFlight, c.Deadline = false, time.Time{}
+		return changeSave
+	}
+	m.startAttempt(c, sub, now)
+	return changeSend
 }

@@ -107,6 +107,7 @@ type reply struct {
 	status int
 	body   string
 	hold   chan struct{} // if set, the answer waits until it is closed
+	header http.Header   // added to the answer
 }
 
 // receiver is a webhook endpoint on loopback. Each delivery is sent on
@@ -141,6 +142,9 @@ func newReceiver(t testing.TB) *receiver {
 			case <-req.Context().Done():
 				return
 			}
+		}
+		for k, v := range rep.header {
+			w.Header()[k] = v
 		}
 		w.WriteHeader(rep.status)
 		_, _ = io.WriteString(w, rep.body)

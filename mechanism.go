@@ -33,6 +33,17 @@ func mechanismOf(sub *Subscription) mechanism {
 	return wakeMechanism{}
 }
 
+// latest is sub as the engine knows it now, or sub if it knows it no
+// longer: an attempt's outcome is applied under the subscription's status
+// then, not when the attempt was sent, so that a subscription paused
+// meanwhile starts nothing more.
+func (e *Engine) latest(sub *Subscription) *Subscription {
+	if now := e.subs.get(sub.ID); now != nil {
+		return now
+	}
+	return sub
+}
+
 // subscription returns subscription id from the engine's set, and from the
 // Store only if the set lacks it: one created through another engine that
 // the feed has not reported yet.

@@ -222,7 +222,7 @@ type modelConsumer struct {
 
 // batch is the ReadLimit the engine stores for an events consumer's batch.
 func (c *modelConsumer) batch() webhooks.ReadLimit {
-	if c.state == webhooks.StateIdle {
+	if c.state == webhooks.StateIdle || c.until == 0 {
 		return webhooks.ReadLimit{}
 	}
 	return webhooks.ReadLimit{MaxEvents: webhooks.DefaultMaxBatchEvents, MaxBytes: modelBatchBytes, Until: offset(c.until)}
@@ -263,6 +263,7 @@ type modelRequest struct {
 type modelSub struct {
 	pattern, secret string
 	events          bool
+	paused          bool
 }
 
 type model struct {
@@ -321,7 +322,7 @@ func (m *model) wake(c *modelConsumer) {
 }
 
 func (m *model) wakeIfPending(c *modelConsumer) {
-	if c.state != webhooks.StateIdle || len(m.pendingPaths(c)) == 0 {
+	if c.state != webhooks.StateIdle || len(m.pendingPaths(c)) == 0 || m.subs[c.sub].paused {
 		return
 	}
 	if c.events {
@@ -389,7 +390,15 @@ func (m *model) touch(c *modelConsumer) {
 	}
 }
 
-// gcDue is the failure GC, which only wake consumers have.
+// deadLetter stops c in FAILED with its cursor, until it is revived.
+func (m *model) deadLetter(c *modelConsumer) {
+	c.state = webhooks.StateFailed
+	c.inFlight = false
+	c.deadline = time.Time{}
+}
+
+// gcDue is the failure GC, which only wake consumers have by default: it
+// makes them dead letters.
 func (m *model) gcDue(c *modelConsumer) bool {
 	return !c.events && !c.failingSince.IsZero() && !m.now.Before(c.failingSince.Add(m.cfg.gcAfter))
 }
@@ -402,8 +411,8 @@ func (m *model) capGC(c *modelConsumer, t time.Time) time.Time {
 	return t
 }
 
-// fail records a failed attempt and schedules the retry, or removes the
-// consumer once failures have lasted gcAfter.
+// fail records a failed attempt and schedules the retry, or makes the
+// consumer a dead letter once failures have lasted gcAfter.
 func (m *model) fail(c *modelConsumer) {
 	c.inFlight = false
 	c.failures++
@@ -411,7 +420,8 @@ func (m *model) fail(c *modelConsumer) {
 		c.failingSince = m.now
 	}
 	if m.gcDue(c) {
-		delete(m.consumers, c.id)
+		modelCount("wake consumer dead-lettered by the failure GC")
+		m.deadLetter(c)
 		return
 	}
 	if c.events && c.attempt >= modelMaxAttempts {
@@ -483,10 +493,13 @@ func (m *model) runDue() {
 			case webhooks.StateWaking:
 				switch {
 				case m.gcDue(c):
-					modelCount("consumer removed by failure GC at its deadline")
-					delete(m.consumers, c.id)
+					modelCount("consumer dead-lettered by the failure GC at its deadline")
+					m.deadLetter(c)
 				case c.inFlight:
 					m.fail(c) // the WAKING timeout
+				case m.subs[c.sub].paused:
+					modelCount("retry held by a paused subscription")
+					c.deadline = time.Time{}
 				default:
 					m.startAttempt(c)
 				}
@@ -679,7 +692,7 @@ func (m *model) callback(call modelCall) modelAnswer {
 		return modelAnswer{status: http.StatusBadRequest, code: webhooks.CodeInvalidRequest}
 	}
 	c := m.consumers[call.id]
-	if c == nil {
+	if c == nil || c.state == webhooks.StateFailed {
 		return modelAnswer{status: http.StatusGone, code: webhooks.CodeConsumerGone}
 	}
 	if call.tokenEpoch != c.epoch || *call.req.Epoch != c.epoch || call.tokenInc != c.inc {
@@ -919,6 +932,7 @@ func modelRun(t *testing.T, seed uint64) {
 		webhooks.WithTimeouts(cfg.waking, cfg.liveness, cfg.request),
 		webhooks.WithBackoff(modelBackoff),
 		webhooks.WithFailureGCAfter(cfg.gcAfter),
+		webhooks.WithCircuitBreaker(0, 0), // not modelled: TestCircuitBreaker…
 		webhooks.WithTokenTTL(cfg.tokenTTL),
 		webhooks.WithLogger(slog.New(slog.DiscardHandler)),
 		webhooks.WithClock(clk),
@@ -1020,6 +1034,12 @@ func (r *modelRig) learn() {
 			if !slices.Equal(webhooks.KnownSubscriptions(e), want) {
 				return false
 			}
+			for _, id := range want {
+				paused := webhooks.LoadedSubscription(e, id).Status == webhooks.StatusPaused
+				if paused != r.m.subs[id].paused {
+					return false
+				}
+			}
 		}
 		return true
 	})
@@ -1056,8 +1076,8 @@ func (r *modelRig) pickWeighted(weights ...int) int {
 
 // step runs one random action; each returns false if it does not apply.
 func (r *modelRig) step() {
-	actions := []func() bool{r.appendStep, r.createStreamStep, r.deleteStreamStep, r.subscriptionStep, r.replyStep, r.callbackStep, r.advanceStep}
-	for !actions[r.pickWeighted(22, 4, 3, 2, 20, 34, 15)]() {
+	actions := []func() bool{r.appendStep, r.createStreamStep, r.deleteStreamStep, r.subscriptionStep, r.replyStep, r.callbackStep, r.advanceStep, r.statusStep, r.rewindStep}
+	for !actions[r.pickWeighted(22, 4, 3, 2, 20, 34, 15, 2, 2)]() {
 	}
 }
 
@@ -1298,6 +1318,11 @@ func (r *modelRig) advance(d time.Duration) {
 // pending work must be notified (L1) and all must end IDLE.
 func (r *modelRig) drain() {
 	r.note("drain")
+	for _, id := range slices.Sorted(maps.Keys(r.m.subs)) {
+		if r.m.subs[id].paused {
+			r.resumeSub(id)
+		}
+	}
 	r.draining = true
 	r.drained = map[string]bool{}
 	var waiting []string
@@ -1349,23 +1374,124 @@ func (m *model) busy() bool {
 	return false
 }
 
-// resumeFailed resumes every FAILED consumer through the engine, which
-// sends its batch again under the same delivery id.
+// resumeFailed revives every dead letter through the engine: an events
+// consumer sends its batch again under the same delivery id, and a wake
+// consumer wakes from its cursor if it has pending work.
 func (r *modelRig) resumeFailed() {
 	for _, id := range slices.Sorted(maps.Keys(r.m.consumers)) {
 		c := r.m.consumers[id]
 		if c.state != webhooks.StateFailed {
 			continue
 		}
-		modelCount("FAILED events consumer resumed")
-		r.note("resume %s", id)
-		c.state = webhooks.StateWaking
+		r.note("revive %s", id)
 		c.attempt, c.failures, c.failingSince = 0, 0, time.Time{}
-		r.m.startAttempt(c)
+		if c.events && c.until > 0 {
+			modelCount("FAILED events consumer revived")
+			c.state = webhooks.StateWaking
+			r.m.startAttempt(c)
+		} else {
+			modelCount("FAILED wake consumer revived")
+			r.m.finish(c)
+			r.m.runDue()
+		}
 		r.through()
 		require.NoError(r.t, r.h.engine.ResumeConsumer(context.Background(), id))
-		r.settle("a FAILED consumer resumes with the same batch")
+		r.settle("a dead letter revives at its cursor")
 	}
+}
+
+// ---------------------------------------------------------------------------
+// Operator steps: pause, resume and rewind.
+
+// statusStep pauses an active subscription, or resumes a paused one, with
+// a PATCH.
+func (r *modelRig) statusStep() bool {
+	ids := slices.Sorted(maps.Keys(r.m.subs))
+	if len(ids) == 0 {
+		return false
+	}
+	id := ids[r.pick(len(ids))]
+	if r.m.subs[id].paused {
+		r.resumeSub(id)
+		return true
+	}
+	r.note("pause %s", id)
+	sub := r.m.subs[id]
+	sub.paused = true
+	r.m.subs[id] = sub
+	r.through()
+	rec := r.h.do(http.MethodPatch, modelPatterns[id]+"?subscription="+id, `{"status":"paused"}`)
+	require.Equal(r.t, http.StatusOK, rec.Code, rec.Body.String())
+	r.settle("a paused subscription starts no delivery")
+	r.learn()
+	return true
+}
+
+// resumeSub resumes paused subscription id: a retry that waited is sent,
+// and each IDLE consumer with pending work starts, in ID order.
+func (r *modelRig) resumeSub(id string) {
+	r.note("resume %s", id)
+	sub := r.m.subs[id]
+	sub.paused = false
+	r.m.subs[id] = sub
+	for _, cid := range slices.Sorted(maps.Keys(r.m.consumers)) {
+		c := r.m.consumers[cid]
+		switch {
+		case c.sub != id:
+		case c.state == webhooks.StateWaking && !c.inFlight && c.deadline.IsZero() && r.m.gcDue(c):
+			modelCount("held retry too old on resume: dead letter")
+			r.m.deadLetter(c)
+		case c.state == webhooks.StateWaking && !c.inFlight && c.deadline.IsZero():
+			modelCount("held retry sent on resume")
+			r.m.startAttempt(c)
+		case c.state == webhooks.StateIdle:
+			r.m.wakeIfPending(c)
+		}
+	}
+	r.m.runDue()
+	r.through()
+	rec := r.h.do(http.MethodPatch, modelPatterns[id]+"?subscription="+id, `{"status":"active"}`)
+	require.Equal(r.t, http.StatusOK, rec.Code, rec.Body.String())
+	r.settle("a resumed subscription delivers its pending work")
+	r.learn()
+}
+
+// rewindStep sets a consumer's cursor to a random offset of its primary
+// stream, up to its tail: the delivery in progress ends, fenced by a new
+// epoch, and what follows the offset is delivered again.
+func (r *modelRig) rewindStep() bool {
+	ids := slices.Sorted(maps.Keys(r.m.consumers))
+	if len(ids) == 0 {
+		return false
+	}
+	c := r.m.consumers[ids[r.pick(len(ids))]]
+	i := slices.IndexFunc(c.streams, func(s webhooks.StreamOffset) bool { return s.Path == c.primary })
+	if i < 0 {
+		return false
+	}
+	pos := r.pick(r.m.streams[c.primary]+2) - 1
+	off := webhooks.OffsetNone
+	if pos >= 0 {
+		off = offset(pos)
+	}
+	r.note("rewind %s to %s", c.id, off)
+	modelCount("rewind " + string(c.state))
+	c.streams[i].Offset = off
+	if h := r.hist[c.id]; h != nil && h.inc == c.inc {
+		// S4 holds for acks; an operator's rewind moves the cursor back.
+		h.acked[c.primary] = modelPos(off)
+	}
+	c.attempt, c.failures, c.failingSince, c.until = 0, 0, time.Time{}, 0
+	if c.state != webhooks.StateFailed {
+		r.m.finish(c)
+		r.m.runDue()
+	}
+	r.through()
+	body := fmt.Sprintf(`{"offset":%q,"consumer":%q}`, off, c.id)
+	rec := r.h.do(http.MethodPost, modelPatterns[c.sub]+"?subscription="+c.sub+"&rewind", body)
+	require.Equal(r.t, http.StatusOK, rec.Code, rec.Body.String())
+	r.settle("a rewound consumer delivers from its new cursor")
+	return true
 }
 
 // ---------------------------------------------------------------------------
@@ -1984,14 +2110,15 @@ func (r *modelRig) checkInvariants(c *webhooks.Consumer, inc int) {
 	}
 	switch c.State {
 	case webhooks.StateIdle:
-		if pending {
+		if pending && !r.m.subs[c.SubscriptionID].paused {
 			r.failf("L1 pending work causes a wake", "consumer %s is IDLE with pending work: nothing will wake it", c.ID)
 		}
 		if !c.Deadline.IsZero() {
 			r.failf("IDLE schedules nothing", "IDLE consumer %s has deadline %v", c.ID, c.Deadline)
 		}
 	case webhooks.StateWaking, webhooks.StateLive:
-		if !c.Deadline.After(now) {
+		held := c.State == webhooks.StateWaking && !c.InFlight && c.Deadline.IsZero() && r.m.subs[c.SubscriptionID].paused
+		if !held && !c.Deadline.After(now) {
 			r.failf("L1 pending work causes a wake", "%s consumer %s has deadline %v at %v: it is stuck", c.State, c.ID, c.Deadline, now)
 		}
 	case webhooks.StateFailed:

@@ -195,14 +195,17 @@ func (pushMechanism) deliver(ctx context.Context, e *Engine, c *Consumer, sub *S
 		UpToDate:       batch.Next == c.Batch.Until,
 	})
 	start := e.clock.Now()
-	header := e.signedHeader(sub, body, start)
+	header, err := e.signedHeader(sub, c.WakeID, body, start)
+	if err != nil {
+		// The attempt times out, and is retried, as a lost POST is.
+		e.log.ErrorContext(ctx, "webhooks: signing a batch", "consumer_id", c.ID, "error", err)
+		return ""
+	}
 	for k, v := range sub.Events.Headers {
 		if header.Get(k) == "" {
 			header.Set(k, v)
 		}
 	}
-	header.Set(DeliveryIDHeader, c.WakeID)
-	header.Set(TimestampHeader, strconv.FormatInt(start.Unix(), 10))
 	resp := e.post(ctx, sub.Webhook, header, body, e.m.pushTimeout(sub), nil)
 	if ctx.Err() != nil {
 		return ""
@@ -293,7 +296,7 @@ func (e *Engine) recordPush(ctx context.Context, c *Consumer, sub *Subscription,
 				return noChange, err
 			}
 		}
-		ch := e.m.applyPush(cur, sub, r, t, e.clock.Now())
+		ch := e.m.applyPush(cur, e.latest(sub), r, t, e.clock.Now())
 		applied = ch != noChange
 		return ch, nil
 	})

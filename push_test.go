@@ -432,7 +432,7 @@ func TestPushAttemptOfAStoppedEngineIsRetried(t *testing.T) {
 }
 
 // A 410 Gone disables the subscription: no consumer of it sends anything,
-// and each keeps its cursor, until EnableSubscription resumes them.
+// and each keeps its cursor, until ResumeSubscription resumes them.
 func TestPushGoneDisablesTheSubscription(t *testing.T) {
 	h := newHarness(t, faultConstBackoff(time.Second))
 	h.subscribeEvents("s1", "/orders/*", `"batch":{"max_wait_ms":0}`)
@@ -461,7 +461,8 @@ func TestPushGoneDisablesTheSubscription(t *testing.T) {
 	h.faultRequireNoDelivery()
 	require.Equal(t, webhooks.StateIdle, h.consumer(other).State, "a disabled subscription starts nothing")
 
-	require.NoError(t, h.engine.EnableSubscription(context.Background(), "s1"))
+	_, err = h.engine.ResumeSubscription(context.Background(), "s1")
+	require.NoError(t, err)
 	got := map[string][]string{}
 	for range 2 {
 		_, p := h.nextBatch()
@@ -471,7 +472,8 @@ func TestPushGoneDisablesTheSubscription(t *testing.T) {
 		}
 	}
 	require.Equal(t, map[string][]string{"/orders/1": numbered(1, 1), "/orders/2": numbered(1, 2)}, got, "every consumer resumed from its cursor")
-	require.ErrorIs(t, h.engine.EnableSubscription(context.Background(), "none"), webhooks.ErrSubscriptionNotFound)
+	_, err = h.engine.ResumeSubscription(context.Background(), "none")
+	require.ErrorIs(t, err, webhooks.ErrSubscriptionNotFound)
 }
 
 // A batch's request, byte for byte: the body, and the headers with a

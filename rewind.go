@@ -22,8 +22,7 @@ type RewindParams struct {
 
 // Rewind sets cursors back, or forward, to p.Offset, so that what follows
 // it is delivered again: replay. A consumer's delivery in progress ends,
-// its callbacks and late outcomes fenced by a new epoch, and its failures
-// are forgotten; a dead letter keeps its state until it is revived. An
+// its callbacks and late outcomes fenced, and its failures are forgotten; a dead letter keeps its state until it is revived. An
 // offset past a stream's tail is refused, for that consumer, with an
 // error. It returns how many consumers it rewound.
 func (e *Engine) Rewind(ctx context.Context, p *RewindParams) (int, error) {
@@ -69,15 +68,17 @@ func (e *Engine) Rewind(ctx context.Context, p *RewindParams) (int, error) {
 }
 
 // rewind sets the cursor of c's primary stream to offset and restarts c
-// from it: whatever delivery was in progress ends, fenced by a new epoch,
-// and pending work starts at once unless c is a dead letter.
+// from it: whatever delivery was in progress ends, and pending work starts
+// at once unless c is a dead letter. The new wake or batch fences the
+// ended one's callbacks and outcomes with its new epoch; with no pending
+// work there is none to fence, since an IDLE consumer takes no outcome
+// and no ack below its cursor.
 func (m *machine) rewind(c *Consumer, sub *Subscription, offset string, t tails, now time.Time) change {
 	i := streamIndex(c.Streams, c.PrimaryStream)
 	if i < 0 {
 		return noChange
 	}
 	c.Streams[i].Offset = offset
-	c.Epoch++
 	c.Failures, c.FailingSince, c.Attempt, c.Batch = 0, time.Time{}, 0, ReadLimit{}
 	if c.State == StateFailed {
 		return changeSave

@@ -3,8 +3,6 @@ package webhooks
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -158,6 +156,13 @@ func (e *Engine) serveSubscription(ctx context.Context, r *http.Request) (int, a
 	if err := ValidateSubscriptionID(id); err != nil {
 		return 0, nil, newAPIError(http.StatusBadRequest, CodeInvalidRequest, "%v", err)
 	}
+	if op := operation(q); op != "" {
+		sub, err := e.findSubscription(ctx, pattern, id)
+		if err != nil {
+			return 0, nil, err
+		}
+		return e.serveOperation(ctx, r, sub, op)
+	}
 	switch r.Method {
 	case http.MethodPut:
 		return e.createSubscription(ctx, pattern, id, r.Body)
@@ -167,11 +172,81 @@ func (e *Engine) serveSubscription(ctx context.Context, r *http.Request) (int, a
 			return 0, nil, err
 		}
 		return http.StatusOK, e.view(sub), nil
+	case http.MethodPatch:
+		return e.patchSubscription(ctx, pattern, id, r.Body)
 	case http.MethodDelete:
 		return e.deleteSubscription(ctx, pattern, id)
 	default:
-		return 0, nil, methodNotAllowed("GET, PUT, DELETE")
+		return 0, nil, methodNotAllowed("GET, PUT, PATCH, DELETE")
 	}
+}
+
+// patchRequest is the body of a PATCH: the fields to change, every one
+// optional. Headers given replace them all; a filter given replaces it.
+type patchRequest struct {
+	Status      *SubscriptionStatus `json:"status"`
+	Webhook     *string             `json:"webhook"`
+	Description *string             `json:"description"`
+	optionsJSON
+	pushJSON
+}
+
+// patchSubscription changes a subscription's status or mutable fields.
+// A status change is applied after the fields, so that a PATCH that
+// resumes a subscription and fixes its webhook delivers to the new one.
+func (e *Engine) patchSubscription(ctx context.Context, pattern *Pattern, id string, body io.Reader) (int, any, error) {
+	var req patchRequest
+	if err := readRequest(body, &req); err != nil {
+		return 0, nil, err
+	}
+	if req.Status != nil && *req.Status != StatusActive && *req.Status != StatusPaused {
+		return 0, nil, newAPIError(http.StatusBadRequest, CodeInvalidRequest, "status must be %q or %q", StatusActive, StatusPaused)
+	}
+	sub, err := e.findSubscription(ctx, pattern, id)
+	if err != nil {
+		return 0, nil, err
+	}
+	if req.Signature != "" && req.Signature != sub.signature() {
+		return 0, nil, newAPIError(http.StatusBadRequest, CodeInvalidRequest, "signature cannot be changed; delete and re-create the subscription")
+	}
+	if !req.pushJSON.empty() && !sub.pushes() {
+		return 0, nil, newAPIError(http.StatusBadRequest, CodeInvalidRequest,
+			"batch, headers, timeout_ms and filter apply only to delivery %q", DeliveryEvents)
+	}
+	if req.Webhook != nil || req.Description != nil || req.Retry != nil || req.MaxDeliveriesPerMinute != nil || !req.pushJSON.empty() {
+		sub, err = e.UpdateSubscription(ctx, id, func(s *Subscription) error {
+			if req.Webhook != nil {
+				s.Webhook = *req.Webhook
+			}
+			if req.Description != nil {
+				s.Description = *req.Description
+			}
+			if req.Retry != nil && s.Retry == nil {
+				s.Retry = &RetryPolicy{MaxAge: e.cfg.failureGCAfter}
+			}
+			req.optionsJSON.applyTo(s)
+			if s.Events != nil {
+				if err := req.pushJSON.applyTo(s.Events); err != nil {
+					return newAPIError(http.StatusBadRequest, CodeInvalidRequest, "%v", err)
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			return 0, nil, err
+		}
+	}
+	switch {
+	case req.Status == nil || *req.Status == sub.status():
+	case *req.Status == StatusPaused:
+		sub, err = e.PauseSubscription(ctx, id)
+	default:
+		sub, err = e.ResumeSubscription(ctx, id)
+	}
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, e.view(sub), nil
 }
 
 func methodNotAllowed(allow string) *apiError {
@@ -224,7 +299,7 @@ func (e *Engine) createSubscription(ctx context.Context, pattern *Pattern, id st
 	if err := e.validate(sub); err != nil {
 		return 0, nil, err
 	}
-	sub.Secret = newWebhookSecret()
+	sub.Secret = newSecret(sub.Signature)
 	sub.CreatedAt = e.clock.Now()
 	if err := e.store.CreateSubscription(ctx, sub); err != nil {
 		if errors.Is(err, ErrSubscriptionExists) {
@@ -255,6 +330,19 @@ func readRequest(body io.Reader, v any) error {
 		return newAPIError(http.StatusBadRequest, CodeInvalidRequest, "%v", err)
 	}
 	return nil
+}
+
+// readOptionalRequest is readRequest for a body that may be empty, which
+// leaves v as it is.
+func readOptionalRequest(body io.Reader, v any) error {
+	data, err := io.ReadAll(http.MaxBytesReader(nil, io.NopCloser(body), MaxSubscriptionBodyBytes))
+	if err != nil {
+		return newAPIError(http.StatusBadRequest, CodeInvalidRequest, "request body is unreadable or exceeds %d bytes", MaxSubscriptionBodyBytes)
+	}
+	if len(bytes.TrimSpace(data)) == 0 {
+		return nil
+	}
+	return readRequest(bytes.NewReader(data), v)
 }
 
 // validate checks a subscription about to be stored: its description, its
@@ -401,11 +489,4 @@ func (e *Engine) listSubscriptions(ctx context.Context, pattern *Pattern) (int, 
 		}
 	}
 	return http.StatusOK, map[string]any{"subscriptions": out}, nil
-}
-
-// newWebhookSecret returns "whsec_" and 32 random bytes in hex.
-func newWebhookSecret() string {
-	b := make([]byte, 32)
-	_, _ = rand.Read(b)
-	return "whsec_" + hex.EncodeToString(b)
 }

@@ -134,10 +134,14 @@ func (e *Engine) eachConsumer(ctx context.Context, id string, state ConsumerStat
 const consumerPage = 500
 
 // resume restarts consumer c of sub, just resumed: a retry that waited is
-// sent, and an IDLE consumer starts its pending work.
+// sent, unless its failures have outlasted the retry policy meanwhile, and
+// an IDLE consumer starts its pending work.
 func (m *machine) resume(c *Consumer, sub *Subscription, t tails, now time.Time) change {
 	switch {
 	case c.State == StateWaking && !c.InFlight && c.Deadline.IsZero():
+		if m.tooOld(c, m.retryPolicy(sub), now) {
+			return m.deadLetter(c)
+		}
 		m.startAttempt(c, sub, now)
 		return changeSend
 	case c.State == StateIdle:

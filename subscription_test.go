@@ -958,7 +958,7 @@ func TestSubscriptionDelivery(t *testing.T) {
 
 // A wake subscription disabled through the Store wakes nothing, not even a
 // consumer whose done leaves work pending, and keeps every acked offset;
-// EnableSubscription wakes those with pending work.
+// ResumeSubscription wakes those with pending work.
 func TestDisabledWakeSubscriptionWakesNothing(t *testing.T) {
 	ctx := context.Background()
 	h := newHarness(t)
@@ -985,7 +985,8 @@ func TestDisabledWakeSubscriptionWakesNothing(t *testing.T) {
 	require.Equal(t, webhooks.StateIdle, h.consumer(webhooks.ConsumerID("s1", "/agents/b")).State, "nor does a new stream")
 	h.faultRequireNoDelivery()
 
-	require.NoError(t, h.engine.EnableSubscription(ctx, "s1"))
+	_, err = h.engine.ResumeSubscription(ctx, "s1")
+	require.NoError(t, err)
 	woken := map[string]int64{}
 	for range 2 {
 		n := h.nextDelivery().n

@@ -53,7 +53,11 @@ func (e *Engine) SendTestDelivery(ctx context.Context, id string) (*TestDelivery
 	if sub.pushes() {
 		timeout = e.m.pushTimeout(sub)
 	}
-	resp := e.post(ctx, sub.Webhook, e.signedHeader(sub, ev.DeliveryID, body, now), body, timeout, nil)
+	header, err := e.signedHeader(sub, ev.DeliveryID, body, now)
+	if err != nil {
+		return nil, err
+	}
+	resp := e.post(ctx, sub.Webhook, header, body, timeout, nil)
 	out := &TestDelivery{
 		DeliveryID: ev.DeliveryID, Delivered: resp.failure == nil, StatusCode: resp.status,
 		LatencyMS: float64(resp.latency) / float64(time.Millisecond), ResponseBody: resp.preview,

@@ -105,8 +105,14 @@ func (e *Engine) deliver(ctx context.Context, c *Consumer, sub *Subscription) (o
 		e.log.ErrorContext(ctx, "webhooks: building notification", "consumer_id", c.ID, "error", err)
 		return
 	}
+	header, err := e.signedHeader(sub, c.WakeID, body, e.clock.Now())
+	if err != nil {
+		// The attempt times out, and is retried, as a lost POST is.
+		e.log.ErrorContext(ctx, "webhooks: signing notification", "consumer_id", c.ID, "error", err)
+		return
+	}
 	result := deliveryResult{epoch: c.Epoch, wakeID: c.WakeID, attempt: c.Attempt}
-	resp := e.post(ctx, sub.Webhook, e.signedHeader(sub, body, e.clock.Now()), body, e.cfg.requestTimeout, func() {
+	resp := e.post(ctx, sub.Webhook, header, body, e.cfg.requestTimeout, func() {
 		// A 2xx proves receipt: the consumer is LIVE at once, even if the
 		// receiver holds the body open while it works (spec: WAKING
 		// Timeout).
@@ -151,7 +157,7 @@ func (e *Engine) record(ctx context.Context, id string, sub *Subscription, resul
 				return noChange, err
 			}
 		}
-		ch := e.m.applyDelivery(cur, sub, result, t, e.clock.Now())
+		ch := e.m.applyDelivery(cur, e.latest(sub), result, t, e.clock.Now())
 		applied = ch != noChange
 		return ch, nil
 	})
@@ -184,14 +190,18 @@ func (e *Engine) notification(c *Consumer) ([]byte, error) {
 	})
 }
 
-// signedHeader returns the headers of a POST of JSON body to sub's
-// webhook, signed at now under its secret.
-func (e *Engine) signedHeader(sub *Subscription, body []byte, now time.Time) http.Header {
-	return http.Header{
-		"Content-Type":  {"application/json"},
-		"User-Agent":    {"streamhooks"},
-		SignatureHeader: {SignPayload(sub.Secret, now, body)},
+// signedHeader returns the headers of a POST of JSON body, delivery id,
+// to sub's webhook, signed at now by its scheme. It fails only for a
+// subscription whose secret or scheme is not one the engine made.
+func (e *Engine) signedHeader(sub *Subscription, id string, body []byte, now time.Time) (http.Header, error) {
+	h := http.Header{
+		"Content-Type": {"application/json"},
+		"User-Agent":   {"streamhooks"},
 	}
+	if err := signDelivery(h, sub, id, now, body); err != nil {
+		return nil, err
+	}
+	return h, nil
 }
 
 // response is what one webhook POST came to.

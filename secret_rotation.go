@@ -1,0 +1,80 @@
+package webhooks
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"time"
+)
+
+// Secret rotation overlaps: how long the previous secret keeps signing
+// beside the new one.
+const (
+	// DefaultRotationOverlap is the overlap when none is given.
+	DefaultRotationOverlap = 24 * time.Hour
+	// MaxRotationOverlap bounds it.
+	MaxRotationOverlap = 30 * 24 * time.Hour
+)
+
+// RotateSecret gives subscription id a new secret, which signs every
+// delivery from now on, and returns it. The secret it replaces keeps
+// signing beside it, a second signature in the same header, for overlap,
+// so that receivers can switch over without downtime; a rotation during
+// an overlap ends that one. The API never shows the previous secret. It
+// returns ErrSubscriptionNotFound if there is no such subscription.
+func (e *Engine) RotateSecret(ctx context.Context, id string, overlap time.Duration) (string, error) {
+	if err := e.checkLoaded(); err != nil {
+		return "", err
+	}
+	if overlap < 0 || overlap > MaxRotationOverlap {
+		return "", fmt.Errorf("webhooks: RotateSecret: overlap %v is not 0 to %v", overlap, MaxRotationOverlap)
+	}
+	now := e.clock.Now()
+	var secret string
+	sub, err := e.store.UpdateSubscription(ctx, id, func(s *Subscription) error {
+		secret = newSecret(s.Signature)
+		s.PreviousSecret, s.PreviousSecretExpiresAt = s.Secret, now.Add(overlap)
+		if overlap == 0 {
+			s.PreviousSecret, s.PreviousSecretExpiresAt = "", time.Time{}
+		}
+		s.Secret = secret
+		return nil
+	})
+	if err != nil {
+		return "", err
+	}
+	e.subs.update(sub)
+	e.tel.operated(ctx, "rotate")
+	return secret, nil
+}
+
+// rotateRequest is the body of a rotation; an empty body takes the
+// default overlap.
+type rotateRequest struct {
+	OverlapMS *int64 `json:"overlap_ms"`
+}
+
+func (e *Engine) rotateRequest(ctx context.Context, sub *Subscription, body io.Reader) (int, any, error) {
+	var req rotateRequest
+	if err := readOptionalRequest(body, &req); err != nil {
+		return 0, nil, err
+	}
+	overlap := DefaultRotationOverlap
+	if req.OverlapMS != nil {
+		if *req.OverlapMS < 0 || *req.OverlapMS > MaxRotationOverlap.Milliseconds() {
+			return 0, nil, newAPIError(http.StatusBadRequest, CodeInvalidRequest, "overlap_ms must be 0 to %d", MaxRotationOverlap.Milliseconds())
+		}
+		overlap = time.Duration(*req.OverlapMS) * time.Millisecond
+	}
+	secret, err := e.RotateSecret(ctx, sub.ID, overlap)
+	if err != nil {
+		return 0, nil, err
+	}
+	now := e.clock.Now()
+	return http.StatusOK, map[string]any{
+		"subscription_id":         sub.ID,
+		"webhook_secret":          secret,
+		"previous_secret_expires": now.Add(overlap).UTC(),
+	}, nil
+}
