@@ -210,10 +210,16 @@ func (s *Store) ListConsumers(ctx context.Context, p *webhooks.ListConsumersPara
 	if p.Limit < 1 {
 		return nil, nil
 	}
+	// A subscription's consumer IDs share the prefix "{subscription}:"
+	// (webhooks.ConsumerID), so a page starts there at the earliest.
+	// Postgres may read the page from the primary key, filtering by
+	// subscription, and without that bound the first page would read
+	// every consumer whose ID sorts before the subscription's.
+	after := max(p.After, p.SubscriptionID+":")
 	if p.State == "" {
-		return s.queryConsumers(ctx, listConsumersQuery, p.SubscriptionID, p.After, p.Limit)
+		return s.queryConsumers(ctx, listConsumersQuery, p.SubscriptionID, after, p.Limit)
 	}
-	return s.queryConsumers(ctx, listConsumersInStateQuery, p.SubscriptionID, p.After, p.Limit, string(p.State))
+	return s.queryConsumers(ctx, listConsumersInStateQuery, p.SubscriptionID, after, p.Limit, string(p.State))
 }
 
 func (s *Store) queryConsumers(ctx context.Context, query string, args ...any) ([]*webhooks.Consumer, error) {
