@@ -21,6 +21,13 @@ const (
 	dueConsumersQuery = `SELECT ` + consumerCols + ` FROM streamhooks_consumers c
 		WHERE c.deadline IS NOT NULL AND c.deadline <= $1 ORDER BY c.deadline, c.id LIMIT $2`
 	nextDeadlineQuery = "SELECT min(deadline) FROM streamhooks_consumers WHERE deadline IS NOT NULL"
+	// A page of a subscription's consumers, from
+	// streamhooks_consumers_by_subscription_id or, in one state,
+	// streamhooks_consumers_by_subscription_state.
+	listConsumersQuery = `SELECT ` + consumerCols + ` FROM streamhooks_consumers c
+		WHERE c.subscription_id = $1 AND c.id > $2 ORDER BY c.id LIMIT $3`
+	listConsumersInStateQuery = `SELECT ` + consumerCols + ` FROM streamhooks_consumers c
+		WHERE c.subscription_id = $1 AND c.state = $4 AND c.id > $2 ORDER BY c.id LIMIT $3`
 	// createConsumerQuery inserts a consumer and indexes its secondary
 	// paths in one statement, and returns how many consumers it inserted.
 	createConsumerQuery = `WITH c AS (
@@ -195,6 +202,24 @@ func (s *Store) CountConsumers(ctx context.Context) (map[webhooks.ConsumerState]
 		return nil, dbError("count consumers", err)
 	}
 	return out, nil
+}
+
+// ListConsumers implements webhooks.Store. A limit below one returns
+// nothing.
+func (s *Store) ListConsumers(ctx context.Context, p *webhooks.ListConsumersParams) ([]*webhooks.Consumer, error) {
+	if p.Limit < 1 {
+		return nil, nil
+	}
+	// A subscription's consumer IDs share the prefix "{subscription}:"
+	// (webhooks.ConsumerID), so a page starts there at the earliest.
+	// Postgres may read the page from the primary key, filtering by
+	// subscription, and without that bound the first page would read
+	// every consumer whose ID sorts before the subscription's.
+	after := max(p.After, p.SubscriptionID+":")
+	if p.State == "" {
+		return s.queryConsumers(ctx, listConsumersQuery, p.SubscriptionID, after, p.Limit)
+	}
+	return s.queryConsumers(ctx, listConsumersInStateQuery, p.SubscriptionID, after, p.Limit, string(p.State))
 }
 
 func (s *Store) queryConsumers(ctx context.Context, query string, args ...any) ([]*webhooks.Consumer, error) {

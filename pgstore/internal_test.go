@@ -44,6 +44,16 @@ func TestQueryPlansUseIndexes(t *testing.T) {
 		"ReleaseLease":              {releaseLeaseQuery, []any{"metrics", "a"}},
 		"CascadeSubscription":       {"DELETE FROM streamhooks_consumers WHERE subscription_id = $1", []any{"x"}},
 		"CascadeConsumer":           {"DELETE FROM streamhooks_consumer_streams WHERE consumer_id = $1", []any{"x"}},
+		"CascadeHealth":             {"DELETE FROM streamhooks_subscription_health WHERE subscription_id = $1", []any{"x"}},
+		"CascadeAttempts":           {"DELETE FROM streamhooks_delivery_attempts WHERE consumer_id = $1", []any{"x"}},
+		"ListConsumers":             {listConsumersQuery, []any{"s", "s:", 100}},
+		"ListConsumersInState":      {listConsumersInStateQuery, []any{"s", "s:", 100, "IDLE"}},
+		"LockHealth":                {lockHealthQuery, []any{"s"}},
+		"ReadHealth":                {readHealthQuery, []any{"s"}},
+		"LockAttemptConsumers":      {lockAttemptConsumersQuery, []any{[]string{"x", "y"}}},
+		"AppendAttempts":            {appendAttemptsQuery, []any{[]string{"x"}, [][]byte{{1}}}},
+		"TrimAttempts":              {trimAttemptsQuery, []any{[]string{"x", "y"}, 20}},
+		"ListAttempts":              {listAttemptsQuery, []any{"x", 20}},
 	} {
 		var plan []string
 		err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
@@ -175,6 +185,7 @@ func TestEncryption(t *testing.T) {
 	// Data the engine encodes (Subscription.MarshalData) may hold
 	// credentials too; a Store keeps whatever mode it is given.
 	const delivery webhooks.DeliveryMode = "delivery_needle_5c2e81"
+	const previous = "whsec_previous_needle_90af1e"
 	signingKey := []byte("signing_needle_77e0c3_0123456789")
 
 	// store writes a secret and a signing key into a fresh schema and
@@ -183,7 +194,7 @@ func TestEncryption(t *testing.T) {
 		pool := newPool(t, pgtest.Schema(t))
 		s, err := New(ctx, pool, opts...)
 		require.NoError(t, err)
-		require.NoError(t, s.CreateSubscription(ctx, &webhooks.Subscription{ID: "s", Pattern: "/**", Webhook: "https://example.com/s", Secret: secret, Delivery: delivery}))
+		require.NoError(t, s.CreateSubscription(ctx, &webhooks.Subscription{ID: "s", Pattern: "/**", Webhook: "https://example.com/s", Secret: secret, Delivery: delivery, PreviousSecret: previous}))
 		_, err = s.LoadOrStoreSigningKey(ctx, signingKey)
 		require.NoError(t, err)
 		return pool
@@ -206,6 +217,7 @@ func TestEncryption(t *testing.T) {
 		require.True(t, bytes.Contains(raw, []byte(secret)), "the search finds plaintext")
 		require.True(t, bytes.Contains(raw, signingKey))
 		require.True(t, bytes.Contains(raw, []byte(delivery)))
+		require.True(t, bytes.Contains(raw, []byte(previous)))
 	})
 
 	pool := store(WithEncryptionKey(key('k')))
@@ -215,6 +227,7 @@ func TestEncryption(t *testing.T) {
 		require.False(t, bytes.Contains(raw, []byte(secret)))
 		require.False(t, bytes.Contains(raw, signingKey))
 		require.False(t, bytes.Contains(raw, []byte(delivery)), "subscription data is sealed")
+		require.False(t, bytes.Contains(raw, []byte(previous)), "the previous secret, in subscription data, is sealed")
 	})
 
 	t.Run("the key opens it", func(t *testing.T) {
@@ -224,6 +237,7 @@ func TestEncryption(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, secret, sub.Secret)
 		require.Equal(t, delivery, sub.Delivery)
+		require.Equal(t, previous, sub.PreviousSecret)
 		subs, err := s.ListSubscriptions(ctx)
 		require.NoError(t, err)
 		require.Equal(t, secret, subs[0].Secret)
@@ -384,7 +398,7 @@ func TestSubscriptionFromBeforeDataReadsAsZero(t *testing.T) {
 	ctx := context.Background()
 	pool := newPool(t, pgtest.Schema(t))
 	all := migrations
-	setMigrations(t, all[:len(all)-1])
+	setMigrations(t, all[:2]) // before streamhooks_subscriptions.data
 	s, err := New(ctx, pool, WithEncryptionKey(key('k')))
 	require.NoError(t, err)
 	_, err = pool.Exec(ctx, `INSERT INTO streamhooks_subscriptions (id, pattern, webhook, description, secret, created_at)

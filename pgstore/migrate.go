@@ -70,6 +70,29 @@ CREATE TABLE streamhooks_leases (
 	`
 ALTER TABLE streamhooks_subscriptions ADD COLUMN data bytea NOT NULL DEFAULT '';
 `,
+	// ListConsumers reads a page of a subscription's consumers, in a state
+	// or in all, from an index in ID order. The first index serves the
+	// cascade from subscriptions too, in place of the one it extends.
+	// Health and the delivery log have tables of their own, so that what
+	// changes with every delivery neither notifies the watchers nor
+	// rewrites a subscription's row. seq orders a consumer's attempts.
+	`
+CREATE INDEX streamhooks_consumers_by_subscription_id ON streamhooks_consumers (subscription_id, id);
+CREATE INDEX streamhooks_consumers_by_subscription_state ON streamhooks_consumers (subscription_id, state, id);
+DROP INDEX streamhooks_consumers_by_subscription;
+
+CREATE TABLE streamhooks_subscription_health (
+	subscription_id text COLLATE "C" PRIMARY KEY REFERENCES streamhooks_subscriptions (id) ON DELETE CASCADE,
+	data            bytea NOT NULL -- webhooks.SubscriptionHealth.MarshalBinary
+);
+
+CREATE TABLE streamhooks_delivery_attempts (
+	seq         bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+	consumer_id text COLLATE "C" NOT NULL REFERENCES streamhooks_consumers (id) ON DELETE CASCADE,
+	data        bytea NOT NULL -- webhooks.DeliveryAttempt.MarshalBinary
+);
+CREATE INDEX streamhooks_delivery_attempts_by_consumer ON streamhooks_delivery_attempts (consumer_id, seq);
+`,
 }
 
 // migrationLock is the first key of the advisory lock that serializes

@@ -169,3 +169,35 @@ func TestWatchSubscriptionsIgnoresOtherSchemas(t *testing.T) {
 	require.ErrorIs(t, waitSignal(t, done, "the watch did not end with its context"), context.Canceled)
 	require.Empty(t, calls, "the watch reported creates in another schema")
 }
+
+// TestUpdateHealthNotifiesNoWatcher listens on the watchers' channel,
+// updates a subscription's health and then notifies a fence on the
+// channel: notifications arrive in commit order, so the fence comes first
+// only if the health update sent none.
+func TestUpdateHealthNotifiesNoWatcher(t *testing.T) {
+	s := newStore(t)
+	ctx := t.Context()
+	require.NoError(t, s.CreateSubscription(ctx, &webhooks.Subscription{ID: "s", Pattern: "/a", Webhook: "https://example.com"}))
+	conn, err := s.pool.Acquire(ctx)
+	require.NoError(t, err)
+	defer conn.Release()
+	_, err = conn.Exec(ctx, "LISTEN "+subscriptionsChannel)
+	require.NoError(t, err)
+	defer func() { _, _ = conn.Exec(context.WithoutCancel(ctx), "UNLISTEN *") }()
+
+	for range 2 { // an insert, then an update
+		_, err = s.UpdateHealth(ctx, "s", func(h *webhooks.SubscriptionHealth) { h.ConsecutiveFailures++ })
+		require.NoError(t, err)
+	}
+	_, err = s.pool.Exec(ctx, "SELECT pg_notify($1, 'fence')", subscriptionsChannel)
+	require.NoError(t, err)
+	wait, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	n, err := conn.Conn().WaitForNotification(wait)
+	require.NoError(t, err)
+	require.Equal(t, "fence", n.Payload, "UpdateHealth notified the subscription watchers")
+}
+
+func BenchmarkListConsumers(b *testing.B) {
+	storetest.BenchmarkListConsumers(b, newStore(b))
+}

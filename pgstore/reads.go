@@ -15,7 +15,7 @@ import (
 // (internal/combine).
 
 const (
-	getSubscriptionsQuery = "SELECT " + subscriptionCols + " FROM streamhooks_subscriptions WHERE id = ANY ($1)"
+	getSubscriptionsQuery = selectSubscriptions + " WHERE s.id = ANY ($1)"
 	// The consumers of several streams, each row with the path it was
 	// found by, ordered by path and then ID. A consumer's secondary paths
 	// exclude its primary stream, so the two halves never return the same

@@ -15,14 +15,23 @@ import (
 
 const subscriptionCols = "id, pattern, webhook, description, secret, created_at, data"
 
+// selectSubscriptions reads subscriptions with their health, which is
+// kept apart, for scanSubscription.
+const selectSubscriptions = `SELECT s.id, s.pattern, s.webhook, s.description, s.secret, s.created_at, s.data, h.data
+	FROM streamhooks_subscriptions s LEFT JOIN streamhooks_subscription_health h ON h.subscription_id = s.id`
+
 // CreateSubscription implements webhooks.Store.
 func (s *Store) CreateSubscription(ctx context.Context, sub *webhooks.Subscription) error {
 	created, err := nanos(sub.CreatedAt)
 	if err != nil {
 		return err
 	}
+	plain, err := sub.MarshalData()
+	if err != nil {
+		return err
+	}
 	secret := s.sealer.Seal([]byte(sub.Secret), seal.ADSecret(sub.ID))
-	data := s.sealer.Seal(sub.MarshalData(), seal.ADSubscriptionData(sub.ID))
+	data := s.sealer.Seal(plain, seal.ADSubscriptionData(sub.ID))
 	// One statement: the notification is sent when the insert commits,
 	// and only if it inserted.
 	tag, err := s.pool.Exec(ctx, `WITH created AS (
@@ -48,7 +57,7 @@ func (s *Store) UpdateSubscription(ctx context.Context, id string, fn func(*webh
 		inner error // an error the transaction's function returned as it is
 	)
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		sub, err := s.scanSubscription(tx.QueryRow(ctx, "SELECT "+subscriptionCols+" FROM streamhooks_subscriptions WHERE id = $1 FOR UPDATE", id))
+		sub, err := s.scanSubscription(tx.QueryRow(ctx, selectSubscriptions+" WHERE s.id = $1 FOR UPDATE OF s", id))
 		switch {
 		case errors.Is(err, pgx.ErrNoRows):
 			inner = webhooks.ErrSubscriptionNotFound
@@ -57,14 +66,19 @@ func (s *Store) UpdateSubscription(ctx context.Context, id string, fn func(*webh
 			inner = err // scanSubscription's errors say what failed
 			return inner
 		}
-		id, pattern, created := sub.ID, sub.Pattern, sub.CreatedAt
+		id, pattern, created, health := sub.ID, sub.Pattern, sub.CreatedAt, sub.Health
 		if err := fn(sub); err != nil {
 			inner = err
 			return inner
 		}
-		sub.ID, sub.Pattern, sub.CreatedAt = id, pattern, created
+		sub.ID, sub.Pattern, sub.CreatedAt, sub.Health = id, pattern, created, health
+		plain, err := sub.MarshalData()
+		if err != nil {
+			inner = err
+			return inner
+		}
 		secret := s.sealer.Seal([]byte(sub.Secret), seal.ADSecret(id))
-		data := s.sealer.Seal(sub.MarshalData(), seal.ADSubscriptionData(id))
+		data := s.sealer.Seal(plain, seal.ADSubscriptionData(id))
 		if _, err := tx.Exec(ctx, `WITH updated AS (
 				UPDATE streamhooks_subscriptions SET webhook = $2, description = $3, secret = $4, data = $5 WHERE id = $1 RETURNING id
 			)
@@ -87,7 +101,7 @@ func (s *Store) UpdateSubscription(ctx context.Context, id string, fn func(*webh
 // ListSubscriptions implements webhooks.Store.
 func (s *Store) ListSubscriptions(ctx context.Context) ([]*webhooks.Subscription, error) {
 	// A failed Query's error comes back from CollectRows too.
-	rows, _ := s.pool.Query(ctx, "SELECT "+subscriptionCols+" FROM streamhooks_subscriptions ORDER BY id")
+	rows, _ := s.pool.Query(ctx, selectSubscriptions+" ORDER BY s.id")
 	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (*webhooks.Subscription, error) { return s.scanSubscription(row) })
 	if err != nil {
 		return nil, dbError("list subscriptions", err)
@@ -95,8 +109,9 @@ func (s *Store) ListSubscriptions(ctx context.Context) ([]*webhooks.Subscription
 	return out, nil
 }
 
-// DeleteSubscription implements webhooks.Store. Its consumers go with it,
-// by the schema's cascading foreign keys, in the same transaction, which
+// DeleteSubscription implements webhooks.Store. Its health and consumers,
+// with their delivery logs, go with it, by the schema's cascading foreign
+// keys, in the same transaction, which
 // notifies the watchers. It locks the subscription, which keeps new
 // consumers out, and then its consumers in ID order, the order in which
 // UpdateConsumer's batches lock them: the cascade, locking them as it finds
@@ -203,14 +218,15 @@ func (s *Store) LoadOrStoreSigningKey(ctx context.Context, key []byte) ([]byte, 
 	return plain, nil
 }
 
+// scanSubscription reads a row of selectSubscriptions.
 func (s *Store) scanSubscription(row pgx.Row) (*webhooks.Subscription, error) {
 	var (
 		sub                 webhooks.Subscription
 		description, secret []byte
 		created             *int64
-		data                []byte
+		data, health        []byte
 	)
-	if err := row.Scan(&sub.ID, &sub.Pattern, &sub.Webhook, &description, &secret, &created, &data); err != nil {
+	if err := row.Scan(&sub.ID, &sub.Pattern, &sub.Webhook, &description, &secret, &created, &data, &health); err != nil {
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil, err
 		}
@@ -231,5 +247,75 @@ func (s *Store) scanSubscription(row pgx.Row) (*webhooks.Subscription, error) {
 			return nil, fmt.Errorf("pgstore: subscription %s: %w", sub.ID, err)
 		}
 	}
+	// NULL, with no health stored, reads as zero.
+	if err := sub.Health.UnmarshalBinary(health); err != nil {
+		return nil, fmt.Errorf("pgstore: subscription %s: %w", sub.ID, err)
+	}
 	return &sub, nil
+}
+
+// The statements of UpdateHealth. The subscription's row is locked FOR NO
+// KEY UPDATE, which serializes health updates, and UpdateSubscription and
+// DeleteSubscription with them, but lets consumers be created meanwhile.
+// The health is read by a statement of its own, after the lock: a join
+// that waited for the lock would give the health as it was before the
+// wait, and lose the update it waited for.
+const (
+	lockHealthQuery = "SELECT FROM streamhooks_subscriptions WHERE id = $1 FOR NO KEY UPDATE"
+	readHealthQuery = "SELECT data FROM streamhooks_subscription_health WHERE subscription_id = $1"
+	saveHealthQuery = `INSERT INTO streamhooks_subscription_health (subscription_id, data) VALUES ($1, $2)
+		ON CONFLICT (subscription_id) DO UPDATE SET data = excluded.data`
+)
+
+// UpdateHealth implements webhooks.Store. fn runs inside a transaction
+// that locks the subscription's row, and must not call the Store. Health
+// has a table of its own, whose writes notify no watcher.
+func (s *Store) UpdateHealth(ctx context.Context, id string, fn func(h *webhooks.SubscriptionHealth)) (*webhooks.SubscriptionHealth, error) {
+	var (
+		out   webhooks.SubscriptionHealth
+		inner error // an error the transaction's function returned as it is
+	)
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var (
+			found  bool
+			stored []byte
+		)
+		b := &pgx.Batch{}
+		b.Queue(lockHealthQuery, id).Exec(func(tag pgconn.CommandTag) error {
+			found = tag.RowsAffected() > 0
+			return nil
+		})
+		b.Queue(readHealthQuery, id).QueryRow(func(row pgx.Row) error {
+			if err := row.Scan(&stored); !errors.Is(err, pgx.ErrNoRows) {
+				return err
+			}
+			return nil
+		})
+		if err := tx.SendBatch(ctx, b).Close(); err != nil {
+			return err
+		}
+		if !found {
+			inner = webhooks.ErrSubscriptionNotFound
+			return inner
+		}
+		if err := out.UnmarshalBinary(stored); err != nil {
+			inner = fmt.Errorf("pgstore: subscription %s: %w", id, err)
+			return inner
+		}
+		fn(&out)
+		data, err := out.MarshalBinary()
+		if err != nil {
+			inner = err
+			return inner
+		}
+		_, err = tx.Exec(ctx, saveHealthQuery, id, data)
+		return err
+	})
+	switch {
+	case inner != nil:
+		return nil, inner
+	case err != nil:
+		return nil, dbError("update health", err)
+	}
+	return &out, nil
 }

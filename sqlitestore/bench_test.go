@@ -11,6 +11,7 @@ import (
 	webhooks "github.com/streamhooks/webhooks"
 	"github.com/streamhooks/webhooks/memstore"
 	"github.com/streamhooks/webhooks/sqlitestore"
+	"github.com/streamhooks/webhooks/storetest"
 )
 
 // BenchmarkUpdateConsumer measures one state transition, a wake-like
@@ -68,4 +69,10 @@ func BenchmarkUpdateConsumer(b *testing.B) {
 			})
 		})
 	}
+}
+
+// BenchmarkListConsumers measures a page of ListConsumers, early and late,
+// over one subscription of 100,000 consumers.
+func BenchmarkListConsumers(b *testing.B) {
+	storetest.BenchmarkListConsumers(b, sqlOpen(b, filepath.Join(b.TempDir(), "hooks.db"), sqlitestore.WithSynchronous(sqlitestore.SyncNormal)))
 }

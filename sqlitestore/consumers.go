@@ -19,6 +19,12 @@ const (
 	dueConsumersQuery = `SELECT ` + consumerCols + ` FROM consumers c
 		WHERE c.deadline IS NOT NULL AND c.deadline <= ?1 ORDER BY c.deadline, c.id LIMIT ?2`
 	nextDeadlineQuery = "SELECT min(deadline) FROM consumers WHERE deadline IS NOT NULL"
+	// A page of a subscription's consumers, from consumers_by_subscription_id
+	// or, in one state, consumers_by_subscription_state.
+	listConsumersQuery = `SELECT ` + consumerCols + ` FROM consumers c
+		WHERE c.subscription_id = ?1 AND c.id > ?2 ORDER BY c.id LIMIT ?3`
+	listConsumersInStateQuery = `SELECT ` + consumerCols + ` FROM consumers c
+		WHERE c.subscription_id = ?1 AND c.state = ?4 AND c.id > ?2 ORDER BY c.id LIMIT ?3`
 )
 
 // consumerRow is a consumer encoded for the columns after id,
@@ -245,6 +251,18 @@ func (s *Store) CountConsumers(ctx context.Context) (map[webhooks.ConsumerState]
 		return nil, fmt.Errorf("sqlitestore: count consumers: %w", err)
 	}
 	return out, nil
+}
+
+// ListConsumers implements webhooks.Store. A limit below one returns
+// nothing.
+func (s *Store) ListConsumers(ctx context.Context, p *webhooks.ListConsumersParams) ([]*webhooks.Consumer, error) {
+	if p.Limit < 1 {
+		return nil, nil
+	}
+	if p.State == "" {
+		return s.queryConsumers(ctx, listConsumersQuery, p.SubscriptionID, p.After, p.Limit)
+	}
+	return s.queryConsumers(ctx, listConsumersInStateQuery, p.SubscriptionID, p.After, p.Limit, string(p.State))
 }
 
 func (s *Store) queryConsumers(ctx context.Context, query string, args ...any) ([]*webhooks.Consumer, error) {

@@ -173,24 +173,76 @@ func TestQueryPlansUseIndexes(t *testing.T) {
 		"DeleteSubscription": "DELETE FROM subscriptions WHERE id = ?1",
 		"DeleteConsumer":     "DELETE FROM consumers WHERE id = ?1",
 		"UnindexStream":      "DELETE FROM consumer_streams WHERE path = ?1 AND consumer_id = ?1",
+		"AppendAttempt":      appendAttemptQuery,
+		"TrimAttempts":       trimAttemptsQuery,
 	} {
-		rows, err := s.r.db.Query("EXPLAIN QUERY PLAN "+q, `["x","y"]`, 1)
-		require.NoError(t, err, name)
-		var plan []string
-		for rows.Next() {
-			var id, parent, unused int
-			var detail string
-			require.NoError(t, rows.Scan(&id, &parent, &unused, &detail))
-			plan = append(plan, detail)
-		}
-		require.NoError(t, rows.Err())
-		rows.Close()
+		plan := queryPlan(t, s, q, `["x","y"]`, 1)
 		for _, step := range plan {
 			// A batched read scans its list of keys, and no table.
 			require.False(t, strings.HasPrefix(step, "SCAN") && !strings.HasPrefix(step, "SCAN json_each"), "%s scans a table: %q", name, plan)
 		}
 		require.NotEmpty(t, plan, name)
 	}
+}
+
+// TestListConsumersPlans checks that ListConsumers reads its page from an
+// index in ID order: neither a scan of the subscription's consumers nor a
+// sort of them.
+func TestListConsumersPlans(t *testing.T) {
+	s, err := Open(filepath.Join(t.TempDir(), "hooks.db"))
+	require.NoError(t, err)
+	defer s.Close()
+	for q, index := range map[string]string{
+		listConsumersQuery:        "consumers_by_subscription_id",
+		listConsumersInStateQuery: "consumers_by_subscription_state",
+		listAttemptsQuery:         "delivery_attempts_by_consumer",
+	} {
+		plan := queryPlan(t, s, q, "s", "s:", 100, "IDLE")
+		t.Log(plan)
+		require.Len(t, plan, 1, q)
+		require.Contains(t, plan[0], "SEARCH", q)
+		require.Contains(t, plan[0], "USING INDEX "+index, q)
+	}
+}
+
+// queryPlan returns the steps of q's EXPLAIN QUERY PLAN, with args bound.
+func queryPlan(t *testing.T, s *Store, q string, args ...any) []string {
+	rows, err := s.r.db.Query("EXPLAIN QUERY PLAN "+q, args...)
+	require.NoError(t, err, q)
+	defer rows.Close()
+	var plan []string
+	for rows.Next() {
+		var id, parent, unused int
+		var detail string
+		require.NoError(t, rows.Scan(&id, &parent, &unused, &detail))
+		plan = append(plan, detail)
+	}
+	require.NoError(t, rows.Err())
+	return plan
+}
+
+// TestUpdateHealthLeavesFeedAlone checks that a health update leaves the
+// change counter, which WatchSubscriptions polls, as it was.
+func TestUpdateHealthLeavesFeedAlone(t *testing.T) {
+	ctx := context.Background()
+	s, err := Open(filepath.Join(t.TempDir(), "hooks.db"))
+	require.NoError(t, err)
+	defer s.Close()
+	require.NoError(t, s.CreateSubscription(ctx, &webhooks.Subscription{ID: "s", Pattern: "/**", Webhook: "https://example.com/"}))
+	before, err := s.subscriptionsVersion(ctx)
+	require.NoError(t, err)
+	for range 2 { // an insert, then an update
+		_, err = s.UpdateHealth(ctx, "s", func(h *webhooks.SubscriptionHealth) { h.ConsecutiveFailures++ })
+		require.NoError(t, err)
+	}
+	after, err := s.subscriptionsVersion(ctx)
+	require.NoError(t, err)
+	require.Equal(t, before, after, "UpdateHealth bumped the subscription change counter")
+	_, err = s.UpdateSubscription(ctx, "s", func(*webhooks.Subscription) error { return nil })
+	require.NoError(t, err)
+	after, err = s.subscriptionsVersion(ctx)
+	require.NoError(t, err)
+	require.Greater(t, after, before, "UpdateSubscription bumps the change counter")
 }
 
 // TestSubscriptionFromBeforeDataReadsAsZero reads a subscription stored
@@ -201,7 +253,7 @@ func TestSubscriptionFromBeforeDataReadsAsZero(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "hooks.db")
 	k := bytes.Repeat([]byte{'k'}, 32)
 	all := migrations
-	setMigrations(t, all[:len(all)-1])
+	setMigrations(t, all[:3]) // before subscriptions.data
 	s, err := Open(path, WithEncryptionKey(k))
 	require.NoError(t, err)
 	_, err = s.w.conn.ExecContext(ctx, `INSERT INTO subscriptions (id, pattern, webhook, description, secret, created_at)

@@ -107,6 +107,30 @@ CREATE TRIGGER subscriptions_version_update AFTER UPDATE ON subscriptions BEGIN
 	UPDATE subscriptions_version SET version = version + 1;
 END;
 `,
+	// ListConsumers reads a page of a subscription's consumers, in a state
+	// or in all, from an index in ID order. The first index serves the
+	// cascade from subscriptions too, in place of the one it extends.
+	// Health and the delivery log have tables of their own: an update of
+	// subscriptions bumps the change counter, and both change with every
+	// delivery. seq, the rowid, orders a consumer's attempts: a new row's
+	// is above every stored one's.
+	`
+CREATE INDEX consumers_by_subscription_id ON consumers (subscription_id, id);
+CREATE INDEX consumers_by_subscription_state ON consumers (subscription_id, state, id);
+DROP INDEX consumers_by_subscription;
+
+CREATE TABLE subscription_health (
+	subscription_id TEXT PRIMARY KEY REFERENCES subscriptions (id) ON DELETE CASCADE,
+	data            BLOB NOT NULL -- webhooks.SubscriptionHealth.MarshalBinary
+) WITHOUT ROWID;
+
+CREATE TABLE delivery_attempts (
+	seq         INTEGER PRIMARY KEY,
+	consumer_id TEXT NOT NULL REFERENCES consumers (id) ON DELETE CASCADE,
+	data        BLOB NOT NULL -- webhooks.DeliveryAttempt.MarshalBinary
+);
+CREATE INDEX delivery_attempts_by_consumer ON delivery_attempts (consumer_id, seq);
+`,
 }
 
 // migrate brings the schema to the latest version and checks the

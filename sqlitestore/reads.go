@@ -16,7 +16,7 @@ import (
 // (internal/combine), which takes its keys as one JSON array.
 
 const (
-	getSubscriptionsQuery = "SELECT " + subscriptionCols + " FROM subscriptions WHERE id IN (SELECT value FROM json_each(?1))"
+	getSubscriptionsQuery = selectSubscriptions + " WHERE s.id IN (SELECT value FROM json_each(?1))"
 	// The consumers of several streams, each row with the path it was
 	// found by, ordered by path and then ID. A consumer's secondary paths
 	// exclude its primary stream, so the two halves never return the same

@@ -181,6 +181,7 @@ func TestEncryption(t *testing.T) {
 	// Data the engine encodes (Subscription.MarshalData) may hold
 	// credentials too; a Store keeps whatever mode it is given.
 	const delivery webhooks.DeliveryMode = "delivery_needle_5c2e81"
+	const previous = "whsec_previous_needle_90af1e"
 	signingKey := []byte("signing_needle_77e0c3_0123456789")
 
 	// store writes a secret and a signing key into a fresh directory and
@@ -189,7 +190,7 @@ func TestEncryption(t *testing.T) {
 		dir := t.TempDir()
 		s, err := sqlitestore.Open(filepath.Join(dir, "hooks.db"), opts...)
 		require.NoError(t, err)
-		require.NoError(t, s.CreateSubscription(ctx, &webhooks.Subscription{ID: "s", Pattern: "/**", Webhook: "https://example.com/s", Secret: secret, Delivery: delivery}))
+		require.NoError(t, s.CreateSubscription(ctx, &webhooks.Subscription{ID: "s", Pattern: "/**", Webhook: "https://example.com/s", Secret: secret, Delivery: delivery, PreviousSecret: previous}))
 		_, err = s.LoadOrStoreSigningKey(ctx, signingKey)
 		require.NoError(t, err)
 		require.NoError(t, s.Close())
@@ -201,6 +202,7 @@ func TestEncryption(t *testing.T) {
 		require.True(t, bytes.Contains(raw, []byte(secret)), "the search finds plaintext")
 		require.True(t, bytes.Contains(raw, signingKey))
 		require.True(t, bytes.Contains(raw, []byte(delivery)))
+		require.True(t, bytes.Contains(raw, []byte(previous)))
 	})
 
 	dir := store(sqlitestore.WithEncryptionKey(sqlKey('k')))
@@ -211,6 +213,7 @@ func TestEncryption(t *testing.T) {
 		require.False(t, bytes.Contains(raw, []byte(secret)))
 		require.False(t, bytes.Contains(raw, signingKey))
 		require.False(t, bytes.Contains(raw, []byte(delivery)), "subscription data is sealed")
+		require.False(t, bytes.Contains(raw, []byte(previous)), "the previous secret, in subscription data, is sealed")
 	})
 
 	t.Run("the key opens it", func(t *testing.T) {
@@ -219,6 +222,7 @@ func TestEncryption(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, secret, sub.Secret)
 		require.Equal(t, delivery, sub.Delivery)
+		require.Equal(t, previous, sub.PreviousSecret)
 		subs, err := s.ListSubscriptions(ctx)
 		require.NoError(t, err)
 		require.Equal(t, secret, subs[0].Secret)

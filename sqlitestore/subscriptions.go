@@ -13,14 +13,23 @@ import (
 
 const subscriptionCols = "id, pattern, webhook, description, secret, created_at, data"
 
+// selectSubscriptions reads subscriptions with their health, which is
+// kept apart, for scanSubscription.
+const selectSubscriptions = `SELECT s.id, s.pattern, s.webhook, s.description, s.secret, s.created_at, s.data, h.data
+	FROM subscriptions s LEFT JOIN subscription_health h ON h.subscription_id = s.id`
+
 // CreateSubscription implements webhooks.Store.
 func (s *Store) CreateSubscription(ctx context.Context, sub *webhooks.Subscription) error {
 	created, err := nanos(sub.CreatedAt)
 	if err != nil {
 		return err
 	}
+	plain, err := sub.MarshalData()
+	if err != nil {
+		return err
+	}
 	secret := s.sealer.Seal([]byte(sub.Secret), seal.ADSecret(sub.ID))
-	data := s.sealer.Seal(sub.MarshalData(), seal.ADSubscriptionData(sub.ID))
+	data := s.sealer.Seal(plain, seal.ADSubscriptionData(sub.ID))
 	return s.write(ctx, func(tx *wtx) error {
 		res, err := tx.exec(`INSERT INTO subscriptions (`+subscriptionCols+`) VALUES (?, ?, ?, ?, ?, ?, ?)
 			ON CONFLICT (id) DO NOTHING`,
@@ -42,20 +51,24 @@ func (s *Store) CreateSubscription(ctx context.Context, sub *webhooks.Subscripti
 func (s *Store) UpdateSubscription(ctx context.Context, id string, fn func(*webhooks.Subscription) error) (*webhooks.Subscription, error) {
 	var out *webhooks.Subscription
 	err := s.write(ctx, func(tx *wtx) error {
-		sub, err := s.scanSubscription(tx.queryRow("SELECT "+subscriptionCols+" FROM subscriptions WHERE id = ?", id))
+		sub, err := s.scanSubscription(tx.queryRow(selectSubscriptions+" WHERE s.id = ?", id))
 		if errors.Is(err, sql.ErrNoRows) {
 			return webhooks.ErrSubscriptionNotFound
 		}
 		if err != nil {
 			return err
 		}
-		id, pattern, created := sub.ID, sub.Pattern, sub.CreatedAt
+		id, pattern, created, health := sub.ID, sub.Pattern, sub.CreatedAt, sub.Health
 		if err := fn(sub); err != nil {
 			return err
 		}
-		sub.ID, sub.Pattern, sub.CreatedAt = id, pattern, created
+		sub.ID, sub.Pattern, sub.CreatedAt, sub.Health = id, pattern, created, health
+		plain, err := sub.MarshalData()
+		if err != nil {
+			return err
+		}
 		secret := s.sealer.Seal([]byte(sub.Secret), seal.ADSecret(id))
-		data := s.sealer.Seal(sub.MarshalData(), seal.ADSubscriptionData(id))
+		data := s.sealer.Seal(plain, seal.ADSubscriptionData(id))
 		if _, err := tx.exec("UPDATE subscriptions SET webhook = ?, description = ?, secret = ?, data = ? WHERE id = ?",
 			sub.Webhook, sub.Description, secret, data, id); err != nil {
 			return fmt.Errorf("sqlitestore: update subscription: %w", err)
@@ -71,7 +84,7 @@ func (s *Store) UpdateSubscription(ctx context.Context, id string, fn func(*webh
 
 // ListSubscriptions implements webhooks.Store.
 func (s *Store) ListSubscriptions(ctx context.Context) ([]*webhooks.Subscription, error) {
-	rows, err := s.r.query(ctx, "SELECT "+subscriptionCols+" FROM subscriptions ORDER BY id")
+	rows, err := s.r.query(ctx, selectSubscriptions+" ORDER BY s.id")
 	if err != nil {
 		return nil, fmt.Errorf("sqlitestore: list subscriptions: %w", err)
 	}
@@ -90,8 +103,9 @@ func (s *Store) ListSubscriptions(ctx context.Context) ([]*webhooks.Subscription
 	return out, nil
 }
 
-// DeleteSubscription implements webhooks.Store. Its consumers go with it,
-// by the schema's cascading foreign keys, in the same transaction.
+// DeleteSubscription implements webhooks.Store. Its health and consumers,
+// with their delivery logs, go with it, by the schema's cascading foreign
+// keys, in the same transaction.
 func (s *Store) DeleteSubscription(ctx context.Context, id string) error {
 	return s.write(ctx, func(tx *wtx) error {
 		res, err := tx.exec("DELETE FROM subscriptions WHERE id = ?", id)
@@ -176,14 +190,15 @@ func (s *Store) LoadOrStoreSigningKey(ctx context.Context, key []byte) ([]byte, 
 	return plain, nil
 }
 
+// scanSubscription reads a row of selectSubscriptions.
 func (s *Store) scanSubscription(row scanner) (*webhooks.Subscription, error) {
 	var (
-		sub     webhooks.Subscription
-		secret  []byte
-		created sql.NullInt64
-		data    []byte
+		sub          webhooks.Subscription
+		secret       []byte
+		created      sql.NullInt64
+		data, health []byte
 	)
-	if err := row.Scan(&sub.ID, &sub.Pattern, &sub.Webhook, &sub.Description, &secret, &created, &data); err != nil {
+	if err := row.Scan(&sub.ID, &sub.Pattern, &sub.Webhook, &sub.Description, &secret, &created, &data, &health); err != nil {
 		if errors.Is(err, sql.ErrNoRows) {
 			return nil, err
 		}
@@ -203,5 +218,47 @@ func (s *Store) scanSubscription(row scanner) (*webhooks.Subscription, error) {
 			return nil, fmt.Errorf("sqlitestore: subscription %s: %w", sub.ID, err)
 		}
 	}
+	// NULL, with no health stored, reads as zero.
+	if err := sub.Health.UnmarshalBinary(health); err != nil {
+		return nil, fmt.Errorf("sqlitestore: subscription %s: %w", sub.ID, err)
+	}
 	return &sub, nil
+}
+
+// UpdateHealth implements webhooks.Store. fn runs inside a transaction
+// that holds the database's write lock, on the Store's writer goroutine,
+// as UpdateConsumer's does. Health has a table of its own, whose writes
+// leave the change counter that WatchSubscriptions polls alone.
+func (s *Store) UpdateHealth(ctx context.Context, id string, fn func(h *webhooks.SubscriptionHealth)) (*webhooks.SubscriptionHealth, error) {
+	var out webhooks.SubscriptionHealth
+	err := s.write(ctx, func(tx *wtx) error {
+		var stored []byte
+		err := tx.queryRow(`SELECT h.data FROM subscriptions s LEFT JOIN subscription_health h ON h.subscription_id = s.id
+			WHERE s.id = ?`, id).Scan(&stored)
+		if errors.Is(err, sql.ErrNoRows) {
+			return webhooks.ErrSubscriptionNotFound
+		}
+		if err != nil {
+			return fmt.Errorf("sqlitestore: update health: %w", err)
+		}
+		var h webhooks.SubscriptionHealth
+		if err := h.UnmarshalBinary(stored); err != nil {
+			return fmt.Errorf("sqlitestore: subscription %s: %w", id, err)
+		}
+		fn(&h)
+		data, err := h.MarshalBinary()
+		if err != nil {
+			return err
+		}
+		if _, err := tx.exec(`INSERT INTO subscription_health (subscription_id, data) VALUES (?, ?)
+			ON CONFLICT (subscription_id) DO UPDATE SET data = excluded.data`, id, data); err != nil {
+			return fmt.Errorf("sqlitestore: update health: %w", err)
+		}
+		out = h
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return &out, nil
 }

@@ -1,0 +1,89 @@
+package sqlitestore
+
+import (
+	"context"
+	"fmt"
+
+	webhooks "github.com/streamhooks/webhooks"
+)
+
+var _ webhooks.DeliveryLog = (*Store)(nil)
+
+// AppendAttempts implements webhooks.DeliveryLog, in one transaction.
+// Attempts that the same call would trim are not written.
+func (s *Store) AppendAttempts(ctx context.Context, attempts []*webhooks.DeliveryAttempt, keep int) error {
+	type row struct {
+		consumerID string
+		data       []byte
+	}
+	// The newest keep of each consumer's, newest first; kept counts them
+	// all.
+	var rows []row
+	kept := make(map[string]int)
+	for i := len(attempts) - 1; i >= 0; i-- {
+		a := attempts[i]
+		n := kept[a.ConsumerID]
+		if kept[a.ConsumerID] = n + 1; n >= keep {
+			continue
+		}
+		data, err := a.MarshalBinary()
+		if err != nil {
+			return err
+		}
+		rows = append(rows, row{a.ConsumerID, data})
+	}
+	return s.write(ctx, func(tx *wtx) error {
+		for i := len(rows) - 1; i >= 0; i-- {
+			// A consumer deleted meanwhile keeps no log.
+			if _, err := tx.exec(appendAttemptQuery, rows[i].consumerID, rows[i].data); err != nil {
+				return fmt.Errorf("sqlitestore: append attempts: %w", err)
+			}
+		}
+		for id := range kept {
+			if _, err := tx.exec(trimAttemptsQuery, id, keep); err != nil {
+				return fmt.Errorf("sqlitestore: append attempts: %w", err)
+			}
+		}
+		return nil
+	})
+}
+
+// ListAttempts implements webhooks.DeliveryLog. A limit below one returns
+// nothing.
+func (s *Store) ListAttempts(ctx context.Context, consumerID string, limit int) ([]*webhooks.DeliveryAttempt, error) {
+	if limit < 1 {
+		return nil, nil
+	}
+	rows, err := s.r.query(ctx, listAttemptsQuery, consumerID, limit)
+	if err != nil {
+		return nil, fmt.Errorf("sqlitestore: list attempts: %w", err)
+	}
+	defer rows.Close()
+	var out []*webhooks.DeliveryAttempt
+	for rows.Next() {
+		var data []byte
+		if err := rows.Scan(&data); err != nil {
+			return nil, fmt.Errorf("sqlitestore: list attempts: %w", err)
+		}
+		a := &webhooks.DeliveryAttempt{ConsumerID: consumerID}
+		if err := a.UnmarshalBinary(data); err != nil {
+			return nil, fmt.Errorf("sqlitestore: list attempts of consumer %s: %w", consumerID, err)
+		}
+		out = append(out, a)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("sqlitestore: list attempts: %w", err)
+	}
+	return out, nil
+}
+
+// The delivery log's statements, checked for index use by a test.
+const (
+	// A consumer deleted meanwhile keeps no log.
+	appendAttemptQuery = `INSERT INTO delivery_attempts (consumer_id, data)
+		SELECT ?1, ?2 WHERE EXISTS (SELECT 1 FROM consumers WHERE id = ?1)`
+	// Every attempt at or below the newest one past the ?2 to keep.
+	trimAttemptsQuery = `DELETE FROM delivery_attempts WHERE consumer_id = ?1 AND seq <= (
+		SELECT seq FROM delivery_attempts WHERE consumer_id = ?1 ORDER BY seq DESC LIMIT 1 OFFSET ?2)`
+	listAttemptsQuery = "SELECT data FROM delivery_attempts WHERE consumer_id = ?1 ORDER BY seq DESC LIMIT ?2"
+)
