@@ -27,8 +27,8 @@ import (
 // not swept for existing streams as Start's subscriptions are: the engine
 // that created it adopted them.
 type SubscriptionFeed interface {
-	// WatchSubscriptions calls changed after each subscription create or
-	// delete committed through any handle on the same data, this one
+	// WatchSubscriptions calls changed after each subscription create,
+	// update or delete committed through any handle on the same data, this one
 	// included, until ctx ends; it may call it spuriously. It calls changed
 	// once as soon as it watches, and again after reconnecting, since
 	// changes may have been missed meanwhile: every change committed after

@@ -13,11 +13,13 @@ import (
 const (
 	// DefaultBreakerFailures is how many delivery attempts to a
 	// subscription's webhook must fail in a row, across its consumers,
-	// before the engine disables it.
-	DefaultBreakerFailures = 1000
+	// before the engine disables it: none, since a count that suits one
+	// subscription's traffic trips another's on a short outage.
+	DefaultBreakerFailures = 0
 	// DefaultBreakerFailingFor is how long they must fail without a
-	// success before it does.
-	DefaultBreakerFailingFor = 24 * time.Hour
+	// success before it does: five days, past the three after which a
+	// wake consumer becomes a dead letter.
+	DefaultBreakerFailingFor = 5 * 24 * time.Hour
 )
 
 // DefaultMaxRetryAfter caps the wait a webhook's Retry-After header can

@@ -436,8 +436,8 @@ func (e *Engine) update(ctx context.Context, id string, fn func(c *Consumer) (ch
 		e.tel.started(ctx, c)
 	}
 	if c.State == StateFailed && !wasFailed {
-		e.log.WarnContext(ctx, "webhooks: consumer stopped: its batch failed every attempt allowed",
-			"consumer_id", c.ID, "attempts", c.Attempt, "last_error", c.LastError)
+		e.log.WarnContext(ctx, deadLetterMsg,
+			"consumer_id", c.ID, "attempts", c.Attempt, "failing_since", c.FailingSince, "last_error", c.LastError)
 	}
 	if ch == changeSend {
 		e.sendStarted(c)
@@ -447,6 +447,10 @@ func (e *Engine) update(ctx context.Context, id string, fn func(c *Consumer) (ch
 	}
 	return c, nil
 }
+
+// deadLetterMsg is logged when a consumer's deliveries have failed for as
+// long, or as often, as its retry policy allows.
+const deadLetterMsg = "webhooks: consumer is a dead letter; its cursor is kept until it is revived"
 
 // ResumeConsumer revives consumer id from the dead letter (StateFailed)
 // at its cursor: an events consumer retries its batch, as a new run of

@@ -53,16 +53,17 @@ type DeliveryAttempt struct {
 // MaxResponsePreview bounds DeliveryAttempt.ResponseBody, in bytes.
 const MaxResponsePreview = 500
 
-// deliveryAttemptV1 is the format MarshalBinary writes: a version byte
+// deliveryAttemptV1 is the format MarshalData writes: a version byte
 // and every field but ConsumerID, in order.
 const deliveryAttemptV1 = 1
 
 var errCorruptAttempt = errors.New("webhooks: corrupt delivery attempt")
 
-// MarshalBinary encodes every field of a but ConsumerID, which a Store
+// MarshalData encodes every field of a but ConsumerID, which a Store
 // keeps as a column, as one opaque value. It fails for a time outside the
-// years 1678 to 2262.
-func (a *DeliveryAttempt) MarshalBinary() ([]byte, error) {
+// years 1678 to 2262. Like Consumer.MarshalData, it is not MarshalBinary,
+// since it leaves a field out.
+func (a *DeliveryAttempt) MarshalData() ([]byte, error) {
 	b, err := appendTime([]byte{deliveryAttemptV1}, a.At)
 	if err != nil {
 		return nil, err
@@ -76,9 +77,9 @@ func (a *DeliveryAttempt) MarshalBinary() ([]byte, error) {
 	return appendString(b, a.ResponseBody), nil
 }
 
-// UnmarshalBinary sets every field of a but ConsumerID from data that
-// MarshalBinary wrote. It leaves a unchanged if data is corrupt.
-func (a *DeliveryAttempt) UnmarshalBinary(data []byte) error {
+// UnmarshalData sets every field of a but ConsumerID from data that
+// MarshalData wrote. It leaves a unchanged if data is corrupt.
+func (a *DeliveryAttempt) UnmarshalData(data []byte) error {
 	d := decoder{b: data}
 	if d.byte() != deliveryAttemptV1 {
 		return errCorruptAttempt

@@ -263,7 +263,9 @@ func TestFailureGCAfterContinuousFailure(t *testing.T) {
 	h.clock.Set(since.Add(webhooks.DefaultFailureGCAfter).Add(-time.Second))
 	require.Equal(t, webhooks.StateWaking, h.consumer(agentAID).State)
 	h.clock.Add(time.Second)
-	h.waitGone(agentAID)
+	c = h.waitDead(agentAID)
+	require.True(t, c.Deadline.IsZero(), "a dead letter schedules nothing")
+	require.Equal(t, since, c.FailingSince)
 }
 
 func TestSuccessResetsTheFailureRun(t *testing.T) {

@@ -64,19 +64,16 @@ func newFailureLog(log *slog.Logger, clk clock.Clock) *failureLog {
 
 // attemptFailed logs and counts the failure f of the attempt that c was
 // sent for, once the Store recorded it: stored is the consumer as stored
-// then, nil if the failure GC removed it. Every failed attempt comes here
-// once, from its POST's outcome or from its WAKING timeout, whichever the
-// Store recorded first.
+// then, nil if it is gone (attemptEnded).
 func (e *Engine) attemptFailed(ctx context.Context, c *Consumer, f *deliveryFailure, stored *Consumer) {
 	e.tel.attemptFailed(ctx, f.class)
-	e.failures.failed(ctx, c, f, stored, stored == nil)
+	e.failures.failed(ctx, c, f, stored)
 }
 
 // failed logs that the attempt c was sent for failed with f, unless c's
 // subscription has logged too many lines lately. stored is the consumer as
-// stored once the failure was recorded, nil if it is gone; removed says the
-// failure GC deleted it.
-func (l *failureLog) failed(ctx context.Context, c *Consumer, f *deliveryFailure, stored *Consumer, removed bool) {
+// stored once the failure was recorded, nil if it is gone.
+func (l *failureLog) failed(ctx context.Context, c *Consumer, f *deliveryFailure, stored *Consumer) {
 	now := l.clock.Now()
 	l.mu.Lock()
 	idle := l.sweep(now)
@@ -107,8 +104,8 @@ func (l *failureLog) failed(ctx context.Context, c *Consumer, f *deliveryFailure
 		attrs = append(attrs, slog.Int("status", f.status))
 	}
 	switch {
-	case removed:
-		attrs = append(attrs, slog.Bool("removed", true))
+	case stored != nil && stored.State == StateFailed:
+		attrs = append(attrs, slog.Bool("dead_letter", true))
 	case retryScheduled(c, stored):
 		attrs = append(attrs, slog.Time("next_retry", stored.Deadline))
 	}

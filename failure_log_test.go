@@ -40,21 +40,21 @@ func TestFailureLogForgetsIdleSubscriptions(t *testing.T) {
 	ctx := context.Background()
 	f := statusFailure(500)
 	for i := range 100 {
-		l.failed(ctx, &Consumer{ID: "c", SubscriptionID: fmt.Sprintf("s%d", i)}, f, nil, false)
+		l.failed(ctx, &Consumer{ID: "c", SubscriptionID: fmt.Sprintf("s%d", i)}, f, nil)
 	}
 	for range failureLogBurst + 3 {
-		l.failed(ctx, &Consumer{ID: "c", SubscriptionID: "storm"}, f, nil, false)
+		l.failed(ctx, &Consumer{ID: "c", SubscriptionID: "storm"}, f, nil)
 	}
 	require.Len(t, l.subs, 101)
 	require.Len(t, failLogLines(t, buf), 100+failureLogBurst)
 
 	clk.Add(failureLogIdle - time.Nanosecond)
-	l.failed(ctx, &Consumer{ID: "c", SubscriptionID: "s0"}, f, nil, false)
+	l.failed(ctx, &Consumer{ID: "c", SubscriptionID: "s0"}, f, nil)
 	require.Len(t, l.subs, 101, "not idle yet")
 	require.Len(t, failLogLines(t, buf), 1)
 
 	clk.Add(time.Nanosecond)
-	l.failed(ctx, &Consumer{ID: "c", SubscriptionID: "late"}, f, nil, false)
+	l.failed(ctx, &Consumer{ID: "c", SubscriptionID: "late"}, f, nil)
 	require.Len(t, l.subs, 2, "only s0, which failed since, and late remain")
 	lines := failLogLines(t, buf)
 	require.Len(t, lines, 2)

@@ -367,10 +367,10 @@ func (s *gatedStore) DueConsumers(ctx context.Context, now time.Time, limit int)
 	return s.Store.DueConsumers(ctx, now, limit)
 }
 
-// A failure that ends the failure run removes the consumer: the attempt's
-// line says so, and the removal is logged at Info as when the scheduler
-// collects it.
-func TestFailureThatEndsTheRunIsLoggedAsARemoval(t *testing.T) {
+// A failure that ends the failure run makes the consumer a dead letter:
+// the attempt's line says so, and the dead letter is logged at Warn as
+// when the scheduler finds it.
+func TestFailureThatEndsTheRunIsLoggedAsADeadLetter(t *testing.T) {
 	store := &gatedStore{Store: memstore.New()}
 	logs, logger := newLogCapture()
 	h := newHarnessStore(t, store, webhooks.WithLogger(logger), faultConstBackoff(10*time.Second),
@@ -389,25 +389,25 @@ func TestFailureThatEndsTheRunIsLoggedAsARemoval(t *testing.T) {
 	store.shut()
 	h.clock.Set(c.Deadline)
 	close(hold)
-	h.waitGone(agentAID)
+	h.waitDead(agentAID)
 	store.open()
 	h.faultRequireNoDelivery()
 	require.True(t, h.waitProgress(func() bool { return len(logs.lines(t, failedMsg)) == 2 }))
 	last := logs.lines(t, failedMsg)[1]
 	require.Equal(t, 2.0, last["attempt"])
-	require.Equal(t, true, last["removed"])
+	require.Equal(t, true, last["dead_letter"])
 	require.NotContains(t, last, "next_retry")
-	removals := logs.lines(t, "webhooks: consumer removed after continuous delivery failure")
+	removals := logs.lines(t, webhooks.DeadLetterMsg)
 	require.Len(t, removals, 1)
-	require.Equal(t, "INFO", removals[0]["level"])
+	require.Equal(t, "WARN", removals[0]["level"])
 	require.Equal(t, agentAID, removals[0]["consumer_id"])
 	require.Equal(t, c.FailingSince.Format(time.RFC3339Nano), removals[0]["failing_since"])
 }
 
-// When the scheduler collects a consumer whose last attempt still hangs,
-// the removal is logged at Info; that attempt's failure, arriving after the
-// consumer is gone, changes nothing and adds no failure line.
-func TestSchedulerRemovalIsLogged(t *testing.T) {
+// When the scheduler dead-letters a consumer whose last attempt still
+// hangs, that is logged; that attempt's failure, arriving afterwards,
+// changes nothing and adds no failure line.
+func TestSchedulerDeadLetterIsLogged(t *testing.T) {
 	fh := newFailHarness(t, "", faultConstBackoff(50*time.Second), webhooks.WithFailureGCAfter(time.Minute))
 	hold := make(chan struct{})
 	fh.recv.queue(reply{status: http.StatusInternalServerError}, reply{status: http.StatusInternalServerError, hold: hold})
@@ -417,8 +417,8 @@ func TestSchedulerRemovalIsLogged(t *testing.T) {
 	fh.nextDelivery()
 	fh.waitConsumer(agentAID, func(c *webhooks.Consumer) bool { return c.InFlight })
 	fh.clock.Set(c.FailingSince.Add(time.Minute))
-	fh.waitGone(agentAID)
-	removals := fh.logs.lines(t, "webhooks: consumer removed after continuous delivery failure")
+	fh.waitDead(agentAID)
+	removals := fh.logs.lines(t, webhooks.DeadLetterMsg)
 	require.Len(t, removals, 1)
 	require.Equal(t, agentAID, removals[0]["consumer_id"])
 

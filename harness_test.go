@@ -356,6 +356,12 @@ func (h *harness) waitGone(id string) {
 	}
 }
 
+// waitDead waits until consumer id is a dead letter.
+func (h *harness) waitDead(id string) *webhooks.Consumer {
+	h.t.Helper()
+	return h.waitConsumer(id, func(c *webhooks.Consumer) bool { return c.State == webhooks.StateFailed })
+}
+
 // waitProgress checks done now and after each consumer write and ended
 // delivery of h's engines, until it holds or waitFor passes, and reports
 // whether it held.

@@ -2,6 +2,7 @@ package webhooks
 
 import (
 	"context"
+	"encoding/base64"
 	"errors"
 	"io"
 	"net/http"
@@ -170,7 +171,11 @@ func (e *Engine) listConsumers(ctx context.Context, sub *Subscription, state Con
 	if err != nil {
 		return 0, nil, err
 	}
-	page, err := e.ListConsumers(ctx, &ListConsumersParams{SubscriptionID: sub.ID, State: state, After: q.Get("cursor"), Limit: limit})
+	after, err := base64.RawURLEncoding.DecodeString(q.Get("cursor"))
+	if err != nil {
+		return 0, nil, newAPIError(http.StatusBadRequest, CodeInvalidRequest, "cursor is not one a listing returned")
+	}
+	page, err := e.ListConsumers(ctx, &ListConsumersParams{SubscriptionID: sub.ID, State: state, After: string(after), Limit: limit})
 	if err != nil {
 		return 0, nil, err
 	}
@@ -180,7 +185,8 @@ func (e *Engine) listConsumers(ctx context.Context, sub *Subscription, state Con
 	}
 	out := map[string]any{"consumers": views}
 	if len(page) == limit {
-		out["next_cursor"] = page[len(page)-1].ID
+		// Opaque and URL-safe, so that a client can paste it as it is.
+		out["next_cursor"] = base64.RawURLEncoding.EncodeToString([]byte(page[len(page)-1].ID))
 	}
 	return http.StatusOK, out, nil
 }

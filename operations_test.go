@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
 	"sync"
 	"testing"
 	"time"
@@ -108,15 +109,17 @@ func TestCircuitBreakerDisablesOnceAndResumesFromTheCursor(t *testing.T) {
 	h.nextBatch()
 	h.waitCursor(ordersID, acked)
 
-	h.recv.queue(reply{status: 500}, reply{status: 500}, reply{status: 500}, reply{status: 500})
+	h.recv.queue(reply{status: 500}, reply{status: 500}, reply{status: 500})
 	tail := h.push("/orders/1", numbered(2, 3)...)
 	for i := 1; i <= 3; i++ {
 		h.nextBatch()
 		h.waitConsumer(ordersID, func(c *webhooks.Consumer) bool { return c.Failures == i })
+		h.waitIdle() // the attempt's health is recorded
 		h.clock.Add(time.Second)
 	}
 	h.waitIdle()
 	h.faultRequireNoDelivery()
+	require.True(t, h.consumer(ordersID).Deadline.IsZero(), "the retry waits for the subscription")
 	sub, err := h.store.GetSubscription(context.Background(), "s1")
 	require.NoError(t, err)
 	require.Equal(t, webhooks.StatusDisabled, sub.Status)
@@ -139,6 +142,8 @@ func TestCircuitBreakerDisablesOnceAndResumesFromTheCursor(t *testing.T) {
 	require.NoError(t, err)
 	_, p := h.nextBatch()
 	require.Equal(t, numbered(2, 3), eventStrings(p), "resumed from the cursor")
+	h.waitConsumer(ordersID, func(c *webhooks.Consumer) bool { return c.Failures == 4 })
+	h.waitIdle()
 	h.clock.Add(time.Second)
 	_, p = h.nextBatch()
 	require.Equal(t, numbered(2, 3), eventStrings(p))
@@ -279,8 +284,9 @@ func TestSecretRotationOverlap(t *testing.T) {
 	verify := func(secret string, d delivery) error {
 		return webhooks.VerifySignature(secret, d.header.Get(webhooks.SignatureHeader), d.body, h.clock.Now(), webhooks.DefaultSignatureTolerance)
 	}
-	h.push("/orders/1", numbered(1, 1)...)
+	tail := h.push("/orders/1", numbered(1, 1)...)
 	d, _ := h.nextBatch()
+	h.waitCursor(ordersID, tail)
 	require.NoError(t, verify(old, d))
 	require.NoError(t, verify(rotated.Secret, d))
 
@@ -361,7 +367,7 @@ func TestDeliveryLogIsBounded(t *testing.T) {
 	var out struct {
 		Deliveries []map[string]any `json:"deliveries"`
 	}
-	h.api(http.MethodGet, "/orders/*?subscription=s1&deliveries&consumer="+ordersID, "", http.StatusOK, &out)
+	h.api(http.MethodGet, "/orders/*?subscription=s1&deliveries&consumer="+url.QueryEscape(ordersID), "", http.StatusOK, &out)
 	require.Len(t, out.Deliveries, 5)
 	require.EqualValues(t, 503, out.Deliveries[1]["status_code"])
 }

@@ -297,16 +297,22 @@ func TestPushSubscriptionAPI(t *testing.T) {
 	require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &got))
 	delete(got, "webhook_secret")
 	require.Equal(t, map[string]any{
-		"subscription_id": "s1",
-		"pattern":         "/orders/*",
-		"webhook":         h.recv.url(),
-		"delivery":        "events",
-		"status":          "active",
-		"batch":           map[string]any{"max_size": 10.0, "max_bytes": 1048576.0, "max_wait_ms": 1000.0},
-		"headers":         map[string]any{"X-Api-Key": "[redacted]"},
-		"timeout_ms":      1500.0,
-		"retry":           map[string]any{"max_attempts": 5.0},
-		"filter":          map[string]any{"field": "type", "patterns": []any{"a.*"}},
+		"subscription_id":           "s1",
+		"pattern":                   "/orders/*",
+		"webhook":                   h.recv.url(),
+		"delivery":                  "events",
+		"status":                    "active",
+		"batch":                     map[string]any{"max_size": 10.0, "max_bytes": 1048576.0, "max_wait_ms": 1000.0},
+		"headers":                   map[string]any{"X-Api-Key": "[redacted]"},
+		"timeout_ms":                1500.0,
+		"retry":                     map[string]any{"max_attempts": 5.0, "max_age_ms": 0.0},
+		"filter":                    map[string]any{"field": "type", "patterns": []any{"a.*"}},
+		"signature":                 "streamhooks",
+		"max_deliveries_per_minute": 1000.0,
+		"consecutive_failures":      0.0,
+		"failing_since":             nil,
+		"last_success_at":           nil,
+		"last_failure_at":           nil,
 	}, got, "defaults filled in, header values never shown")
 	require.NotContains(t, rec.Body.String(), "k1")
 
@@ -324,7 +330,7 @@ func TestPushSubscriptionAPI(t *testing.T) {
 
 	wake := h.do(http.MethodPut, "/orders/*?subscription=s2", fmt.Sprintf(`{"webhook":%q}`, h.recv.url()))
 	require.Equal(t, http.StatusCreated, wake.Code)
-	require.NotContains(t, wake.Body.String(), "delivery", "a wake subscription looks as spec 001 has it")
+	require.NotContains(t, wake.Body.String(), "batch", "a wake subscription has no event-push options")
 }
 
 func TestPushSubscriptionAPIRefusesBadOptions(t *testing.T) {

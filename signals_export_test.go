@@ -31,3 +31,6 @@ func KnownSubscriptions(e *Engine) []string {
 
 // LoadedSubscription is subscription id as e has loaded it, or nil.
 func LoadedSubscription(e *Engine, id string) *Subscription { return e.subs.get(id).Clone() }
+
+// DeadLetterMsg is logged when a consumer becomes a dead letter.
+const DeadLetterMsg = deadLetterMsg

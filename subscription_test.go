@@ -104,7 +104,9 @@ func TestSubscriptionCreate(t *testing.T) {
 
 	var raw map[string]any
 	require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &raw))
-	require.Len(t, raw, 5, "create returns exactly subscription_id, pattern, webhook, webhook_secret, description: %v", raw)
+	for _, k := range []string{"subscription_id", "pattern", "webhook", "webhook_secret", "description", "status", "consecutive_failures"} {
+		require.Contains(t, raw, k, "create returns spec 001's fields, the status and the health")
+	}
 	v := subDecode(t, rec.Body.Bytes())
 	require.Equal(t, subView{
 		SubscriptionID: "agent-handler",
@@ -391,11 +393,11 @@ func TestSubscriptionBadBodies(t *testing.T) {
 func TestSubscriptionMethodNotAllowed(t *testing.T) {
 	h := newHarness(t)
 	h.subscribe("s1", "/agents/*")
-	for _, method := range []string{http.MethodPost, http.MethodPatch} {
+	for _, method := range []string{http.MethodPost, http.MethodHead} {
 		rec := h.do(method, "/agents/*?subscription=s1", subBody(h.recv.url(), ""))
 		subRequireError(t, http.StatusMethodNotAllowed, webhooks.CodeInvalidRequest, rec.Code, rec.Body.Bytes(), rec.Header().Get("Content-Type"))
 		allow := rec.Header().Get("Allow")
-		for _, m := range []string{http.MethodGet, http.MethodPut, http.MethodDelete} {
+		for _, m := range []string{http.MethodGet, http.MethodPut, http.MethodPatch, http.MethodDelete} {
 			require.Contains(t, allow, m)
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	webhooks "github.com/streamhooks/webhooks"
+	"github.com/streamhooks/webhooks/internal/seal"
 )
 
 var _ webhooks.DeliveryLog = (*Store)(nil)
@@ -52,12 +53,12 @@ func (s *Store) AppendAttempts(ctx context.Context, attempts []*webhooks.Deliver
 		if kept[a.ConsumerID] = n + 1; n >= keep {
 			continue
 		}
-		b, err := a.MarshalBinary()
+		b, err := a.MarshalData()
 		if err != nil {
 			return err
 		}
 		ids = append(ids, a.ConsumerID)
-		data = append(data, b)
+		data = append(data, s.sealer.Seal(b, seal.ADDeliveryAttempt(a.ConsumerID)))
 	}
 	slices.Reverse(ids)
 	slices.Reverse(data)
@@ -91,8 +92,12 @@ func (s *Store) ListAttempts(ctx context.Context, consumerID string, limit int) 
 		if err := row.Scan(&data); err != nil {
 			return nil, err
 		}
+		plain, err := s.sealer.Open(data, seal.ADDeliveryAttempt(consumerID))
+		if err != nil {
+			return nil, fmt.Errorf("consumer %s: %w", consumerID, err)
+		}
 		a := &webhooks.DeliveryAttempt{ConsumerID: consumerID}
-		if err := a.UnmarshalBinary(data); err != nil {
+		if err := a.UnmarshalData(plain); err != nil {
 			return nil, fmt.Errorf("consumer %s: %w", consumerID, err)
 		}
 		return a, nil

@@ -89,7 +89,7 @@ CREATE TABLE streamhooks_subscription_health (
 CREATE TABLE streamhooks_delivery_attempts (
 	seq         bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
 	consumer_id text COLLATE "C" NOT NULL REFERENCES streamhooks_consumers (id) ON DELETE CASCADE,
-	data        bytea NOT NULL -- webhooks.DeliveryAttempt.MarshalBinary
+	data        bytea NOT NULL -- webhooks.DeliveryAttempt.MarshalData
 );
 CREATE INDEX streamhooks_delivery_attempts_by_consumer ON streamhooks_delivery_attempts (consumer_id, seq);
 `,

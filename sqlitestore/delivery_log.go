@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	webhooks "github.com/streamhooks/webhooks"
+	"github.com/streamhooks/webhooks/internal/seal"
 )
 
 var _ webhooks.DeliveryLog = (*Store)(nil)
@@ -26,11 +27,11 @@ func (s *Store) AppendAttempts(ctx context.Context, attempts []*webhooks.Deliver
 		if kept[a.ConsumerID] = n + 1; n >= keep {
 			continue
 		}
-		data, err := a.MarshalBinary()
+		data, err := a.MarshalData()
 		if err != nil {
 			return err
 		}
-		rows = append(rows, row{a.ConsumerID, data})
+		rows = append(rows, row{a.ConsumerID, s.sealer.Seal(data, seal.ADDeliveryAttempt(a.ConsumerID))})
 	}
 	return s.write(ctx, func(tx *wtx) error {
 		for i := len(rows) - 1; i >= 0; i-- {
@@ -65,8 +66,12 @@ func (s *Store) ListAttempts(ctx context.Context, consumerID string, limit int) 
 		if err := rows.Scan(&data); err != nil {
 			return nil, fmt.Errorf("sqlitestore: list attempts: %w", err)
 		}
+		plain, err := s.sealer.Open(data, seal.ADDeliveryAttempt(consumerID))
+		if err != nil {
+			return nil, fmt.Errorf("sqlitestore: list attempts of consumer %s: %w", consumerID, err)
+		}
 		a := &webhooks.DeliveryAttempt{ConsumerID: consumerID}
-		if err := a.UnmarshalBinary(data); err != nil {
+		if err := a.UnmarshalData(plain); err != nil {
 			return nil, fmt.Errorf("sqlitestore: list attempts of consumer %s: %w", consumerID, err)
 		}
 		out = append(out, a)

@@ -127,7 +127,7 @@ CREATE TABLE subscription_health (
 CREATE TABLE delivery_attempts (
 	seq         INTEGER PRIMARY KEY,
 	consumer_id TEXT NOT NULL REFERENCES consumers (id) ON DELETE CASCADE,
-	data        BLOB NOT NULL -- webhooks.DeliveryAttempt.MarshalBinary
+	data        BLOB NOT NULL -- webhooks.DeliveryAttempt.MarshalData
 );
 CREATE INDEX delivery_attempts_by_consumer ON delivery_attempts (consumer_id, seq);
 `,

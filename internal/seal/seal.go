@@ -26,6 +26,10 @@ func ADSecret(subscriptionID string) string { return "subscription-secret:" + su
 // (webhooks.Subscription.MarshalData).
 func ADSubscriptionData(subscriptionID string) string { return "subscription-data:" + subscriptionID }
 
+// ADDeliveryAttempt is the associated data of a consumer's logged delivery
+// attempt, whose response preview may hold what a webhook echoed back.
+func ADDeliveryAttempt(consumerID string) string { return "delivery-attempt:" + consumerID }
+
 // Sealer encrypts values with AES-256-GCM. A nil *Sealer leaves them as
 // they are, for a Store without an encryption key.
 type Sealer struct {
