@@ -436,7 +436,7 @@ func (e *Engine) update(ctx context.Context, id string, fn func(c *Consumer) (ch
 		e.tel.started(ctx, c)
 	}
 	if c.State == StateFailed && !wasFailed {
-		e.log.WarnContext(ctx, deadLetterMsg,
+		e.log.InfoContext(ctx, deadLetterMsg,
 			"consumer_id", c.ID, "attempts", c.Attempt, "failing_since", c.FailingSince, "last_error", c.LastError)
 	}
 	if ch == changeSend {

@@ -475,3 +475,33 @@ func TestDeliverPolicy(t *testing.T) {
 	rec := h.do(http.MethodPut, "/orders/*?subscription=s3", fmt.Sprintf(`{"webhook":%q,"deliver_policy":"sometime"}`, h.recv.url()))
 	require.Equal(t, http.StatusBadRequest, rec.Code)
 }
+
+// Deliveries past a subscription's rate limit wait their turn, each at the
+// time its token comes, and none is dropped.
+func TestRateLimitDefersAndDropsNothing(t *testing.T) {
+	h := newHarness(t)
+	h.subscribeEvents("s1", "/orders/*", `"batch":{"max_wait_ms":0},"max_deliveries_per_minute":2`)
+	for i := 1; i <= 5; i++ {
+		h.push(fmt.Sprintf("/orders/%d", i), numbered(i, i)...)
+	}
+	got := map[string]bool{}
+	take := func(n int) {
+		t.Helper()
+		for range n {
+			_, p := h.nextBatch()
+			got[p.Stream] = true
+		}
+		h.waitIdle()
+		h.faultRequireNoDelivery()
+	}
+	take(2) // the bucket holds a minute's worth
+	for _, n := range []int{1, 1, 1} {
+		h.clock.Add(30 * time.Second) // one token every 30s
+		take(n)
+	}
+	require.Len(t, got, 5, "every stream delivered once")
+	for i := 1; i <= 5; i++ {
+		c := h.consumer(webhooks.ConsumerID("s1", fmt.Sprintf("/orders/%d", i)))
+		require.Zero(t, c.Failures, "waiting for a turn is no failure")
+	}
+}

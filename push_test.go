@@ -494,6 +494,7 @@ func TestPushKnownAnswer(t *testing.T) {
 		Events:   &webhooks.EventsOptions{MaxBatchEvents: 100, Headers: map[string]string{"Authorization": "Bearer kat"}},
 	}))
 	tail := h.source.appendEvents("/orders/1", `{"n":1}`, `{"n":2}`)
+	h.waitIdle() // the scheduler has looked, and finds the consumer at its next poll
 	require.NoError(t, h.store.CreateConsumer(ctx, &webhooks.Consumer{
 		ID: ordersID, SubscriptionID: "s1", PrimaryStream: "/orders/1",
 		State: webhooks.StateWaking, Epoch: 1, WakeID: "msg_00000000000000000000000000000001",

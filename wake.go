@@ -52,6 +52,10 @@ func (e *Engine) send(ctx context.Context, c *Consumer) {
 		}
 		return
 	}
+	if wait := e.limits.turn(sub, c.ID, e.clock.Now()); wait > 0 {
+		e.deferAttempt(ctx, c, sub, wait)
+		return
+	}
 	e.lanes.enqueue(ctx, laneKey(sub.Webhook), c, sub)
 }
 

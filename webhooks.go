@@ -62,6 +62,8 @@ type Engine struct {
 	outages *outageLog
 	// successes spares the health a write at every successful delivery.
 	successes successes
+	// limits are the subscriptions' rate limits on this engine.
+	limits rateLimits
 	// attemptLog writes the delivery log.
 	attemptLog *attemptLog
 	// metrics is this instance's claim to report the Store-wide gauge.

@@ -253,7 +253,8 @@ func (e *env) do(ctx context.Context, method, path, contentType string, body []b
 // subscribe creates subscription id on pattern, with its webhook on the
 // receiver.
 func (e *env) subscribe(ctx context.Context, id, pattern string) error {
-	return e.create(ctx, id, pattern, fmt.Sprintf(`{"webhook":%q}`, e.recv.url+"/hook/"+id))
+	// Unlimited: the figures measure the engine, not a rate limit.
+	return e.create(ctx, id, pattern, fmt.Sprintf(`{"webhook":%q,"max_deliveries_per_minute":0}`, e.recv.url+"/hook/"+id))
 }
 
 // create creates subscription id on pattern with the request body, and
@@ -282,7 +283,7 @@ func (e *env) create(ctx context.Context, id, pattern, body string) error {
 // subscribePush creates event-push subscription id on pattern, with its
 // webhook on the receiver and the options in fields, JSON object members.
 func (e *env) subscribePush(ctx context.Context, id, pattern, fields string) error {
-	return e.create(ctx, id, pattern, fmt.Sprintf(`{"webhook":%q,"delivery":"events",%s}`, e.recv.url+"/push/"+id, fields))
+	return e.create(ctx, id, pattern, fmt.Sprintf(`{"webhook":%q,"delivery":"events","max_deliveries_per_minute":0,%s}`, e.recv.url+"/push/"+id, fields))
 }
 
 // createStream creates an empty byte stream.

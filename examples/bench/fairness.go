@@ -189,7 +189,7 @@ func stormUnderway(ctx context.Context, e *env) error {
 // subscribeTo creates subscription id on pattern with the given webhook,
 // whose notifications nobody verifies.
 func (e *env) subscribeTo(ctx context.Context, id, pattern, webhook string) error {
-	body, _ := json.Marshal(map[string]string{"webhook": webhook})
+	body, _ := json.Marshal(map[string]any{"webhook": webhook, "max_deliveries_per_minute": 0})
 	_, err := e.do(ctx, http.MethodPut, pattern+"?subscription="+id, "application/json", body, http.StatusCreated)
 	return err
 }

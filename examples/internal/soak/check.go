@@ -46,8 +46,9 @@ func (v *violations) list() []string {
 // escape notice between two samples:
 //   - a WAKING or LIVE consumer always has a deadline;
 //   - epochs and acked offsets never move backwards;
-//   - a consumer is deleted only by failure GC, only if its endpoint kind
-//     fails, and no earlier than FailureGCAfter nor much later.
+//   - a consumer becomes a dead letter only by failure GC, only if its
+//     endpoint kind fails, and no earlier than FailureGCAfter nor much
+//     later; none is deleted.
 type checkedStore struct {
 	webhooks.Store
 	gcAfter time.Duration
@@ -74,8 +75,11 @@ func (s *checkedStore) UpdateConsumer(ctx context.Context, id string, fn func(c 
 		switch action {
 		case webhooks.UpdateSave:
 			s.checkSave(before, c)
+			if c.State == webhooks.StateFailed && before.State != webhooks.StateFailed {
+				s.checkDeadLetter(c, time.Now())
+			}
 		case webhooks.UpdateDelete:
-			s.checkDelete(c, time.Now())
+			s.v.add("consumer %s deleted", c.ID)
 		}
 		return action, nil
 	})
@@ -97,30 +101,31 @@ func (s *checkedStore) checkSave(before, after *webhooks.Consumer) {
 	}
 }
 
-func (s *checkedStore) checkDelete(c *webhooks.Consumer, now time.Time) {
+func (s *checkedStore) checkDeadLetter(c *webhooks.Consumer, now time.Time) {
 	k, ok := kindOfConsumer(c.ID)
 	switch {
 	case !ok:
-		s.v.add("consumer %s of no soak subscription deleted", c.ID)
+		s.v.add("consumer %s of no soak subscription dead-lettered", c.ID)
 		return
 	case c.FailingSince.IsZero():
-		s.v.add("consumer %s (%s) deleted without a run of failures", c.ID, k)
+		s.v.add("consumer %s (%s) dead-lettered without a run of failures", c.ID, k)
 		return
 	case !k.failing():
-		s.v.add("consumer %s of a working endpoint (%s) was collected after failing since %s", c.ID, k, c.FailingSince.Format(time.StampMilli))
+		s.v.add("consumer %s of a working endpoint (%s) was dead-lettered after failing since %s", c.ID, k, c.FailingSince.Format(time.StampMilli))
 	}
 	switch ran := now.Sub(c.FailingSince); {
 	case ran < s.gcAfter:
-		s.v.add("consumer %s collected after failing for %v, before FailureGCAfter %v", c.ID, ran, s.gcAfter)
+		s.v.add("consumer %s dead-lettered after failing for %v, before FailureGCAfter %v", c.ID, ran, s.gcAfter)
 	case ran > s.gcAfter+s.gcSlack:
-		s.v.add("consumer %s collected after failing for %v, over %v late", c.ID, ran, s.gcSlack)
+		s.v.add("consumer %s dead-lettered after failing for %v, over %v late", c.ID, ran, s.gcSlack)
 	}
 	s.mu.Lock()
 	s.gcs[k]++
 	s.mu.Unlock()
 }
 
-// collected returns how many consumers of each kind failure GC removed.
+// collected returns how many consumers of each kind failure GC made dead
+// letters.
 func (s *checkedStore) collected() map[kind]int {
 	s.mu.Lock()
 	defer s.mu.Unlock()

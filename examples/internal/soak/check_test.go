@@ -69,17 +69,24 @@ func TestCheckedStoreFlagsBrokenTransitions(t *testing.T) {
 		{"offset reset", kindHealthy, webhooks.UpdateSave, func(c *webhooks.Consumer) {
 			c.Streams[0].Offset = webhooks.OffsetNone
 		}, "went back"},
-		{"delete without failures", kindFail5xx, webhooks.UpdateDelete, func(c *webhooks.Consumer) {}, "without a run of failures"},
-		{"working endpoint collected", kindSlow, webhooks.UpdateDelete, func(c *webhooks.Consumer) {
+		{"deleted", kindFail5xx, webhooks.UpdateDelete, func(c *webhooks.Consumer) {}, "deleted"},
+		{"dead letter without failures", kindFail5xx, webhooks.UpdateSave, func(c *webhooks.Consumer) {
+			c.State = webhooks.StateFailed
+		}, "without a run of failures"},
+		{"working endpoint collected", kindSlow, webhooks.UpdateSave, func(c *webhooks.Consumer) {
+			c.State = webhooks.StateFailed
 			c.FailingSince = now.Add(-4 * time.Second)
 		}, "of a working endpoint (slow)"},
-		{"collected early", kindHang, webhooks.UpdateDelete, func(c *webhooks.Consumer) {
+		{"collected early", kindHang, webhooks.UpdateSave, func(c *webhooks.Consumer) {
+			c.State = webhooks.StateFailed
 			c.FailingSince = now.Add(-3 * time.Second)
 		}, "before FailureGCAfter"},
-		{"collected late", kindReset, webhooks.UpdateDelete, func(c *webhooks.Consumer) {
+		{"collected late", kindReset, webhooks.UpdateSave, func(c *webhooks.Consumer) {
+			c.State = webhooks.StateFailed
 			c.FailingSince = now.Add(-6 * time.Second)
 		}, "late"},
-		{"collected on time", kindReset, webhooks.UpdateDelete, func(c *webhooks.Consumer) {
+		{"collected on time", kindReset, webhooks.UpdateSave, func(c *webhooks.Consumer) {
+			c.State = webhooks.StateFailed
 			c.FailingSince = now.Add(-4500 * time.Millisecond)
 		}, ""},
 		{"waking with deadline, offset forward", kindHealthy, webhooks.UpdateSave, func(c *webhooks.Consumer) {
@@ -107,7 +114,8 @@ func TestCheckedStoreFlagsBrokenTransitions(t *testing.T) {
 // TestCheckedStoreCountsCollections checks the GC tally by kind.
 func TestCheckedStoreCountsCollections(t *testing.T) {
 	s, v, id := checkFixture(t, kindHang)
-	checkUpdate(t, s, id, webhooks.UpdateDelete, func(c *webhooks.Consumer) {
+	checkUpdate(t, s, id, webhooks.UpdateSave, func(c *webhooks.Consumer) {
+		c.State = webhooks.StateFailed
 		c.FailingSince = time.Now().Add(-4 * time.Second)
 	})
 	if got := s.collected(); len(got) != 1 || got[kindHang] != 1 {

@@ -40,7 +40,7 @@ func (r *Report) WriteTable(w io.Writer) error {
 	p("callbacks\t%s", counts64(r.Callbacks))
 	p("acks answered 200\t%d", r.Acks)
 	p("wakes abandoned\t%s", counts64(r.AgentFailures))
-	p("collected by GC\t%s", counts(r.Collected))
+	p("dead letters (GC)\t%s", counts(r.Collected))
 	p("conns accepted\t%d by receivers, %d by the stream server", r.ConnsToReceivers, r.ConnsToStreamServer)
 	p("max overdue\t%v", round(r.MaxOverdue))
 	p("")

@@ -365,7 +365,7 @@ func (s *stack) scanOverdue(ctx context.Context) time.Duration {
 	for k := range numKinds {
 		for _, p := range s.streamsOf[k] {
 			c, err := s.store.GetConsumer(ctx, webhooks.ConsumerID(k.subscriptionID(), p))
-			if err != nil || c.State == webhooks.StateIdle {
+			if err != nil || c.State == webhooks.StateIdle || c.State == webhooks.StateFailed {
 				continue
 			}
 			if c.Deadline.IsZero() {
@@ -422,13 +422,14 @@ func (s *stack) settledState(ctx context.Context, k kind, p string) string {
 	}
 	c, err := s.store.GetConsumer(ctx, id)
 	// Every stream was created after its subscription, so its consumer woke
-	// at once, even if never appended to: a failing one is collected.
+	// at once, even if never appended to: a failing one is collected, as a
+	// dead letter.
 	if k.failing() {
-		if err == nil {
-			return fmt.Sprintf("failing consumer %s not collected: %s, failing since %s", id, c.State, c.FailingSince.Format(time.StampMilli))
-		}
-		if !errors.Is(err, webhooks.ErrConsumerNotFound) {
+		if err != nil {
 			return fmt.Sprintf("consumer %s: %v", id, err)
+		}
+		if c.State != webhooks.StateFailed {
+			return fmt.Sprintf("failing consumer %s not collected: %s, failing since %s", id, c.State, c.FailingSince.Format(time.StampMilli))
 		}
 		return ""
 	}

@@ -165,7 +165,8 @@ func startStack(ctx context.Context, cfg Config, v *violations) (_ *stack, err e
 
 // subscribe creates kind k's subscription and returns its secret.
 func (s *stack) subscribe(ctx context.Context, k kind, webhook string) (string, error) {
-	body, _ := json.Marshal(map[string]string{"webhook": webhook})
+	// Unlimited: the soak measures the engine under load, not a limit.
+	body, _ := json.Marshal(map[string]any{"webhook": webhook, "max_deliveries_per_minute": 0})
 	req, err := http.NewRequestWithContext(ctx, http.MethodPut,
 		s.streamSrv.URL+"/soak/"+k.String()+"/*?subscription="+k.subscriptionID(), bytes.NewReader(body))
 	if err != nil {
