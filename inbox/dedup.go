@@ -13,10 +13,11 @@ type dedup struct {
 	window   time.Duration
 	capacity int
 
-	mu    sync.Mutex
-	ids   map[idKey]struct{}
-	queue []seenID // in the order added, which is that of time
-	head  int      // queue[head:] are remembered
+	mu   sync.Mutex
+	ids  map[idKey]struct{}
+	ring []seenID // in the order added, which is that of time, from head
+	head int
+	n    int // ids remembered
 }
 
 // idKey is a digest of a provider name and a delivery id; 128 bits make a
@@ -62,28 +63,36 @@ func (d *dedup) add(provider, id string, now time.Time) {
 	if _, ok := d.ids[k]; ok {
 		return // a concurrent duplicate was appended too; the first time counts
 	}
-	if len(d.ids) == d.capacity {
+	if d.n == d.capacity {
 		d.pop()
 	}
+	if d.n == len(d.ring) {
+		d.grow()
+	}
 	d.ids[k] = struct{}{}
-	d.queue = append(d.queue, seenID{key: k, at: now})
+	d.ring[(d.head+d.n)%len(d.ring)] = seenID{key: k, at: now}
+	d.n++
+}
+
+// grow doubles the ring, up to the capacity, so that memory follows use.
+func (d *dedup) grow() {
+	ring := make([]seenID, min(max(2*len(d.ring), 64), d.capacity))
+	for i := range d.n {
+		ring[i] = d.ring[(d.head+i)%len(d.ring)]
+	}
+	d.ring, d.head = ring, 0
 }
 
 // expire forgets the ids added a window or more before now.
 func (d *dedup) expire(now time.Time) {
-	for d.head < len(d.queue) && now.Sub(d.queue[d.head].at) >= d.window {
+	for d.n > 0 && now.Sub(d.ring[d.head].at) >= d.window {
 		d.pop()
 	}
 }
 
-// pop forgets the oldest id, and compacts the queue once most of it is
-// forgotten, so that it never holds more than twice the ids remembered.
+// pop forgets the oldest id.
 func (d *dedup) pop() {
-	delete(d.ids, d.queue[d.head].key)
-	d.queue[d.head] = seenID{}
-	d.head++
-	if d.head > len(d.queue)/2 {
-		d.queue = append(d.queue[:0], d.queue[d.head:]...)
-		d.head = 0
-	}
+	delete(d.ids, d.ring[d.head].key)
+	d.head = (d.head + 1) % len(d.ring)
+	d.n--
 }

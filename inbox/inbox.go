@@ -30,7 +30,7 @@ const (
 	// DefaultDedupWindow is how long a delivery id is remembered.
 	DefaultDedupWindow = 24 * time.Hour
 	// DefaultDedupCapacity is how many delivery ids are remembered at most,
-	// about 5 MiB of them; the oldest are forgotten first.
+	// in about 9 MiB; the oldest are forgotten first.
 	DefaultDedupCapacity = 100_000
 )
 
@@ -101,7 +101,10 @@ var credentialHeaders = []string{"Authorization", "Proxy-Authorization", "Cookie
 // under "/inbox/"; other paths get 404. Each POST whose body is within the
 // limit is appended to the provider's stream as a Record and answered with
 // the provider's Status; a duplicate of a delivery appended within the
-// dedup window gets that answer without being appended again.
+// dedup window gets that answer without being appended again. Duplicates
+// remembered by another process or before a restart, or that arrive while
+// the first is being appended, are appended again, so processing must be
+// idempotent by Record.DeliveryID too.
 type Handler struct {
 	appender  Appender
 	providers map[string]*provider

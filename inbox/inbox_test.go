@@ -306,7 +306,7 @@ func TestDedupCapacity(t *testing.T) {
 	for i := range 10_000 {
 		d.add("p", fmt.Sprint(i), receivedAt)
 		require.LessOrEqual(t, len(d.ids), 100)
-		require.LessOrEqual(t, len(d.queue), 200)
+		require.LessOrEqual(t, len(d.ring), 100)
 	}
 	assert.True(t, d.has("p", "9999", receivedAt))
 	assert.True(t, d.has("p", "9900", receivedAt))
