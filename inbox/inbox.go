@@ -17,6 +17,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -223,9 +224,9 @@ func resolve(p Provider) (*provider, error) {
 		switch {
 		case name == "":
 			return nil, fmt.Errorf("inbox: provider %q: its Scheme names an empty header", p.Name)
-		case contains(credentialHeaders, name):
+		case slices.Contains(credentialHeaders, name):
 			return nil, fmt.Errorf("inbox: provider %q: %s is a credential and is never recorded", p.Name, name)
-		case !contains(r.headers, name):
+		case !slices.Contains(r.headers, name):
 			r.headers = append(r.headers, name)
 		}
 	}
@@ -243,15 +244,6 @@ func validName(s string) bool {
 		}
 	}
 	return true
-}
-
-func contains(list []string, s string) bool {
-	for _, v := range list {
-		if v == s {
-			return true
-		}
-	}
-	return false
 }
 
 // ServeHTTP receives one delivery.

@@ -253,6 +253,27 @@ func TestDuplicates(t *testing.T) {
 	}
 }
 
+// TestConcurrentDeliveries checks, under the race detector, that
+// deliveries received at once are each appended, and their duplicates
+// not once one has been.
+func TestConcurrentDeliveries(t *testing.T) {
+	h, app, _ := newTestHandler(t)
+	var wg sync.WaitGroup
+	for i := range 50 {
+		wg.Go(func() {
+			post(h, "/inbox/github", "{}", "X-GitHub-Delivery", fmt.Sprint(i))
+		})
+	}
+	wg.Wait()
+	for i := range 50 {
+		wg.Go(func() {
+			assert.Equal(t, http.StatusAccepted, post(h, "/inbox/github", "{}", "X-GitHub-Delivery", fmt.Sprint(i)).Code)
+		})
+	}
+	wg.Wait()
+	assert.Len(t, app.records(t, githubStream), 50)
+}
+
 // TestNoDeliveryID checks that deliveries without an id are all appended.
 func TestNoDeliveryID(t *testing.T) {
 	h, app, _ := newTestHandler(t)
