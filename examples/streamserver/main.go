@@ -21,6 +21,11 @@
 // With -data or -postgres, -encryption-key-file or $STREAMHOOKS_ENCRYPTION_KEY gives a
 // key that seals webhook secrets and the token key in the engine's store:
 // 32 bytes, base64-encoded, as `openssl rand -base64 32` prints.
+//
+// With -inbox, it receives third-party webhooks from GitHub and Standard
+// Webhooks senders at /inbox/github and /inbox/standard, each appended to
+// the stream /inbox/{provider}/records before it is answered;
+// -inbox-secret github=SECRET gives the secret a provider signs with.
 package main
 
 import (
@@ -82,8 +87,21 @@ func parseConfig(args []string, getenv func(string) string) (exampleserver.Confi
 	token := fs.String("api-token", "", "bearer token the subscription API requires (default $"+apiTokenEnv+")")
 	postgres := fs.String("postgres", "", "keep streams and engine state in this PostgreSQL database, shared with other servers on it: a DSN (default $"+postgresEnv+")")
 	keyFile := fs.String("encryption-key-file", "", "file holding the key that seals secrets in -data or -postgres: 32 bytes, base64 (default $"+encryptionKeyEnv+")")
+	inbox := fs.Bool("inbox", false, "receive github and standard (Standard Webhooks) deliveries at /inbox/{provider} into the stream /inbox/{provider}/records")
+	secrets := map[string]string{}
+	fs.Func("inbox-secret", "PROVIDER=SECRET: the secret a provider of -inbox signs with (repeatable)", func(v string) error {
+		provider, secret, ok := strings.Cut(v, "=")
+		if !ok || provider == "" || secret == "" {
+			return errors.New("want PROVIDER=SECRET")
+		}
+		secrets[provider] = secret
+		return nil
+	})
 	if err := fs.Parse(args); err != nil {
 		return exampleserver.Config{}, err
+	}
+	if len(secrets) > 0 && !*inbox {
+		return exampleserver.Config{}, errors.New("-inbox-secret needs -inbox")
 	}
 	if *token == "" {
 		*token = getenv(apiTokenEnv)
@@ -112,6 +130,8 @@ func parseConfig(args []string, getenv func(string) string) (exampleserver.Confi
 		Postgres:      *postgres,
 		APIToken:      *token,
 		EncryptionKey: key,
+		Inbox:         *inbox,
+		InboxSecrets:  secrets,
 		EngineOptions: []webhooks.Option{webhooks.WithTimeouts(*waking, *liveness, 0)},
 	}, nil
 }
@@ -149,7 +169,7 @@ func run(cfg exampleserver.Config, log *slog.Logger) error {
 		return fmt.Errorf("starting: %w", err)
 	}
 	log.Info("serving streams, subscriptions and callbacks", "url", srv.URL, "dev", cfg.Dev, "data", cfg.DataDir, "postgres", cfg.Postgres != "",
-		"api_token", cfg.APIToken != "", "encrypted", cfg.EncryptionKey != nil)
+		"api_token", cfg.APIToken != "", "encrypted", cfg.EncryptionKey != nil, "inbox", cfg.Inbox)
 	<-ctx.Done()
 	stop() // a second signal kills the process at once
 	log.Info("shutting down")

@@ -110,3 +110,17 @@ func TestParseConfigPostgres(t *testing.T) {
 	require.NoError(t, err, "a key seals secrets in the database too")
 	require.Len(t, cfg.EncryptionKey, encryptionKeyBytes)
 }
+
+func TestParseConfigInbox(t *testing.T) {
+	cfg, err := parseConfig([]string{"-dev", "-inbox", "-inbox-secret", "github=gh=s", "-inbox-secret", "standard=whsec_c2VjcmV0"}, env(nil))
+	require.NoError(t, err)
+	require.True(t, cfg.Inbox)
+	require.Equal(t, map[string]string{"github": "gh=s", "standard": "whsec_c2VjcmV0"}, cfg.InboxSecrets)
+
+	_, err = parseConfig([]string{"-dev", "-inbox-secret", "github=s"}, env(nil))
+	require.ErrorContains(t, err, "needs -inbox")
+	for _, bad := range []string{"github", "=s", "github="} {
+		_, err = parseConfig([]string{"-dev", "-inbox", "-inbox-secret", bad}, env(nil))
+		require.ErrorContains(t, err, "PROVIDER=SECRET", bad)
+	}
+}

@@ -138,7 +138,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 
-	s.notify(r, "created", path, Observer.StreamCreated)
+	s.notify(r.Context(), "created", path, Observer.StreamCreated)
 	w.Header().Set("Location", location(r))
 	w.Header().Set("Content-Type", ct)
 	w.Header().Set(hdrNextOffset, formatOffset(tail))
@@ -185,13 +185,11 @@ func (s *Server) append(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	path := r.URL.Path
-	tail, err := s.store.append(r.Context(), path, mt, body)
+	tail, err := s.appendBody(r.Context(), path, mt, body)
 	if err != nil {
 		s.failed(r.Context(), "append", path, err).write(w)
 		return
 	}
-	s.waiters.wake(path)
-	s.notify(r, "appended", path, Observer.StreamAppended)
 	w.Header().Set(hdrNextOffset, formatOffset(tail))
 	w.WriteHeader(http.StatusNoContent)
 }
@@ -390,6 +388,6 @@ func (s *Server) remove(w http.ResponseWriter, r *http.Request) {
 	}
 	s.waiters.wake(path) // long-polls then answer 404
 
-	s.notify(r, "deleted", path, Observer.StreamDeleted)
+	s.notify(r.Context(), "deleted", path, Observer.StreamDeleted)
 	w.WriteHeader(http.StatusNoContent)
 }

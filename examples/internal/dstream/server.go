@@ -16,6 +16,7 @@ package dstream
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"math"
 	"net/http"
@@ -186,16 +187,62 @@ func (s *Server) Close() {
 	})
 }
 
-// notify calls one Observer method with locks released. The request context
-// loses its cancellation because the change happened whether or not the
-// client is still there.
-func (s *Server) notify(r *http.Request, event, path string, call func(Observer, context.Context, string) error) {
+// notify calls one Observer method with locks released. The context loses
+// its cancellation because the change happened whether or not the client
+// is still there.
+func (s *Server) notify(ctx context.Context, event, path string, call func(Observer, context.Context, string) error) {
 	ref := s.observer.Load()
 	if ref == nil {
 		return
 	}
-	if err := call(ref.o, context.WithoutCancel(r.Context()), path); err != nil {
-		s.log.LogAttrs(r.Context(), slog.LevelError, "dstream: observer failed",
+	if err := call(ref.o, context.WithoutCancel(ctx), path); err != nil {
+		s.log.LogAttrs(ctx, slog.LevelError, "dstream: observer failed",
 			slog.String("event", event), slog.String("path", path), slog.Any("error", err))
 	}
+}
+
+// Create creates an empty stream at path with contentType, as a PUT
+// without a body does, and tells the Observer. A stream already at path is
+// left as it is if it has the same media type, and is an error otherwise.
+func (s *Server) Create(ctx context.Context, path, contentType string) error {
+	if e := s.store.checkPath(path); e != nil {
+		return e
+	}
+	st, err := newStream(contentType)
+	if err != nil {
+		return fmt.Errorf("dstream: invalid Content-Type %q: %w", contentType, err)
+	}
+	old, created, err := s.store.create(ctx, path, st)
+	switch {
+	case err != nil:
+		return err
+	case !created && old.mediaType != st.mediaType:
+		return fmt.Errorf("dstream: stream %s exists with Content-Type %s", path, old.contentType)
+	case created:
+		s.notify(ctx, "created", path, Observer.StreamCreated)
+	}
+	return nil
+}
+
+// Append appends body to the stream at path, as a POST without a
+// Content-Type does, and tells the Observer: to a JSON stream, body is a
+// JSON value, or an array of values, each a message. Once it returns, the
+// change is as durable as the Server keeps any.
+func (s *Server) Append(ctx context.Context, path string, body []byte) error {
+	if int64(len(body)) > s.maxBody {
+		return &httpError{http.StatusRequestEntityTooLarge, "body too large"}
+	}
+	_, err := s.appendBody(ctx, path, "", body)
+	return err
+}
+
+// appendBody appends body of media type mt, "" for the stream's own, to the
+// stream at path, wakes its long-polls and tells the Observer.
+func (s *Server) appendBody(ctx context.Context, path, mt string, body []byte) (tail int, err error) {
+	if tail, err = s.store.append(ctx, path, mt, body); err != nil {
+		return 0, err
+	}
+	s.waiters.wake(path)
+	s.notify(ctx, "appended", path, Observer.StreamAppended)
+	return tail, nil
 }

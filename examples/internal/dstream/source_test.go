@@ -96,6 +96,36 @@ func TestObserver(t *testing.T) {
 	})
 }
 
+// TestCreateAndAppendInProcess checks Create and Append, the calls a host
+// in the same process makes instead of PUT and POST: they change the
+// stream as those do, tell the Observer, and wake long-polls.
+func TestCreateAndAppendInProcess(t *testing.T) {
+	eachMode(t, func(t *testing.T, open func(Options) *Server) {
+		s := open(Options{MaxBodyBytes: 16})
+		obs := &fakeObserver{s: s}
+		s.SetObserver(obs)
+		waiting := watchWaiting(s)
+		f := serve(t, s)
+		ctx := context.Background()
+
+		require.NoError(t, s.Create(ctx, "/j", "application/json"))
+		require.NoError(t, s.Create(ctx, "/j", "application/json; charset=utf-8"), "exists with the same media type")
+		require.Error(t, s.Create(ctx, "/j", "text/plain"), "exists with another media type")
+		require.Error(t, s.Create(ctx, "/x", "not a media type"))
+
+		polled := f.longPoll(t, waiting, "/j?offset="+off(0))
+		require.NoError(t, s.Append(ctx, "/j", []byte(`{"n": 1}`)))
+		got := receive(t, polled, "the long-poll's reply")
+		require.NoError(t, got.err)
+		require.Equal(t, `[{"n":1}]`, got.body)
+
+		require.Error(t, s.Append(ctx, "/j", []byte(`{"n":`)), "not JSON")
+		require.Error(t, s.Append(ctx, "/j", []byte(`"0123456789abcdef"`)), "over MaxBodyBytes")
+		require.Error(t, s.Append(ctx, "/missing", []byte(`1`)))
+		require.Equal(t, []string{"created /j " + off(0), "appended /j " + off(7)}, obs.take())
+	})
+}
+
 // syncBuffer is a bytes.Buffer safe for a logger on the handler goroutines.
 type syncBuffer struct {
 	mu sync.Mutex

@@ -24,6 +24,7 @@ import (
 
 	webhooks "github.com/streamhooks/webhooks"
 	"github.com/streamhooks/webhooks/examples/internal/dstream"
+	"github.com/streamhooks/webhooks/inbox"
 	"github.com/streamhooks/webhooks/memstore"
 	"github.com/streamhooks/webhooks/pgstore"
 	"github.com/streamhooks/webhooks/sqlitestore"
@@ -66,6 +67,22 @@ type Config struct {
 	// Postgres (pgstore.WithEncryptionKey). It needs one of them and no
 	// Store.
 	EncryptionKey []byte
+	// Inbox mounts an inbox (package inbox) at /inbox/{provider} for the
+	// providers "github" and "standard" (Standard Webhooks). Each appends
+	// its deliveries to the JSON stream /inbox/{provider}/records, which
+	// Start creates, readable like any stream. Paths of one segment under
+	// /inbox/ are then the inbox's: no stream can be there.
+	Inbox bool
+	// InboxSecrets maps an inbox provider to the secret its deliveries are
+	// signed with, which verifies its records when they are processed. It
+	// needs Inbox.
+	InboxSecrets map[string]string
+}
+
+// inboxSchemes make the Scheme of each inbox provider from its secret.
+var inboxSchemes = map[string]func(secret string) inbox.Scheme{
+	"github":   func(s string) inbox.Scheme { return inbox.GitHub{Secret: s} },
+	"standard": func(s string) inbox.Scheme { return inbox.StandardWebhooks{Secret: s} },
 }
 
 // Timeouts of the HTTP server. A long-poll read waits up to
@@ -97,7 +114,8 @@ type Running struct {
 }
 
 // Start listens on cfg.Addr and serves the stream protocol with the engine
-// mounted: subscription requests and callbacks go to the engine, all other
+// mounted: subscription requests and callbacks go to the engine, with
+// cfg.Inbox deliveries to /inbox/{provider} to the inbox, and all other
 // requests to the stream server, which tells the engine about every change.
 // ctx is used only while starting.
 func Start(ctx context.Context, cfg Config) (*Running, error) {
@@ -110,6 +128,10 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 	}
 	if len(cfg.EncryptionKey) > 0 && (cfg.DataDir == "" && cfg.Postgres == "" || cfg.Store != nil) {
 		return nil, errors.New("an encryption key needs a data directory or a PostgreSQL database for the engine's store, and no other Store")
+	}
+	providers, err := inboxProviders(cfg)
+	if err != nil {
+		return nil, err
 	}
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
@@ -150,17 +172,75 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 	// The engine is built from the stream server, so it is registered as
 	// its observer afterwards, before any request can arrive.
 	streams.SetObserver(engine)
+	var next http.Handler = streams
+	if cfg.Inbox {
+		if next, err = mountInbox(ctx, streams, providers, log); err != nil {
+			_ = ln.Close()
+			streams.Close()
+			err = errors.Join(err, engine.Stop(ctx))
+			if owned != nil {
+				err = errors.Join(err, owned.Close())
+			}
+			return nil, err
+		}
+	}
 	r := &Running{
 		URL:     url,
 		Store:   store,
 		streams: streams,
 		owned:   owned,
 		engine:  engine,
-		http:    newHTTPServer(engine.Handler(streams), log),
+		http:    newHTTPServer(engine.Handler(next), log),
 		served:  make(chan error, 1),
 	}
 	go func() { r.served <- r.http.Serve(ln) }()
 	return r, nil
+}
+
+// inboxProviders returns the inbox's providers with the secrets cfg gives,
+// or none without cfg.Inbox.
+func inboxProviders(cfg Config) ([]inbox.Provider, error) {
+	if !cfg.Inbox {
+		if len(cfg.InboxSecrets) > 0 {
+			return nil, errors.New("inbox secrets need the inbox")
+		}
+		return nil, nil
+	}
+	for name := range cfg.InboxSecrets {
+		if inboxSchemes[name] == nil {
+			return nil, fmt.Errorf("no inbox provider %q: there are github and standard", name)
+		}
+	}
+	var providers []inbox.Provider
+	for name, scheme := range inboxSchemes {
+		providers = append(providers, inbox.Provider{Name: name, Scheme: scheme(cfg.InboxSecrets[name])})
+	}
+	return providers, nil
+}
+
+// mountInbox creates the providers' inbox streams and returns the handler
+// that serves deliveries at /inbox/{provider}, one segment, and passes
+// every other request to streams. The engine's handler sees requests
+// first, so subscription requests for patterns such as /inbox/* still
+// reach the engine.
+func mountInbox(ctx context.Context, streams *dstream.Server, providers []inbox.Provider, log *slog.Logger) (http.Handler, error) {
+	for _, p := range providers {
+		if err := streams.Create(ctx, "/inbox/"+p.Name+"/records", "application/json"); err != nil {
+			return nil, fmt.Errorf("creating the inbox stream of %s: %w", p.Name, err)
+		}
+	}
+	h, err := inbox.New(streams, providers, inbox.WithLogger(log))
+	if err != nil {
+		return nil, err
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rest, ok := strings.CutPrefix(r.URL.Path, "/inbox/")
+		if ok && rest != "" && !strings.Contains(rest, "/") {
+			h.ServeHTTP(w, r)
+			return
+		}
+		streams.ServeHTTP(w, r)
+	}), nil
 }
 
 func newHTTPServer(h http.Handler, log *slog.Logger) *http.Server {

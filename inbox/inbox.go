@@ -1,0 +1,350 @@
+// Package inbox receives third-party webhooks without losing one. Its
+// Handler appends each delivery, with its raw body, to the provider's inbox
+// stream before it answers, so that a sender is told 2xx only for a delivery
+// that is durable. It checks the request's structure only; a processor
+// reads the records later and checks each signature, with the provider's
+// Scheme, on exactly the bytes that were received.
+//
+// The package does not depend on the webhook engine: any host that can
+// append to a stream (an Appender) can mount it.
+package inbox
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/benbjohnson/clock"
+)
+
+// Defaults used when no option says otherwise.
+const (
+	// DefaultMaxBodyBytes bounds a delivery's body; a larger one gets 413.
+	DefaultMaxBodyBytes int64 = 1 << 20
+	// DefaultDedupWindow is how long a delivery id is remembered.
+	DefaultDedupWindow = 24 * time.Hour
+	// DefaultDedupCapacity is how many delivery ids are remembered at most,
+	// in about 9 MiB; the oldest are forgotten first.
+	DefaultDedupCapacity = 100_000
+)
+
+// retryAfter is the Retry-After of a 503, in seconds.
+const retryAfter = "5"
+
+// Appender is the host's capability to append to a stream.
+type Appender interface {
+	// Append appends record, one JSON object, to stream as one message, and
+	// returns once it is durable. An error means it may not be: the
+	// delivery is then refused, so that its sender retries. The host
+	// creates each provider's stream, as a JSON stream, before the first
+	// delivery.
+	Append(ctx context.Context, stream string, record []byte) error
+}
+
+// AppenderFunc adapts a function to an Appender.
+type AppenderFunc func(ctx context.Context, stream string, record []byte) error
+
+// Append calls f.
+func (f AppenderFunc) Append(ctx context.Context, stream string, record []byte) error {
+	return f(ctx, stream, record)
+}
+
+// Provider is a sender of webhooks the Handler accepts.
+type Provider struct {
+	// Name is the last segment of the provider's inbox URL path, and the
+	// Provider of its records: letters, digits, '-', '_' and '.'.
+	Name string
+	// Scheme is how the provider identifies and signs deliveries.
+	Scheme Scheme
+	// Stream is the inbox stream of the provider's records; empty means
+	// "/inbox/{Name}/records".
+	Stream string
+	// Status answers a delivery once it is durable, and its duplicates:
+	// a 2xx, http.StatusAccepted if zero. Set http.StatusOK for a provider
+	// that accepts nothing else.
+	Status int
+}
+
+// Record is what the Handler appends, as JSON, for each delivery.
+type Record struct {
+	// Provider is the Name of the provider the delivery came to.
+	Provider string `json:"provider"`
+	// DeliveryID is the provider's id of the delivery, empty if it gave
+	// none. A provider sends a delivery again when it is unsure that it was
+	// received, and the Handler's deduplication is only per process and
+	// within a window, so a processor must also skip ids it has processed.
+	DeliveryID string `json:"delivery_id,omitempty"`
+	// ReceivedAt is when the Handler received the delivery. Verification
+	// checks signed timestamps against it, not against the time of
+	// processing, so that a record still verifies after a processor outage.
+	ReceivedAt time.Time `json:"received_at"`
+	// Header holds the request's Content-Type and the headers the Scheme
+	// names, under canonical keys; never credentials such as Authorization
+	// or Cookie.
+	Header http.Header `json:"header"`
+	// Body is the request body exactly as received, base64 in JSON so that
+	// any bytes survive.
+	Body []byte `json:"body"`
+}
+
+// credentialHeaders are never recorded, whatever a Scheme names.
+var credentialHeaders = []string{"Authorization", "Proxy-Authorization", "Cookie"}
+
+// Handler is the inbox's HTTP front door. It serves every provider given to
+// New, each at a URL path ending in "/{Name}", so it is mounted once, e.g.
+// under "/inbox/"; other paths get 404. Each POST whose body is within the
+// limit is appended to the provider's stream as a Record and answered with
+// the provider's Status; a duplicate of a delivery appended within the
+// dedup window gets that answer without being appended again. Duplicates
+// remembered by another process or before a restart, or that arrive while
+// the first is being appended, are appended again, so processing must be
+// idempotent by Record.DeliveryID too.
+type Handler struct {
+	appender  Appender
+	providers map[string]*provider
+	maxBody   int64
+	clock     clock.Clock
+	log       *slog.Logger
+	seen      *dedup
+}
+
+// provider is a Provider with its defaults resolved.
+type provider struct {
+	name    string
+	scheme  Scheme
+	stream  string
+	status  int
+	headers []string // canonical, Content-Type first
+}
+
+// Option configures a Handler; pass options to New.
+type Option func(*options)
+
+type options struct {
+	maxBody     int64
+	clock       clock.Clock
+	log         *slog.Logger
+	dedupWindow time.Duration
+	dedupCap    int
+}
+
+// WithMaxBodyBytes bounds a delivery's body; a larger one gets 413.
+// The default is DefaultMaxBodyBytes.
+func WithMaxBodyBytes(n int64) Option { return func(o *options) { o.maxBody = n } }
+
+// WithClock sets the clock that stamps ReceivedAt and ages delivery ids;
+// the default is the wall clock.
+func WithClock(c clock.Clock) Option { return func(o *options) { o.clock = c } }
+
+// WithLogger sets where failed appends are logged; the default is
+// slog.Default().
+func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = l } }
+
+// WithDedup sets how long delivery ids are remembered and how many at most;
+// the defaults are DefaultDedupWindow and DefaultDedupCapacity. A window or
+// capacity of zero turns deduplication off.
+func WithDedup(window time.Duration, capacity int) Option {
+	return func(o *options) { o.dedupWindow, o.dedupCap = window, capacity }
+}
+
+// New returns a Handler that appends deliveries to appender, for the
+// providers given. It refuses a provider without a valid Name or a Scheme,
+// with a Status that is not 2xx, or whose Scheme names a credential header.
+func New(appender Appender, providers []Provider, opts ...Option) (*Handler, error) {
+	if appender == nil {
+		return nil, errors.New("inbox: nil Appender")
+	}
+	o := options{maxBody: DefaultMaxBodyBytes, dedupWindow: DefaultDedupWindow, dedupCap: DefaultDedupCapacity}
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if o.maxBody <= 0 {
+		return nil, errors.New("inbox: the body limit must be positive")
+	}
+	if o.dedupWindow < 0 || o.dedupCap < 0 {
+		return nil, errors.New("inbox: the dedup window and capacity must not be negative")
+	}
+	if o.clock == nil {
+		o.clock = clock.New()
+	}
+	if o.log == nil {
+		o.log = slog.Default()
+	}
+	h := &Handler{
+		appender:  appender,
+		providers: make(map[string]*provider, len(providers)),
+		maxBody:   o.maxBody,
+		clock:     o.clock,
+		log:       o.log,
+	}
+	if o.dedupWindow > 0 && o.dedupCap > 0 {
+		h.seen = newDedup(o.dedupWindow, o.dedupCap)
+	}
+	for _, p := range providers {
+		resolved, err := resolve(p)
+		if err != nil {
+			return nil, err
+		}
+		if _, dup := h.providers[p.Name]; dup {
+			return nil, fmt.Errorf("inbox: provider %q given twice", p.Name)
+		}
+		h.providers[p.Name] = resolved
+	}
+	return h, nil
+}
+
+// resolve checks p and fills in its defaults.
+func resolve(p Provider) (*provider, error) {
+	if !validName(p.Name) {
+		return nil, fmt.Errorf("inbox: provider name %q: want letters, digits, '-', '_' or '.'", p.Name)
+	}
+	if p.Scheme == nil {
+		return nil, fmt.Errorf("inbox: provider %q has no Scheme", p.Name)
+	}
+	r := &provider{name: p.Name, scheme: p.Scheme, stream: p.Stream, status: p.Status}
+	if r.stream == "" {
+		r.stream = "/inbox/" + p.Name + "/records"
+	}
+	if r.status == 0 {
+		r.status = http.StatusAccepted
+	}
+	if r.status < 200 || r.status > 299 {
+		return nil, fmt.Errorf("inbox: provider %q: status %d is not 2xx", p.Name, r.status)
+	}
+	r.headers = []string{"Content-Type"}
+	for _, name := range p.Scheme.Headers() {
+		name = http.CanonicalHeaderKey(name)
+		switch {
+		case name == "":
+			return nil, fmt.Errorf("inbox: provider %q: its Scheme names an empty header", p.Name)
+		case slices.Contains(credentialHeaders, name):
+			return nil, fmt.Errorf("inbox: provider %q: %s is a credential and is never recorded", p.Name, name)
+		case !slices.Contains(r.headers, name):
+			r.headers = append(r.headers, name)
+		}
+	}
+	return r, nil
+}
+
+func validName(s string) bool {
+	if s == "" || s == "." || s == ".." {
+		return false
+	}
+	for _, c := range s {
+		ok := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '_' || c == '.'
+		if !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// ServeHTTP receives one delivery.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	p, ok := h.providers[r.URL.Path[strings.LastIndexByte(r.URL.Path, '/')+1:]]
+	if !ok {
+		writeError(w, http.StatusNotFound, codeProviderNotFound, "no inbox provider at this path")
+		return
+	}
+	if r.Method != http.MethodPost {
+		w.Header().Set("Allow", http.MethodPost)
+		writeError(w, http.StatusMethodNotAllowed, codeInvalidRequest, "deliveries must use POST")
+		return
+	}
+	body, status := h.readBody(w, r)
+	if status != 0 {
+		if status == http.StatusRequestEntityTooLarge {
+			writeError(w, status, codeInvalidRequest, fmt.Sprintf("the body exceeds %d bytes", h.maxBody))
+		} else {
+			writeError(w, status, codeInvalidRequest, "cannot read the request body")
+		}
+		return
+	}
+	id := p.scheme.DeliveryID(r.Header, body)
+	if id != "" && h.seen != nil && h.seen.has(p.name, id, h.clock.Now()) {
+		w.WriteHeader(p.status)
+		return
+	}
+	record, err := json.Marshal(Record{
+		Provider:   p.name,
+		DeliveryID: id,
+		ReceivedAt: h.clock.Now().UTC(),
+		Header:     keep(r.Header, p.headers),
+		Body:       body,
+	})
+	if err == nil {
+		err = h.appender.Append(r.Context(), p.stream, record)
+	}
+	if err != nil {
+		h.log.ErrorContext(r.Context(), "inbox: appending a delivery failed",
+			"provider", p.name, "delivery_id", id, "stream", p.stream, "error", err)
+		w.Header().Set("Retry-After", retryAfter)
+		writeError(w, http.StatusServiceUnavailable, codeServiceUnavailable, "the delivery could not be stored; retry later")
+		return
+	}
+	if id != "" && h.seen != nil {
+		h.seen.add(p.name, id, h.clock.Now())
+	}
+	w.WriteHeader(p.status)
+}
+
+// readBody reads the body within the limit, or returns the status to
+// answer instead.
+func (h *Handler) readBody(w http.ResponseWriter, r *http.Request) ([]byte, int) {
+	if r.ContentLength > h.maxBody {
+		return nil, http.StatusRequestEntityTooLarge
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, h.maxBody))
+	var tooBig *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooBig):
+		return nil, http.StatusRequestEntityTooLarge
+	case err != nil:
+		return nil, http.StatusBadRequest
+	}
+	return body, 0
+}
+
+// keep returns the values of the named headers that h has.
+func keep(h http.Header, names []string) http.Header {
+	kept := make(http.Header, len(names))
+	for _, name := range names {
+		if v := h.Values(name); len(v) > 0 {
+			kept[name] = v
+		}
+	}
+	return kept
+}
+
+// Error codes, in the webhook engine's error shape.
+const (
+	codeInvalidRequest     = "INVALID_REQUEST"
+	codeProviderNotFound   = "PROVIDER_NOT_FOUND"
+	codeServiceUnavailable = "SERVICE_UNAVAILABLE"
+)
+
+// errorResponse is the one JSON error shape, the webhook engine's:
+// {"ok":false,"error":{"code":...,"message":...}}.
+type errorResponse struct {
+	OK    bool `json:"ok"`
+	Error struct {
+		Code    string `json:"code"`
+		Message string `json:"message"`
+	} `json:"error"`
+}
+
+func writeError(w http.ResponseWriter, status int, code, message string) {
+	var resp errorResponse
+	resp.Error.Code, resp.Error.Message = code, message
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(resp)
+}
