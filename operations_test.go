@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -231,9 +232,12 @@ func TestDeadLetterRevivesAtItsCursor(t *testing.T) {
 	require.Equal(t, agentAID, dead.Consumers[0].ID)
 	require.NotEmpty(t, dead.Consumers[0].DeadLetter["reason"])
 
+	deadLetter := h.consumer(agentAID)
 	h.api(http.MethodPost, "/agents/*?subscription=s1&revive", fmt.Sprintf(`{"consumer":%q}`, agentAID), http.StatusOK, nil)
 	d = h.nextDelivery()
 	require.Equal(t, acked, d.n.Streams[0].Offset, "revived at its cursor, not -1")
+	require.Greater(t, d.n.Epoch, deadLetter.Epoch, "a new wake cycle")
+	require.NotEqual(t, deadLetter.WakeID, d.n.WakeID)
 	h.api(http.MethodGet, "/agents/*?subscription=s1&dead", "", http.StatusOK, &dead)
 	require.Empty(t, dead.Consumers)
 	rec := h.do(http.MethodPost, "/agents/*?subscription=s1&revive", fmt.Sprintf(`{"consumer":%q}`, agentAID))
@@ -504,4 +508,24 @@ func TestRateLimitDefersAndDropsNothing(t *testing.T) {
 		c := h.consumer(webhooks.ConsumerID("s1", fmt.Sprintf("/orders/%d", i)))
 		require.Zero(t, c.Failures, "waiting for a turn is no failure")
 	}
+}
+
+// Failures that go on arriving after the breaker tripped, from other
+// consumers, call the hook no second time.
+func TestCircuitBreakerHookOnceUnderConcurrentFailures(t *testing.T) {
+	var calls atomic.Int32
+	h := newHarness(t, faultConstBackoff(time.Hour), webhooks.WithCircuitBreaker(2, 0),
+		webhooks.WithSubscriptionDisabledHook(func(context.Context, webhooks.SubscriptionDisabled) { calls.Add(1) }))
+	h.recv.srv.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(500) })
+	h.subscribeEvents("s1", "/orders/*", `"batch":{"max_wait_ms":0}`)
+	for i := 1; i <= 6; i++ {
+		h.push(fmt.Sprintf("/orders/%d", i), numbered(i, i)...)
+	}
+	require.True(t, h.waitProgress(func() bool {
+		sub, err := h.store.GetSubscription(context.Background(), "s1")
+		require.NoError(t, err)
+		return sub.Health.ConsecutiveFailures == 6
+	}))
+	h.waitIdle()
+	require.Equal(t, int32(1), calls.Load())
 }
