@@ -11,6 +11,7 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 )
 
 // MaxSubscriptionIDLength bounds subscription IDs, and so consumer IDs.
@@ -157,6 +158,7 @@ func (e *Engine) serveSubscription(ctx context.Context, r *http.Request) (int, a
 		return 0, nil, newAPIError(http.StatusBadRequest, CodeInvalidRequest, "%v", err)
 	}
 	if op := operation(q); op != "" {
+		trace.SpanFromContext(ctx).SetAttributes(attribute.String("webhooks.operation", op))
 		sub, err := e.findSubscription(ctx, pattern, id)
 		if err != nil {
 			return 0, nil, err

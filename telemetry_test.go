@@ -314,3 +314,24 @@ func TestTelemetrySubscriptionErrorStatus(t *testing.T) {
 		require.Equal(t, int64(tc.status), telAttrs(ended[0])["http.response.status_code"].AsInt64(), "%s %s", tc.method, tc.target)
 	}
 }
+
+// Operator actions are counted by operation, and their requests' spans
+// name it.
+func TestTelemetryOperations(t *testing.T) {
+	th := newTelHarness(t)
+	th.subscribe("s1", "/agents/*")
+	require.Equal(t, http.StatusOK, th.do(http.MethodPatch, "/**?subscription=s1", `{"status":"paused"}`).Code)
+	require.Equal(t, http.StatusOK, th.do(http.MethodPatch, "/**?subscription=s1", `{"status":"active"}`).Code)
+	require.Equal(t, http.StatusOK, th.do(http.MethodPost, "/**?subscription=s1&rewind", `{"offset":"-1"}`).Code)
+	require.Equal(t, http.StatusOK, th.do(http.MethodPost, "/**?subscription=s1&rotate", "").Code)
+	require.Equal(t, http.StatusOK, th.do(http.MethodGet, "/**?subscription=s1&consumers", "").Code)
+	require.Equal(t, map[string]int64{"pause": 1, "resume": 1, "rewind": 1, "rotate": 1},
+		telInt64Points(t, th.telCollect()["webhooks.operations"], "operation"))
+	var ops []string
+	for _, s := range th.spans.Ended() {
+		if v, ok := telAttrs(s)["webhooks.operation"]; ok {
+			ops = append(ops, v.AsString())
+		}
+	}
+	require.ElementsMatch(t, []string{"rewind", "rotate", "consumers"}, ops)
+}
