@@ -107,23 +107,30 @@ const DefaultDeliveryLogKeep = 20
 // log and counted, rather than slow deliveries down or grow memory.
 const maxPendingAttempts = 10_000
 
+// attemptLogBatch is how many attempts the log gathers while deliveries
+// run before it writes them: under load, one Store write per batch rather
+// than per delivery.
+const attemptLogBatch = 64
+
 // attemptLog writes delivery attempts to the Store's DeliveryLog in the
-// background, in batches: an attempt costs its delivery no Store write.
-// Attempts not yet written when the engine stops are lost; the log is a
-// diagnostic, not a record deliveries depend on.
+// background, in batches: an attempt costs its delivery no Store write. It
+// writes once attemptLogBatch have gathered, or as soon as no delivery
+// runs. Attempts not yet written when the engine stops are lost; the log
+// is a diagnostic, not a record deliveries depend on.
 type attemptLog struct {
 	store   DeliveryLog // nil: no log
 	keep    int
 	tel     *telemetry
-	written func() // a test's signal
+	busy    func() bool // whether deliveries are running
+	written func()      // a test's signal
 
 	mu      sync.Mutex
 	pending []*DeliveryAttempt
 	wake    chan struct{}
 }
 
-func newAttemptLog(store Store, keep int, tel *telemetry, written func()) *attemptLog {
-	l := &attemptLog{keep: keep, tel: tel, written: written, wake: make(chan struct{}, 1)}
+func newAttemptLog(store Store, keep int, tel *telemetry, busy func() bool, written func()) *attemptLog {
+	l := &attemptLog{keep: keep, tel: tel, busy: busy, written: written, wake: make(chan struct{}, 1)}
 	if dl, ok := store.(DeliveryLog); ok && keep > 0 {
 		l.store = dl
 	}
@@ -140,9 +147,20 @@ func (l *attemptLog) add(ctx context.Context, a *DeliveryAttempt) {
 	if !full {
 		l.pending = append(l.pending, a)
 	}
+	gathered := len(l.pending) >= attemptLogBatch
 	l.mu.Unlock()
 	if full {
 		l.tel.logDropped.Add(ctx, 1)
+		return
+	}
+	if gathered || !l.busy() {
+		l.flush()
+	}
+}
+
+// flush wakes the writer.
+func (l *attemptLog) flush() {
+	if l.store == nil {
 		return
 	}
 	select {
