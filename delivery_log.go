@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"log/slog"
+	"slices"
 	"sync"
 	"time"
 )
@@ -187,10 +188,26 @@ func (l *attemptLog) run(ctx context.Context, log *slog.Logger) {
 		if len(batch) == 0 {
 			continue
 		}
-		if err := l.store.AppendAttempts(ctx, batch, l.keep); err != nil && ctx.Err() == nil {
+		if err := l.store.AppendAttempts(ctx, newest(batch, l.keep), l.keep); err != nil && ctx.Err() == nil {
 			l.tel.logDropped.Add(ctx, int64(len(batch)))
 			log.ErrorContext(ctx, "webhooks: writing the delivery log", "attempts", len(batch), "error", err)
 		}
 		l.written()
 	}
+}
+
+// newest is what a log that keeps keep attempts of each consumer keeps of
+// attempts, in order: the newest keep of each consumer's. A hot consumer's
+// batch then costs the Store no rows it would trim at once.
+func newest(attempts []*DeliveryAttempt, keep int) []*DeliveryAttempt {
+	seen := make(map[string]int)
+	out := make([]*DeliveryAttempt, 0, len(attempts))
+	for i := len(attempts) - 1; i >= 0; i-- {
+		a := attempts[i]
+		if seen[a.ConsumerID]++; seen[a.ConsumerID] <= keep {
+			out = append(out, a)
+		}
+	}
+	slices.Reverse(out)
+	return out
 }

@@ -64,15 +64,7 @@ func (e *Engine) serveOperation(ctx context.Context, r *http.Request, sub *Subsc
 		}
 		return e.listConsumers(ctx, sub, state, q)
 	case "consumer":
-		c, err := e.consumerOf(ctx, sub, q.Get("consumer"))
-		if err != nil {
-			return 0, nil, err
-		}
-		views, err := e.consumerViews(ctx, []*Consumer{c})
-		if err != nil {
-			return 0, nil, err
-		}
-		return http.StatusOK, views[0], nil
+		return e.showConsumer(ctx, sub, q.Get("consumer"))
 	case "deliveries":
 		return e.listDeliveries(ctx, sub, q)
 	case "rewind":

@@ -92,3 +92,18 @@ func TestSameSubscriptionComparesOptions(t *testing.T) {
 	b.Status = StatusDisabled
 	require.False(t, sameSubscription(a, b))
 }
+
+// The log's writer sends the Store only the attempts it would keep, in
+// their order.
+func TestNewestAttempts(t *testing.T) {
+	var in []*DeliveryAttempt
+	for i, id := range []string{"a", "b", "a", "a", "b", "a"} {
+		in = append(in, &DeliveryAttempt{ConsumerID: id, Attempt: i})
+	}
+	var got []int
+	for _, a := range newest(in, 2) {
+		got = append(got, a.Attempt)
+	}
+	require.Equal(t, []int{1, 3, 4, 5}, got)
+	require.Empty(t, newest(in, 0))
+}

@@ -36,35 +36,23 @@ const (
 )
 
 // AppendAttempts implements webhooks.DeliveryLog, in one transaction of
-// one round trip. Attempts that the same call would trim are not written.
-// Two calls at once for one consumer may each miss the other's attempts
-// when they trim, leaving its log over keep until the next append.
+// one round trip. Two calls at once for one consumer may each miss the
+// other's attempts when they trim, leaving its log over keep until the
+// next append.
 func (s *Store) AppendAttempts(ctx context.Context, attempts []*webhooks.DeliveryAttempt, keep int) error {
 	keep = max(keep, 0)
-	// The newest keep of each consumer's; kept counts them all.
-	var (
-		ids  []string
-		data [][]byte
-	)
-	kept := make(map[string]int)
-	for i := len(attempts) - 1; i >= 0; i-- {
-		a := attempts[i]
-		n := kept[a.ConsumerID]
-		if kept[a.ConsumerID] = n + 1; n >= keep {
-			continue
-		}
+	ids := make([]string, len(attempts))
+	data := make([][]byte, len(attempts))
+	var consumers []string
+	for i, a := range attempts {
 		b, err := a.MarshalData()
 		if err != nil {
 			return err
 		}
-		ids = append(ids, a.ConsumerID)
-		data = append(data, s.sealer.Seal(b, seal.ADDeliveryAttempt(a.ConsumerID)))
-	}
-	slices.Reverse(ids)
-	slices.Reverse(data)
-	consumers := make([]string, 0, len(kept))
-	for id := range kept {
-		consumers = append(consumers, id)
+		ids[i], data[i] = a.ConsumerID, s.sealer.Seal(b, seal.ADDeliveryAttempt(a.ConsumerID))
+		if !slices.Contains(consumers, a.ConsumerID) {
+			consumers = append(consumers, a.ConsumerID)
+		}
 	}
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		b := &pgx.Batch{}

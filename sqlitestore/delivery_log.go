@@ -11,32 +11,21 @@ import (
 var _ webhooks.DeliveryLog = (*Store)(nil)
 
 // AppendAttempts implements webhooks.DeliveryLog, in one transaction.
-// Attempts that the same call would trim are not written.
 func (s *Store) AppendAttempts(ctx context.Context, attempts []*webhooks.DeliveryAttempt, keep int) error {
-	type row struct {
-		consumerID string
-		data       []byte
-	}
-	// The newest keep of each consumer's, newest first; kept counts them
-	// all.
-	var rows []row
-	kept := make(map[string]int)
-	for i := len(attempts) - 1; i >= 0; i-- {
-		a := attempts[i]
-		n := kept[a.ConsumerID]
-		if kept[a.ConsumerID] = n + 1; n >= keep {
-			continue
-		}
-		data, err := a.MarshalData()
+	data := make([][]byte, len(attempts))
+	kept := make(map[string]bool)
+	for i, a := range attempts {
+		b, err := a.MarshalData()
 		if err != nil {
 			return err
 		}
-		rows = append(rows, row{a.ConsumerID, s.sealer.Seal(data, seal.ADDeliveryAttempt(a.ConsumerID))})
+		data[i] = s.sealer.Seal(b, seal.ADDeliveryAttempt(a.ConsumerID))
+		kept[a.ConsumerID] = true
 	}
 	return s.write(ctx, func(tx *wtx) error {
-		for i := len(rows) - 1; i >= 0; i-- {
+		for i, a := range attempts {
 			// A consumer deleted meanwhile keeps no log.
-			if _, err := tx.exec(appendAttemptQuery, rows[i].consumerID, rows[i].data); err != nil {
+			if _, err := tx.exec(appendAttemptQuery, a.ConsumerID, data[i]); err != nil {
 				return fmt.Errorf("sqlitestore: append attempts: %w", err)
 			}
 		}
