@@ -529,3 +529,61 @@ func TestCircuitBreakerHookOnceUnderConcurrentFailures(t *testing.T) {
 	h.waitIdle()
 	require.Equal(t, int32(1), calls.Load())
 }
+
+// timedSource is a fakeSource that knows when each event was appended.
+type timedSource struct {
+	*fakeSource
+	mu sync.Mutex
+	at map[string][]time.Time
+}
+
+func (s *timedSource) OffsetAt(_ context.Context, path string, t time.Time) (string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for _, a := range s.at[path] {
+		if a.Before(t) {
+			n++
+		}
+	}
+	if n == 0 {
+		return webhooks.OffsetNone, nil
+	}
+	return offset(n), nil
+}
+
+// Rewinding to a time re-delivers what was appended from then on, on a
+// source that can map a time to an offset; another source refuses it.
+func TestRewindToATime(t *testing.T) {
+	src := &timedSource{at: map[string][]time.Time{}}
+	h := newHarnessWrapped(t, func(f *fakeSource) webhooks.StreamSource { src.fakeSource = f; return src })
+	h.subscribeEvents("s1", "/orders/*", `"batch":{"max_wait_ms":0}`)
+	push := func(from, to int) string {
+		src.mu.Lock()
+		for range to - from + 1 {
+			src.at["/orders/1"] = append(src.at["/orders/1"], h.clock.Now())
+		}
+		src.mu.Unlock()
+		tail := h.push("/orders/1", numbered(from, to)...)
+		h.nextBatch()
+		return h.waitCursor(ordersID, tail).Streams[0].Offset
+	}
+	push(1, 3)
+	h.clock.Add(time.Hour)
+	since := h.clock.Now()
+	tail := push(4, 6)
+
+	h.api(http.MethodPost, "/orders/*?subscription=s1&rewind", fmt.Sprintf(`{"at":%q}`, since.Format(time.RFC3339)), http.StatusOK, nil)
+	_, p := h.nextBatch()
+	require.Equal(t, numbered(4, 6), eventStrings(p))
+	h.waitCursor(ordersID, tail)
+
+	rec := h.do(http.MethodPost, "/orders/*?subscription=s1&rewind", fmt.Sprintf(`{"at":%q,"offset":"-1"}`, since.Format(time.RFC3339)))
+	require.Equal(t, http.StatusBadRequest, rec.Code, "offset or at, not both")
+
+	plain := newHarness(t)
+	plain.subscribe("s1", "/orders/*")
+	rec = plain.do(http.MethodPost, "/orders/*?subscription=s1&rewind", `{"at":"2026-01-01T00:00:00Z"}`)
+	require.Equal(t, http.StatusBadRequest, rec.Code)
+	require.Contains(t, rec.Body.String(), "OffsetFinder")
+}

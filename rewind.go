@@ -2,6 +2,7 @@ package webhooks
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -18,7 +19,15 @@ type RewindParams struct {
 	// OffsetNone to deliver everything again, or an offset of that stream,
 	// after which delivery resumes.
 	Offset string
+	// At, if set instead of Offset, rewinds each consumer to what its
+	// primary stream held at that time: every event appended at At or
+	// later is delivered again. The StreamSource must be an OffsetFinder.
+	At time.Time
 }
+
+// errNoOffsetFinder refuses a rewind to a time on a host whose streams
+// cannot map one to an offset.
+var errNoOffsetFinder = errors.New("webhooks: this server's streams cannot map a time to an offset (OffsetFinder)")
 
 // Rewind sets cursors back, or forward, to p.Offset, so that what follows
 // it is delivered again: replay. A consumer's delivery in progress ends,
@@ -29,8 +38,16 @@ func (e *Engine) Rewind(ctx context.Context, p *RewindParams) (int, error) {
 	if err := e.checkLoaded(); err != nil {
 		return 0, err
 	}
-	if err := validateOffset(p.Offset); err != nil {
-		return 0, err
+	finder, _ := e.source.(OffsetFinder)
+	switch {
+	case p.At.IsZero():
+		if err := validateOffset(p.Offset); err != nil {
+			return 0, err
+		}
+	case p.Offset != "":
+		return 0, errors.New("webhooks: Rewind: give Offset or At, not both")
+	case finder == nil:
+		return 0, errNoOffsetFinder
 	}
 	sub, err := e.subscription(ctx, p.SubscriptionID)
 	if err != nil {
@@ -44,10 +61,16 @@ func (e *Engine) Rewind(ctx context.Context, p *RewindParams) (int, error) {
 			if err != nil {
 				return noChange, err
 			}
-			if info, ok := t[c.PrimaryStream]; ok && compareOffsets(p.Offset, info.Tail) > 0 {
-				return noChange, newAPIError(http.StatusConflict, CodeInvalidOffset, "offset %s is past the tail %s of %s", p.Offset, info.Tail, c.PrimaryStream)
+			offset := p.Offset
+			if !p.At.IsZero() {
+				if offset, err = finder.OffsetAt(ctx, c.PrimaryStream, p.At); err != nil {
+					return noChange, err
+				}
 			}
-			return e.m.rewind(c, sub, p.Offset, t, e.clock.Now()), nil
+			if info, ok := t[c.PrimaryStream]; ok && compareOffsets(offset, info.Tail) > 0 {
+				return noChange, newAPIError(http.StatusConflict, CodeInvalidOffset, "offset %s is past the tail %s of %s", offset, info.Tail, c.PrimaryStream)
+			}
+			return e.m.rewind(c, sub, offset, t, e.clock.Now()), nil
 		})
 		if err == nil {
 			n++
@@ -87,10 +110,11 @@ func (m *machine) rewind(c *Consumer, sub *Subscription, offset string, t tails,
 	return m.finish(c, sub, t, now)
 }
 
-// rewindRequest is the body of a rewind.
+// rewindRequest is the body of a rewind: an offset, or a time.
 type rewindRequest struct {
-	Offset   string `json:"offset"`
-	Consumer string `json:"consumer"`
+	Offset   string    `json:"offset"`
+	At       time.Time `json:"at"`
+	Consumer string    `json:"consumer"`
 }
 
 func (e *Engine) rewindRequest(ctx context.Context, sub *Subscription, body io.Reader) (int, any, error) {
@@ -98,17 +122,25 @@ func (e *Engine) rewindRequest(ctx context.Context, sub *Subscription, body io.R
 	if err := readRequest(body, &req); err != nil {
 		return 0, nil, err
 	}
-	if err := validateOffset(req.Offset); err != nil {
-		return 0, nil, newAPIError(http.StatusBadRequest, CodeInvalidRequest, "%v", err)
+	if _, ok := e.source.(OffsetFinder); !req.At.IsZero() && !ok {
+		return 0, nil, newAPIError(http.StatusBadRequest, CodeInvalidRequest, "%v", errNoOffsetFinder)
+	}
+	if (req.Offset == "") == req.At.IsZero() {
+		return 0, nil, newAPIError(http.StatusBadRequest, CodeInvalidRequest, "give offset or at, not both")
+	}
+	if req.At.IsZero() {
+		if err := validateOffset(req.Offset); err != nil {
+			return 0, nil, newAPIError(http.StatusBadRequest, CodeInvalidRequest, "%v", err)
+		}
 	}
 	if req.Consumer != "" {
 		if _, err := e.consumerOf(ctx, sub, req.Consumer); err != nil {
 			return 0, nil, err
 		}
 	}
-	n, err := e.Rewind(ctx, &RewindParams{SubscriptionID: sub.ID, Consumer: req.Consumer, Offset: req.Offset})
+	n, err := e.Rewind(ctx, &RewindParams{SubscriptionID: sub.ID, Consumer: req.Consumer, Offset: req.Offset, At: req.At})
 	if err != nil {
 		return 0, nil, fmt.Errorf("rewinding %s: %w", sub.ID, err)
 	}
-	return http.StatusOK, map[string]any{"rewound": n, "offset": req.Offset}, nil
+	return http.StatusOK, map[string]any{"rewound": n}, nil
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"time"
 )
 
 // ErrStreamNotFound is returned by a StreamSource for a path with no stream.
@@ -79,6 +80,16 @@ type EventReader interface {
 	// the stream could read from. The events may share memory with the
 	// source; the engine does not change them.
 	ReadEvents(ctx context.Context, path, from string, limit ReadLimit) (EventBatch, error)
+}
+
+// OffsetFinder is an optional capability of a StreamSource that lets an
+// operator rewind cursors to a time rather than an offset (RewindParams.At).
+type OffsetFinder interface {
+	// OffsetAt returns the offset of the last event of the stream at path
+	// appended before t, or OffsetNone if there is none, so that rewinding
+	// to it delivers again every event appended at t or later. It returns
+	// ErrStreamNotFound if there is no stream at path.
+	OffsetAt(ctx context.Context, path string, t time.Time) (string, error)
 }
 
 // ReadLimit bounds one ReadEvents: at most MaxEvents events of at most
