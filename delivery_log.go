@@ -42,7 +42,8 @@ type DeliveryAttempt struct {
 	Latency time.Duration
 	// ErrorClass is empty for a 2xx, and otherwise says why the attempt
 	// failed: dns, connect, tls, timeout, ssrf_blocked, status_3xx,
-	// status_4xx, status_5xx, body or other.
+	// status_4xx, status_5xx, body, other, or handler for a BatchHandler's
+	// error or panic.
 	ErrorClass string
 	// Error is the failure's detail.
 	Error string

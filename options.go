@@ -85,6 +85,7 @@ type config struct {
 	disabledHook            func(context.Context, SubscriptionDisabled)
 	deliveryLogKeep         int
 	maxRetryAfter           time.Duration
+	handlers                map[string]BatchHandler
 }
 
 // breakerConfig is when the circuit breaker disables a subscription; a

@@ -159,7 +159,8 @@ func (m *machine) applyPush(c *Consumer, sub *Subscription, r pushResult, t tail
 
 // deliver sends the batch of c that a transition has marked as sent, and
 // records the outcome: it reads the batch from the stream, leaves out what
-// the filter does not match, and POSTs the rest. A batch with nothing left
+// the filter does not match, and POSTs the rest, or for DeliveryHandler
+// calls the handler with it. A batch with nothing left
 // to send moves the cursor without a POST.
 func (pushMechanism) deliver(ctx context.Context, e *Engine, c *Consumer, sub *Subscription) string {
 	ctx, span := e.tel.tracer.Start(ctx, "webhooks.push", trace.WithAttributes(consumerAttrs(c)...))
@@ -185,7 +186,7 @@ func (pushMechanism) deliver(ctx context.Context, e *Engine, c *Consumer, sub *S
 		e.recordPush(ctx, c, sub, result, response{})
 		return ""
 	}
-	body := eventsBody(&EventsPayload{
+	p := &EventsPayload{
 		SubscriptionID: sub.ID,
 		Stream:         c.PrimaryStream,
 		DeliveryID:     c.WakeID,
@@ -193,20 +194,15 @@ func (pushMechanism) deliver(ctx context.Context, e *Engine, c *Consumer, sub *S
 		FirstOffset:    c.Streams[0].Offset,
 		Offset:         batch.Next,
 		UpToDate:       batch.Next == c.Batch.Until,
-	})
-	start := e.clock.Now()
-	header, err := e.signedHeader(sub, c.WakeID, body, start)
-	if err != nil {
+	}
+	var resp response
+	if sub.Delivery == DeliveryHandler {
+		resp = e.callHandler(ctx, sub, &Batch{EventsPayload: *p, Attempt: c.Attempt, MaxAttempts: e.m.retryPolicy(sub).MaxAttempts})
+	} else if resp, err = e.postBatch(ctx, sub, p); err != nil {
 		// The attempt times out, and is retried, as a lost POST is.
 		e.log.ErrorContext(ctx, "webhooks: signing a batch", "consumer_id", c.ID, "error", err)
 		return ""
 	}
-	for k, v := range sub.Events.Headers {
-		if header.Get(k) == "" {
-			header.Set(k, v)
-		}
-	}
-	resp := e.post(ctx, sub.Webhook, header, body, e.m.pushTimeout(sub), nil)
 	if ctx.Err() != nil {
 		return ""
 	}
@@ -214,6 +210,21 @@ func (pushMechanism) deliver(ctx context.Context, e *Engine, c *Consumer, sub *S
 	result.failure = resp.failure
 	e.recordPush(ctx, c, sub, result, resp)
 	return resp.outcome
+}
+
+// postBatch signs p for sub and POSTs it to sub's webhook.
+func (e *Engine) postBatch(ctx context.Context, sub *Subscription, p *EventsPayload) (response, error) {
+	body := eventsBody(p)
+	header, err := e.signedHeader(sub, p.DeliveryID, body, e.clock.Now())
+	if err != nil {
+		return response{}, err
+	}
+	for k, v := range sub.Events.Headers {
+		if header.Get(k) == "" {
+			header.Set(k, v)
+		}
+	}
+	return e.post(ctx, sub.Webhook, header, body, e.m.pushTimeout(sub), nil), nil
 }
 
 // eventsBody encodes p as encoding/json would, but with the events as the

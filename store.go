@@ -174,8 +174,11 @@ type Subscription struct {
 	// Delivery is how the engine delivers to the webhook. The zero value
 	// is DeliveryWake.
 	Delivery DeliveryMode
-	// Events configures a subscription whose Delivery is DeliveryEvents,
-	// and is nil for other modes.
+	// Handler names the BatchHandler a DeliveryHandler subscription
+	// delivers to (WithBatchHandler); such a subscription has no Webhook.
+	Handler string
+	// Events configures a subscription whose Delivery is DeliveryEvents
+	// or DeliveryHandler, and is nil for other modes.
 	Events *EventsOptions
 	// Status says whether the subscription delivers. The zero value is
 	// StatusActive.
@@ -303,10 +306,12 @@ type EventFilter struct {
 	Patterns []string
 }
 
-// pushes reports whether s delivers by event push. A nil subscription is
-// taken for a wake one: the callback API, which only wake consumers use,
-// does not look theirs up.
-func (s *Subscription) pushes() bool { return s != nil && s.Delivery == DeliveryEvents }
+// pushes reports whether s delivers by event push, to a webhook or to a
+// handler. A nil subscription is taken for a wake one: the callback API,
+// which only wake consumers use, does not look theirs up.
+func (s *Subscription) pushes() bool {
+	return s != nil && (s.Delivery == DeliveryEvents || s.Delivery == DeliveryHandler)
+}
 
 // orDefault is m, or DeliveryWake for the zero mode.
 func (m DeliveryMode) orDefault() DeliveryMode {

@@ -57,6 +57,7 @@ type subscriptionJSON struct {
 	SubscriptionID string             `json:"subscription_id"`
 	Pattern        string             `json:"pattern"`
 	Webhook        string             `json:"webhook"`
+	Handler        string             `json:"handler,omitempty"`
 	WebhookSecret  string             `json:"webhook_secret,omitempty"`
 	Description    string             `json:"description,omitempty"`
 	Delivery       DeliveryMode       `json:"delivery"`
@@ -69,7 +70,7 @@ type subscriptionJSON struct {
 // view is s as the API shows it.
 func (e *Engine) view(s *Subscription) subscriptionJSON {
 	out := subscriptionJSON{
-		SubscriptionID: s.ID, Pattern: s.Pattern, Webhook: s.Webhook, Description: s.Description,
+		SubscriptionID: s.ID, Pattern: s.Pattern, Webhook: s.Webhook, Handler: s.Handler, Description: s.Description,
 		Delivery: s.Delivery.orDefault(), Status: s.status(),
 		optionsJSON: e.m.optionsView(s), healthJSON: healthView(s.Health),
 	}
@@ -348,16 +349,13 @@ func readOptionalRequest(body io.Reader, v any) error {
 }
 
 // validate checks a subscription about to be stored: its description, its
-// webhook URL, by the engine's policy too, and its options.
+// destination (validateDestination), and its options.
 func (e *Engine) validate(sub *Subscription) error {
 	if len(sub.Description) > MaxDescriptionLength {
 		return newAPIError(http.StatusBadRequest, CodeInvalidRequest, "description is longer than %d characters", MaxDescriptionLength)
 	}
-	if len(sub.Webhook) > MaxWebhookURLLength {
-		return newAPIError(http.StatusBadRequest, CodeInvalidRequest, "webhook URL is longer than %d characters", MaxWebhookURLLength)
-	}
-	if _, err := e.policy.CheckURL(sub.Webhook); err != nil {
-		return newAPIError(http.StatusBadRequest, CodeInvalidRequest, "webhook URL rejected: %v", err)
+	if err := e.validateDestination(sub); err != nil {
+		return err
 	}
 	if err := validateOptions(sub); err != nil {
 		return newAPIError(http.StatusBadRequest, CodeInvalidRequest, "%v", err)
@@ -410,12 +408,12 @@ func (e *Engine) existing(ctx context.Context, want *Subscription) (*subscriptio
 }
 
 // sameConfiguration reports whether a and b are configured alike: the
-// same pattern, webhook, description, mode and options, whatever their
+// same pattern, webhook or handler, description, mode and options, whatever their
 // secrets, status and health. It compares their encodings, which are
 // canonical.
 func sameConfiguration(a, b *Subscription) bool {
 	config := func(s *Subscription) []byte {
-		c := Subscription{Delivery: s.Delivery.orDefault(), Signature: s.signature(), Retry: s.Retry, RateLimit: s.RateLimit, Events: s.Events}
+		c := Subscription{Delivery: s.Delivery.orDefault(), Handler: s.Handler, Signature: s.signature(), Retry: s.Retry, RateLimit: s.RateLimit, Events: s.Events}
 		data, _ := c.MarshalData() // no times, so no error
 		return data
 	}

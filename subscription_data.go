@@ -17,12 +17,14 @@ import (
 
 // Subscription data versions: version 1 holds Delivery; version 2 adds
 // Status and Events, whose MaxAttempts was then a field of the options;
-// version 3, which MarshalData writes, moves it to Retry and adds
-// Signature, PreviousSecret, PreviousSecretExpiresAt, Retry and RateLimit.
+// version 3 moves it to Retry and adds
+// Signature, PreviousSecret, PreviousSecretExpiresAt, Retry and RateLimit;
+// version 4, which MarshalData writes, adds Handler at the end.
 const (
 	subscriptionDataV1 = 1
 	subscriptionDataV2 = 2
 	subscriptionDataV3 = 3
+	subscriptionDataV4 = 4
 )
 
 var errCorruptSubscriptionData = errors.New("webhooks: corrupt subscription data")
@@ -31,7 +33,7 @@ var errCorruptSubscriptionData = errors.New("webhooks: corrupt subscription data
 // every field but ID, Pattern, Webhook, Description, Secret, CreatedAt and
 // Health. It fails for a time outside the years 1678 to 2262.
 func (s *Subscription) MarshalData() ([]byte, error) {
-	b := []byte{subscriptionDataV3}
+	b := []byte{subscriptionDataV4}
 	b = appendString(b, string(s.Delivery))
 	b = appendString(b, string(s.Status))
 	b = appendString(b, string(s.Signature))
@@ -50,7 +52,8 @@ func (s *Subscription) MarshalData() ([]byte, error) {
 		b = binary.AppendVarint(b, int64(r.MaxAttempts))
 		b = binary.AppendVarint(b, int64(r.MaxAge))
 	}
-	return appendEventsOptions(b, s.Events), nil
+	b = appendEventsOptions(b, s.Events)
+	return appendString(b, s.Handler), nil
 }
 
 // appendEventsOptions appends whether ev is set and, if it is, its fields.
@@ -88,7 +91,7 @@ func (s *Subscription) UnmarshalData(data []byte) error {
 	if len(data) > 0 {
 		d := decoder{b: data}
 		version := d.byte()
-		if version < subscriptionDataV1 || version > subscriptionDataV3 {
+		if version < subscriptionDataV1 || version > subscriptionDataV4 {
 			return errCorruptSubscriptionData
 		}
 		out.Delivery = DeliveryMode(d.string())
@@ -101,7 +104,7 @@ func (s *Subscription) UnmarshalData(data []byte) error {
 				out.Retry = &RetryPolicy{MaxAttempts: int(d.varint())}
 				d.eventsFilter(out.Events)
 			}
-		case subscriptionDataV3:
+		case subscriptionDataV3, subscriptionDataV4:
 			out.Status = SubscriptionStatus(d.string())
 			out.Signature = SignatureScheme(d.string())
 			out.PreviousSecret = d.string()
@@ -113,6 +116,9 @@ func (s *Subscription) UnmarshalData(data []byte) error {
 			if d.byte() == 1 {
 				out.Events = d.eventsOptions()
 				d.eventsFilter(out.Events)
+			}
+			if version == subscriptionDataV4 {
+				out.Handler = d.string()
 			}
 		}
 		if d.err != nil || len(d.b) != 0 {

@@ -15,7 +15,7 @@ func dataSubscription() *Subscription {
 		Delivery: DeliveryEvents, Events: dataEvents(), Status: StatusPaused, Signature: SignatureStandard,
 		PreviousSecret: "whsec_old", PreviousSecretExpiresAt: time.Unix(1_800_000_000, 5).UTC(),
 		Retry:     &RetryPolicy{Schedule: []time.Duration{time.Second, time.Minute}, MaxAttempts: 7, MaxAge: time.Hour},
-		RateLimit: 1000,
+		RateLimit: 1000, Handler: "inbox",
 	}
 }
 
@@ -57,14 +57,23 @@ func TestSubscriptionDataRoundTrip(t *testing.T) {
 
 // The released formats never change, and every one of them reads.
 func TestSubscriptionDataKnownAnswers(t *testing.T) {
-	const v3 = "03066576656e747306706175736564087374616e646172640977687365635f6f6c64018a80a0bbd29df1fa31d00f010280a8d6b90780e0ba84bf030e8080c58bc6d10101c8010180bcc1960b80a8d6b907020d417574686f72697a6174696f6e0942656172657220c3bc03582d4201320109646174612e7479706502076f726465722e2a00"
-	require.Equal(t, v3, hex.EncodeToString(marshal(t, dataSubscription())))
+	// Version 4 is version 3's fields, then the handler's name: "inbox".
+	const v4 = "04066576656e747306706175736564087374616e646172640977687365635f6f6c64018a80a0bbd29df1fa31d00f010280a8d6b90780e0ba84bf030e8080c58bc6d10101c8010180bcc1960b80a8d6b907020d417574686f72697a6174696f6e0942656172657220c3bc03582d4201320109646174612e7479706502076f726465722e2a00" + "05696e626f78"
+	require.Equal(t, v4, hex.EncodeToString(marshal(t, dataSubscription())))
+
+	v3, err := hex.DecodeString("03066576656e747306706175736564087374616e646172640977687365635f6f6c64018a80a0bbd29df1fa31d00f010280a8d6b90780e0ba84bf030e8080c58bc6d10101c8010180bcc1960b80a8d6b907020d417574686f72697a6174696f6e0942656172657220c3bc03582d4201320109646174612e7479706502076f726465722e2a00")
+	require.NoError(t, err)
+	s := dataSubscription()
+	require.NoError(t, s.UnmarshalData(v3))
+	want := dataSubscription()
+	want.Handler = ""
+	require.Equal(t, want, s, "version 3 has no handler")
 
 	// Version 2 kept the events' attempt limit among their options; it
 	// reads as the retry policy's.
 	v2, err := hex.DecodeString("02066576656e74730864697361626c656401c8010180bcc1960b80a8d6b9070a020d417574686f72697a6174696f6e0942656172657220c3bc03582d4201320109646174612e7479706502076f726465722e2a00")
 	require.NoError(t, err)
-	s := dataSubscription()
+	s = dataSubscription()
 	require.NoError(t, s.UnmarshalData(v2))
 	require.Equal(t, &Subscription{Delivery: DeliveryEvents, Events: dataEvents(), Status: StatusDisabled, Retry: &RetryPolicy{MaxAttempts: 5}}, s)
 

@@ -21,6 +21,8 @@ const (
 	outcomeHTTPError = "http_error" // non-2xx
 	outcomeTimeout   = "timeout"    // no response within the request timeout
 	outcomeError     = "error"      // network error, refused dial, ...
+	// outcomeHandlerError is a BatchHandler's error or panic.
+	outcomeHandlerError = "handler_error"
 )
 
 // telemetry holds the engine's OpenTelemetry instruments.

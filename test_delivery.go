@@ -3,6 +3,7 @@ package webhooks
 import (
 	"context"
 	"encoding/json"
+	"net/http"
 	"time"
 )
 
@@ -41,6 +42,9 @@ func (e *Engine) SendTestDelivery(ctx context.Context, id string) (*TestDelivery
 	sub, err := e.subscription(ctx, id)
 	if err != nil {
 		return nil, err
+	}
+	if sub.Delivery == DeliveryHandler {
+		return nil, newAPIError(http.StatusBadRequest, CodeInvalidRequest, "a %q subscription has no webhook to test", DeliveryHandler)
 	}
 	e.tel.operated(ctx, "test")
 	now := e.clock.Now()

@@ -56,7 +56,7 @@ func (e *Engine) send(ctx context.Context, c *Consumer) {
 		e.deferAttempt(ctx, c, sub, wait)
 		return
 	}
-	e.lanes.enqueue(ctx, laneKey(sub.Webhook), c, sub)
+	e.lanes.enqueue(ctx, laneOf(sub), c, sub)
 }
 
 // sendStarted sends the attempt of c that this engine's transition has

@@ -5,8 +5,9 @@
 // reads the records later and checks each signature, with the provider's
 // Scheme, on exactly the bytes that were received.
 //
-// The package does not depend on the webhook engine: any host that can
-// append to a stream (an Appender) can mount it.
+// The Handler does not depend on the webhook engine: any host that can
+// append to a stream (an Appender) can mount it. The Processor is the
+// engine's in-process consumer of the inbox streams (see Processor).
 package inbox
 
 import (
@@ -66,6 +67,9 @@ type Provider struct {
 	// Stream is the inbox stream of the provider's records; empty means
 	// "/inbox/{Name}/records".
 	Stream string
+	// DeadStream is where a Processor appends the provider's dead letters;
+	// empty means "/inbox/{Name}/dead".
+	DeadStream string
 	// Status answers a delivery once it is durable, and its duplicates:
 	// a 2xx, http.StatusAccepted if zero. Set http.StatusOK for a provider
 	// that accepts nothing else.
@@ -120,6 +124,7 @@ type provider struct {
 	name    string
 	scheme  Scheme
 	stream  string
+	dead    string
 	status  int
 	headers []string // canonical, Content-Type first
 }
@@ -208,9 +213,12 @@ func resolve(p Provider) (*provider, error) {
 	if p.Scheme == nil {
 		return nil, fmt.Errorf("inbox: provider %q has no Scheme", p.Name)
 	}
-	r := &provider{name: p.Name, scheme: p.Scheme, stream: p.Stream, status: p.Status}
+	r := &provider{name: p.Name, scheme: p.Scheme, stream: p.Stream, dead: p.DeadStream, status: p.Status}
 	if r.stream == "" {
 		r.stream = "/inbox/" + p.Name + "/records"
+	}
+	if r.dead == "" {
+		r.dead = "/inbox/" + p.Name + "/dead"
 	}
 	if r.status == 0 {
 		r.status = http.StatusAccepted

@@ -38,6 +38,7 @@ func newSub(id string) *webhooks.Subscription {
 		PreviousSecretExpiresAt: at(time.Hour + 9*time.Nanosecond),
 		Retry:                   &webhooks.RetryPolicy{Schedule: []time.Duration{time.Second, time.Minute + 1}, MaxAttempts: 5, MaxAge: time.Hour},
 		RateLimit:               600,
+		Handler:                 "handler-" + id,
 		Events: &webhooks.EventsOptions{
 			MaxBatchEvents: 100,
 			MaxBatchBytes:  1 << 20,

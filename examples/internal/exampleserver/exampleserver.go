@@ -71,7 +71,10 @@ type Config struct {
 	// providers "github" and "standard" (Standard Webhooks). Each appends
 	// its deliveries to the JSON stream /inbox/{provider}/records, which
 	// Start creates, readable like any stream. Paths of one segment under
-	// /inbox/ are then the inbox's: no stream can be there.
+	// /inbox/ are then the inbox's: no stream can be there. A Processor
+	// processes the records through the handler subscription "inbox",
+	// which Start creates if it is missing, and logs each; dead letters go
+	// to the JSON stream /inbox/{provider}/dead.
 	Inbox bool
 	// InboxSecrets maps an inbox provider to the secret its deliveries are
 	// signed with, which verifies its records when they are processed. It
@@ -157,6 +160,15 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 		_ = ln.Close()
 		return nil, err
 	}
+	var processor *inbox.Processor
+	if cfg.Inbox {
+		if processor, err = newProcessor(streams, providers, log); err != nil {
+			_ = ln.Close()
+			streams.Close()
+			return nil, err
+		}
+		opts = append(opts, webhooks.WithBatchHandler(inboxHandler, processor.HandleBatch))
+	}
 	engine, err := webhooks.New(store, streams, opts...)
 	if err == nil {
 		err = engine.Start(ctx)
@@ -174,7 +186,7 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 	streams.SetObserver(engine)
 	var next http.Handler = streams
 	if cfg.Inbox {
-		if next, err = mountInbox(ctx, streams, providers, log); err != nil {
+		if next, err = mountInbox(ctx, engine, streams, providers, log); err != nil {
 			_ = ln.Close()
 			streams.Close()
 			err = errors.Join(err, engine.Stop(ctx))
@@ -218,16 +230,48 @@ func inboxProviders(cfg Config) ([]inbox.Provider, error) {
 	return providers, nil
 }
 
-// mountInbox creates the providers' inbox streams and returns the handler
-// that serves deliveries at /inbox/{provider}, one segment, and passes
-// every other request to streams. The engine's handler sees requests
-// first, so subscription requests for patterns such as /inbox/* still
-// reach the engine.
-func mountInbox(ctx context.Context, streams *dstream.Server, providers []inbox.Provider, log *slog.Logger) (http.Handler, error) {
+// inboxHandler names the inbox's Processor on the engine, and its
+// subscription.
+const inboxHandler = "inbox"
+
+// newProcessor returns the inbox's Processor, which logs each record.
+func newProcessor(streams *dstream.Server, providers []inbox.Provider, log *slog.Logger) (*inbox.Processor, error) {
+	p, err := inbox.NewProcessor(streams, providers, inbox.WithLogger(log))
+	if err != nil {
+		return nil, err
+	}
+	for _, prov := range providers {
+		p.Handle(prov.Name, "", func(ctx context.Context, rec *inbox.Record) error {
+			log.InfoContext(ctx, "inbox: processed a record", "provider", rec.Provider,
+				"delivery_id", rec.DeliveryID, "event_type", inbox.EventType(rec), "bytes", len(rec.Body))
+			return nil
+		})
+	}
+	return p, nil
+}
+
+// mountInbox creates the providers' inbox and dead-letter streams and the
+// processor's subscription, and returns the handler that serves deliveries
+// at /inbox/{provider}, one segment, and passes every other request to
+// streams. The engine's handler sees requests first, so subscription
+// requests for patterns such as /inbox/* still reach the engine.
+func mountInbox(ctx context.Context, engine *webhooks.Engine, streams *dstream.Server, providers []inbox.Provider, log *slog.Logger) (http.Handler, error) {
 	for _, p := range providers {
-		if err := streams.Create(ctx, "/inbox/"+p.Name+"/records", "application/json"); err != nil {
-			return nil, fmt.Errorf("creating the inbox stream of %s: %w", p.Name, err)
+		for _, kind := range []string{"records", "dead"} {
+			if err := streams.Create(ctx, "/inbox/"+p.Name+"/"+kind, "application/json"); err != nil {
+				return nil, fmt.Errorf("creating the inbox stream of %s: %w", p.Name, err)
+			}
 		}
+	}
+	// One record a batch, so that each gets every attempt (inbox.Processor);
+	// from the streams' start, so that no record is skipped.
+	_, err := engine.CreateSubscription(ctx, &webhooks.Subscription{
+		ID: inboxHandler, Pattern: "/inbox/*/records", Delivery: webhooks.DeliveryHandler, Handler: inboxHandler,
+		Events: &webhooks.EventsOptions{MaxBatchEvents: 1, MaxBatchBytes: webhooks.DefaultMaxBatchBytes},
+		Retry:  &webhooks.RetryPolicy{MaxAttempts: webhooks.DefaultMaxAttempts},
+	}, webhooks.OffsetNone)
+	if err != nil {
+		return nil, fmt.Errorf("creating the inbox's subscription: %w", err)
 	}
 	h, err := inbox.New(streams, providers, inbox.WithLogger(log))
 	if err != nil {

@@ -78,3 +78,25 @@ func TestInboxConfigRefused(t *testing.T) {
 		require.Error(t, err, name)
 	}
 }
+
+// TestInboxProcessing: the server's processor checks each record, and
+// one whose signature fails lands in the provider's dead-letter stream,
+// readable like any stream, with the reason.
+func TestInboxProcessing(t *testing.T) {
+	c, _ := startServer(t, exampleserver.Config{Dev: true, Inbox: true,
+		InboxSecrets: map[string]string{"github": "e2e-github-secret"}})
+	require.Equal(t, http.StatusAccepted, c.post(t, "/inbox/github", []byte(`{}`),
+		"X-GitHub-Delivery", "forged-1", "X-Hub-Signature-256", "sha256=00").StatusCode)
+
+	resp, data := c.do(t, http.MethodGet, "/inbox/github/dead?offset=-1&live=long-poll", "", "", nil)
+	require.Equal(t, http.StatusOK, resp.StatusCode, "%s", data)
+	var dead []inbox.DeadLetter
+	require.NoError(t, json.Unmarshal(data, &dead))
+	require.Len(t, dead, 1)
+	require.Equal(t, "forged-1", dead[0].DeliveryID)
+	require.Contains(t, dead[0].Reason, inbox.ErrSignatureMismatch.Error())
+
+	resp, data = c.do(t, http.MethodGet, "/inbox/**?subscription=inbox", "", "", nil)
+	require.Equal(t, http.StatusOK, resp.StatusCode, "%s", data)
+	require.Contains(t, string(data), `"handler":"inbox"`)
+}

@@ -1,0 +1,212 @@
+package webhooks
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+)
+
+// Handler delivery (DeliveryHandler) is event push to a Go function in the
+// host's process instead of a URL: the same batches, cursor, retries, dead
+// letters, delivery log and health as DeliveryEvents, with the function's
+// error as the attempt's outcome. There is no HTTP hop, no signature to
+// check and no SSRF policy to exempt a loopback URL from, so a host
+// processes its own streams, such as an inbox, in-process.
+
+// DeliveryHandler delivers a subscription's streams in batches, as
+// DeliveryEvents does, to the BatchHandler that the host registered under
+// the subscription's Handler name (WithBatchHandler). A nil return
+// acknowledges the batch; an error or a panic fails the attempt, which is
+// retried on the subscription's schedule. Such subscriptions are created
+// in Go only (Engine.CreateSubscription).
+const DeliveryHandler DeliveryMode = "handler"
+
+// A BatchHandler handles a batch of a DeliveryHandler subscription. ctx
+// ends at the subscription's timeout (EventsOptions.Timeout); a handler
+// still running then is abandoned, its outcome ignored, and the batch
+// retried, possibly while it still runs. Delivery is at least once: a
+// batch whose acknowledgement was lost, in a crash for instance, comes
+// again under the same DeliveryID.
+type BatchHandler func(ctx context.Context, b *Batch) error
+
+// Batch is what a BatchHandler gets: the batch an event-push POST would
+// carry, and which attempt this is.
+type Batch struct {
+	EventsPayload
+	// Attempt counts the attempts of this batch, from 1.
+	Attempt int
+	// MaxAttempts is how many attempts the subscription's retry policy
+	// gives a batch before its consumer becomes a dead letter; zero means
+	// no limit. A handler that would rather set a failing event aside than
+	// stop its stream does so when Attempt reaches it.
+	MaxAttempts int
+}
+
+// WithBatchHandler registers h under name, for the DeliveryHandler
+// subscriptions whose Handler is name. Every engine sharing a Store
+// registers the same handlers, since any of them may deliver a batch; a
+// batch for a name this engine lacks fails, and is retried.
+func WithBatchHandler(name string, h BatchHandler) Option {
+	return func(c *config) error {
+		if name == "" || h == nil {
+			return errors.New("WithBatchHandler: empty name or nil handler")
+		}
+		if c.handlers == nil {
+			c.handlers = make(map[string]BatchHandler)
+		}
+		c.handlers[name] = h
+		return nil
+	}
+}
+
+// failHandler is a handler's error or panic; failTimeout is its timeout.
+const failHandler failureClass = "handler"
+
+// callHandler calls the handler of sub with b, within sub's timeout, and
+// classifies what it came to as a POST's response is classified.
+func (e *Engine) callHandler(ctx context.Context, sub *Subscription, b *Batch) (r response) {
+	r.sentAt = e.clock.Now()
+	defer func() { r.latency = e.clock.Since(r.sentAt) }()
+	h := e.cfg.handlers[sub.Handler]
+	if h == nil {
+		r.outcome = outcomeHandlerError
+		r.failure = &deliveryFailure{class: failHandler, err: fmt.Errorf("no handler %q is registered", sub.Handler)}
+		return r
+	}
+	// The timeout runs on the engine's clock, as a POST's does.
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	timer := e.clock.AfterFunc(e.m.pushTimeout(sub), func() { cancel(errRequestTimeout) })
+	defer timer.Stop()
+	done := make(chan error, 1) // the handler never blocks on sending, even abandoned
+	go func() { done <- runHandler(ctx, h, b) }()
+	select {
+	case err := <-done:
+		switch {
+		case err == nil:
+			r.outcome = outcomeOK
+		case errors.Is(context.Cause(ctx), errRequestTimeout):
+			r.outcome, r.failure = outcomeTimeout, transportFailure(errRequestTimeout)
+		default:
+			r.outcome, r.failure = outcomeHandlerError, &deliveryFailure{class: failHandler, err: err}
+		}
+	case <-ctx.Done():
+		// Abandoned: at the timeout, or because the engine stops, which
+		// the caller sees in its own ctx.
+		r.outcome, r.failure = outcomeTimeout, transportFailure(errRequestTimeout)
+	}
+	return r
+}
+
+// runHandler calls h, turning a panic into an error.
+func runHandler(ctx context.Context, h BatchHandler, b *Batch) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("handler panicked: %v", p)
+		}
+	}()
+	return h(ctx, b)
+}
+
+// laneOf is the lane of sub's deliveries: its webhook's host, or its
+// handler, whose calls the lane's limit then bounds.
+func laneOf(sub *Subscription) string {
+	if sub.Delivery == DeliveryHandler {
+		return "handler:" + sub.Handler
+	}
+	return laneKey(sub.Webhook)
+}
+
+// validateDestination checks where sub delivers: a webhook URL, by the
+// engine's policy too, or for DeliveryHandler a registered handler.
+func (e *Engine) validateDestination(sub *Subscription) error {
+	if sub.Delivery == DeliveryHandler {
+		switch {
+		case sub.Webhook != "":
+			return newAPIError(http.StatusBadRequest, CodeInvalidRequest, "delivery %q has no webhook URL", DeliveryHandler)
+		case e.cfg.handlers[sub.Handler] == nil:
+			return newAPIError(http.StatusBadRequest, CodeInvalidRequest, "no handler %q is registered on this engine", sub.Handler)
+		}
+		return nil
+	}
+	if sub.Handler != "" {
+		return newAPIError(http.StatusBadRequest, CodeInvalidRequest, "a handler applies only to delivery %q", DeliveryHandler)
+	}
+	if len(sub.Webhook) > MaxWebhookURLLength {
+		return newAPIError(http.StatusBadRequest, CodeInvalidRequest, "webhook URL is longer than %d characters", MaxWebhookURLLength)
+	}
+	if _, err := e.policy.CheckURL(sub.Webhook); err != nil {
+		return newAPIError(http.StatusBadRequest, CodeInvalidRequest, "webhook URL rejected: %v", err)
+	}
+	return nil
+}
+
+// CreateSubscription creates sub for a host that configures subscriptions
+// in Go, with the checks of the subscription API's create; a
+// DeliveryHandler subscription is created only this way. sub needs ID,
+// Pattern, and Webhook or, for DeliveryHandler, Handler. A nil Events of a
+// batching mode takes the API's defaults, a nil Retry the mode's default
+// policy, and an empty Secret a new one; RateLimit is as given, zero for
+// no limit. The subscription starts active. Consumers of existing streams
+// start at from: "" for each stream's tail, OffsetNone before its first
+// event, or an offset.
+//
+// If sub's ID is taken by a subscription configured alike, it returns that
+// one, so that a host may create its subscriptions at every start; if by
+// one configured otherwise, an error wrapping ErrSubscriptionExists.
+func (e *Engine) CreateSubscription(ctx context.Context, sub *Subscription, from string) (*Subscription, error) {
+	if err := e.checkLoaded(); err != nil {
+		return nil, err
+	}
+	if err := ValidateSubscriptionID(sub.ID); err != nil {
+		return nil, err
+	}
+	pattern, err := ParsePattern(sub.Pattern)
+	if err != nil {
+		return nil, err
+	}
+	if from != "" && from != OffsetNone {
+		if err := validateOffset(from); err != nil {
+			return nil, err
+		}
+	}
+	s := sub.Clone()
+	s.Pattern, s.Delivery, s.Status, s.Health = pattern.String(), s.Delivery.orDefault(), "", SubscriptionHealth{}
+	switch {
+	case s.Delivery != DeliveryWake && !s.pushes():
+		return nil, fmt.Errorf("webhooks: unknown delivery %q", s.Delivery)
+	case s.pushes() && s.Events == nil:
+		s.Events = defaultEventsOptions()
+	case !s.pushes() && s.Events != nil:
+		return nil, errors.New("webhooks: Events applies only to batching deliveries")
+	}
+	if _, ok := e.source.(EventReader); s.pushes() && !ok {
+		return nil, errNoEventReader()
+	}
+	if err := e.validate(s); err != nil {
+		return nil, err
+	}
+	if s.Secret == "" {
+		s.Secret = newSecret(s.Signature)
+	}
+	s.CreatedAt = e.clock.Now()
+	if err := e.store.CreateSubscription(ctx, s); err != nil {
+		if !errors.Is(err, ErrSubscriptionExists) {
+			return nil, err
+		}
+		have, gerr := e.store.GetSubscription(ctx, s.ID)
+		if gerr != nil {
+			return nil, gerr
+		}
+		if !sameConfiguration(have, s) {
+			return nil, fmt.Errorf("%w: %s is configured otherwise", ErrSubscriptionExists, s.ID)
+		}
+		return have, nil
+	}
+	e.subs.add(pattern, s)
+	if err := e.adoptExistingStreams(ctx, pattern, s.ID, from); err != nil {
+		return nil, err
+	}
+	return s.Clone(), nil
+}

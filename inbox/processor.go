@@ -1,0 +1,301 @@
+package inbox
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/benbjohnson/clock"
+
+	webhooks "github.com/streamhooks/webhooks"
+)
+
+// maxErrorHistory bounds the errors a dead letter keeps, the latest.
+const maxErrorHistory = 32
+
+// RecordHandler processes one verified record. An error leaves the record
+// to be tried again (see Processor).
+type RecordHandler func(ctx context.Context, rec *Record) error
+
+// DeadLetter is what a Processor appends to a provider's dead-letter
+// stream: the record as it was received, and why it was set aside.
+type DeadLetter struct {
+	Record
+	// Reason says why: the signature's failure, or the last error after
+	// the record's attempts.
+	Reason string `json:"reason"`
+	// Errors are the record's handler errors, oldest first, as this
+	// process saw them: attempts made before a restart are counted in
+	// Reason but not listed.
+	Errors []string  `json:"errors,omitempty"`
+	DeadAt time.Time `json:"dead_at"`
+}
+
+// Processor processes inbox records. It is the webhooks.BatchHandler of a
+// webhooks.DeliveryHandler subscription on the inbox streams, registered
+// with webhooks.WithBatchHandler: the engine delivers it each stream's
+// records in order, in batches, calling it in-process, so that no loopback
+// URL needs an exemption from the engine's SSRF policy and no second
+// signature is made and checked, and its cursor, retries, dead letters and
+// delivery log apply unchanged. A batch is acknowledged only when each of
+// its records has been dealt with, so a crash or an error before then
+// delivers the batch again: nothing received is lost.
+//
+// For each record of a batch, in order, the Processor:
+//   - skips a record, or a verified delivery id, that it has dealt with
+//     within its dedup window (WithDedup);
+//   - verifies the record with its provider's Scheme; one that fails is
+//     appended to the provider's dead-letter stream with the reason, and
+//     is never processed or retried;
+//   - calls the RecordHandler registered for its provider and event type
+//     (Handle); a record that no handler takes is acknowledged unprocessed;
+//   - on the handler's error, fails the batch, which the engine retries on
+//     the subscription's schedule, from this record, the ones before it
+//     being skipped. If the attempt was the batch's last
+//     (webhooks.Batch.MaxAttempts), it appends the record to the dead-letter
+//     stream with its errors instead and goes on, so that one record does
+//     not stop its stream; Replay processes it again.
+//
+// A record's attempts are its batch's, so that the count is durable: give
+// the subscription a batch size of 1 for each record to get all its
+// attempts whatever the others do. A record that is not JSON, or whose
+// provider the Processor lacks, fails its batch at every attempt, until the
+// engine dead-letters the consumer for an operator to see.
+//
+// Deduplication is in memory, and a batch may be delivered again after a
+// crash, so delivery is at least once: handlers must be idempotent by
+// Record.DeliveryID. The host creates each provider's dead-letter stream,
+// as a JSON stream, before the first dead letter.
+type Processor struct {
+	appender  Appender
+	providers map[string]*provider
+	clock     clock.Clock
+	log       *slog.Logger
+	done      *dedup
+
+	mu       sync.Mutex
+	handlers map[handlerKey]RecordHandler
+	errs     map[idKey][]string // the errors of records that have failed and not yet been dealt with
+	locks    map[string]chan struct{}
+}
+
+type handlerKey struct{ provider, eventType string }
+
+// NewProcessor returns a Processor of the providers' records that appends
+// dead letters and replays through appender. WithClock, WithLogger and
+// WithDedup apply; WithDedup sets how long, and how many, dealt-with
+// records and delivery ids are remembered.
+func NewProcessor(appender Appender, providers []Provider, opts ...Option) (*Processor, error) {
+	// New checks the same things, and the providers are the Handler's.
+	h, err := New(appender, providers, opts...)
+	if err != nil {
+		return nil, err
+	}
+	return &Processor{
+		appender:  appender,
+		providers: h.providers,
+		clock:     h.clock,
+		log:       h.log,
+		done:      h.seen,
+		handlers:  make(map[handlerKey]RecordHandler),
+		errs:      make(map[idKey][]string),
+		locks:     make(map[string]chan struct{}),
+	}, nil
+}
+
+// Handle registers h for the records of provider whose event type
+// (EventType) is eventType, or for every other of its records if eventType
+// is "".
+func (p *Processor) Handle(provider, eventType string, h RecordHandler) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.handlers[handlerKey{provider, eventType}] = h
+}
+
+// EventType is a record's event type: GitHub's X-GitHub-Event header, or
+// else the "type" field of a JSON object body, as Stripe and Standard
+// Webhooks send it; "" if it has neither.
+func EventType(rec *Record) string {
+	if t := rec.Header.Get("X-GitHub-Event"); t != "" {
+		return t
+	}
+	return jsonField(rec.Body, "type")
+}
+
+// HandleBatch processes the records of b in order; it is the
+// webhooks.BatchHandler to register.
+func (p *Processor) HandleBatch(ctx context.Context, b *webhooks.Batch) error {
+	// One batch of a stream at a time: a handler the engine abandoned at
+	// its timeout may still run when the batch comes again.
+	lock := p.lock(b.Stream)
+	select {
+	case lock <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-lock }()
+	for _, raw := range b.Events {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
+		if err := p.process(ctx, b, raw); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (p *Processor) lock(stream string) chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	l := p.locks[stream]
+	if l == nil {
+		l = make(chan struct{}, 1)
+		p.locks[stream] = l
+	}
+	return l
+}
+
+// process deals with one record of b, raw as stored: it returns an error
+// only to fail the batch.
+func (p *Processor) process(ctx context.Context, b *webhooks.Batch, raw []byte) error {
+	var rec Record
+	if err := json.Unmarshal(raw, &rec); err != nil {
+		return fmt.Errorf("inbox: a record of %s is not JSON: %w", b.Stream, err)
+	}
+	prov := p.providers[rec.Provider]
+	if prov == nil {
+		return fmt.Errorf("inbox: a record of %s is for provider %q, which the processor lacks", b.Stream, rec.Provider)
+	}
+	rawKey := string(raw)
+	now := p.clock.Now()
+	if p.seen(prov.name, rawKey, now) {
+		return nil
+	}
+	if err := prov.scheme.Verify(&rec); err != nil {
+		if err := p.bury(ctx, prov, &rec, err.Error(), nil); err != nil {
+			return err
+		}
+		p.remember(prov.name, rawKey, "", now)
+		return nil
+	}
+	if rec.DeliveryID != "" && p.seen(prov.name, rec.DeliveryID, now) {
+		p.remember(prov.name, rawKey, "", now)
+		return nil
+	}
+	err := p.call(ctx, &rec)
+	if err == nil {
+		p.settle(prov.name, rawKey, rec.DeliveryID, now)
+		return nil
+	}
+	history := p.failed(prov.name, rawKey, err)
+	if b.MaxAttempts > 0 && b.Attempt >= b.MaxAttempts {
+		reason := fmt.Sprintf("failed %d attempts: %v", b.Attempt, err)
+		if err := p.bury(ctx, prov, &rec, reason, history); err != nil {
+			return err
+		}
+		p.settle(prov.name, rawKey, rec.DeliveryID, now)
+		return nil
+	}
+	return fmt.Errorf("%s record %s: %w", prov.name, rec.DeliveryID, err)
+}
+
+// call calls the record's handler, if it has one, turning a panic into an
+// error.
+func (p *Processor) call(ctx context.Context, rec *Record) (err error) {
+	p.mu.Lock()
+	h := p.handlers[handlerKey{rec.Provider, EventType(rec)}]
+	if h == nil {
+		h = p.handlers[handlerKey{rec.Provider, ""}]
+	}
+	p.mu.Unlock()
+	if h == nil {
+		return nil
+	}
+	defer func() {
+		if r := recover(); r != nil {
+			err = fmt.Errorf("handler panicked: %v", r)
+		}
+	}()
+	return h(ctx, rec)
+}
+
+// bury appends rec to its provider's dead-letter stream.
+func (p *Processor) bury(ctx context.Context, prov *provider, rec *Record, reason string, errs []string) error {
+	data, err := json.Marshal(DeadLetter{Record: *rec, Reason: reason, Errors: errs, DeadAt: p.clock.Now().UTC()})
+	if err == nil {
+		err = p.appender.Append(ctx, prov.dead, data)
+	}
+	if err != nil {
+		return fmt.Errorf("inbox: appending a dead letter to %s: %w", prov.dead, err)
+	}
+	p.log.WarnContext(ctx, "inbox: a record is a dead letter",
+		"provider", prov.name, "delivery_id", rec.DeliveryID, "stream", prov.dead, "reason", reason)
+	return nil
+}
+
+// Replay appends the record of dead, a dead letter as read from a
+// dead-letter stream, to its provider's records stream again, and forgets
+// that it was dealt with, so that the Processor processes it as new. The
+// Scheme verifies it again, against the time it was first received.
+func (p *Processor) Replay(ctx context.Context, dead []byte) error {
+	var d DeadLetter
+	if err := json.Unmarshal(dead, &d); err != nil {
+		return fmt.Errorf("inbox: not a dead letter: %w", err)
+	}
+	prov := p.providers[d.Provider]
+	if prov == nil {
+		return fmt.Errorf("inbox: no provider %q", d.Provider)
+	}
+	record, err := json.Marshal(d.Record)
+	if err != nil {
+		return err
+	}
+	if p.done != nil {
+		p.done.forget(prov.name, string(record))
+		p.done.forget(prov.name, d.DeliveryID)
+	}
+	return p.appender.Append(ctx, prov.stream, record)
+}
+
+// seen reports whether key, a record or a delivery id, was dealt with.
+func (p *Processor) seen(provider, key string, now time.Time) bool {
+	return p.done != nil && p.done.has(provider, key, now)
+}
+
+// remember notes that the record and its delivery id, if given, were
+// dealt with.
+func (p *Processor) remember(provider, rawKey, id string, now time.Time) {
+	if p.done == nil {
+		return
+	}
+	p.done.add(provider, rawKey, now)
+	if id != "" {
+		p.done.add(provider, id, now)
+	}
+}
+
+// settle remembers a record whose handler is done with it, and drops its
+// errors.
+func (p *Processor) settle(provider, rawKey, id string, now time.Time) {
+	p.remember(provider, rawKey, id, now)
+	p.mu.Lock()
+	delete(p.errs, keyOf(provider, rawKey))
+	p.mu.Unlock()
+}
+
+// failed adds err to the record's errors, and returns them.
+func (p *Processor) failed(provider, rawKey string, err error) []string {
+	k := keyOf(provider, rawKey)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	h := append(p.errs[k], err.Error())
+	if len(h) > maxErrorHistory {
+		h = h[len(h)-maxErrorHistory:]
+	}
+	p.errs[k] = h
+	return append([]string(nil), h...)
+}
