@@ -85,6 +85,7 @@ func TestHandlerDeliveryRetriesDeadLettersAndRevives(t *testing.T) {
 	require.Equal(t, "handler: database down", c.LastError)
 	require.Equal(t, webhooks.OffsetNone, c.Streams[0].Offset, "a failed batch moves no cursor")
 
+	h.waitIdle() // the attempt is in the log before the next one starts
 	h.clock.Add(time.Second)
 	c2 := h.nextCall(calls)
 	require.Equal(t, c1.b.EventsPayload, c2.b.EventsPayload, "the same batch, under the same delivery id")

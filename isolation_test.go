@@ -162,6 +162,7 @@ func TestAttemptWhoseHostCannotBeReadIsRetried(t *testing.T) {
 		ID: "s1", Pattern: "/agents/*", Webhook: h.recv.url(), Secret: "whsec_" + strings.Repeat("A", 43), CreatedAt: h.clock.Now(),
 	}))
 	h.source.set(agentA, 10)
+	h.waitIdle() // the scheduler has looked, and finds the consumer at its next poll
 	require.NoError(t, store.CreateConsumer(ctx, &webhooks.Consumer{
 		ID: agentAID, SubscriptionID: "s1", PrimaryStream: agentA,
 		State: webhooks.StateWaking, Epoch: 1, WakeID: "w_00000000000000000000000000000001",
