@@ -49,9 +49,14 @@ type apiError struct {
 	// authenticate is the WWW-Authenticate header of a 401 from an
 	// Authorizer.
 	authenticate string
+	// is, if set, is the sentinel error a Go caller matches this one by.
+	is error
 }
 
 func (e *apiError) Error() string { return string(e.code) + ": " + e.message }
+
+// Unwrap lets a Go caller match the error with errors.Is.
+func (e *apiError) Unwrap() error { return e.is }
 
 func newAPIError(status int, code ErrorCode, format string, args ...any) *apiError {
 	return &apiError{status: status, code: code, message: fmt.Sprintf(format, args...)}

@@ -294,33 +294,100 @@ func (e *Engine) createSubscription(ctx context.Context, pattern *Pattern, id st
 	if err != nil {
 		return 0, nil, newAPIError(http.StatusBadRequest, CodeInvalidRequest, "%v", err)
 	}
-	// An existing subscription is compared before the webhook is validated,
-	// so a repeated create is answered the same way whatever the policy.
-	if have, err := e.existing(ctx, sub); have != nil || err != nil {
-		return http.StatusOK, have, err
-	}
-	if err := e.validate(sub); err != nil {
+	sub, created, err := e.create(ctx, sub, pattern, start)
+	if err != nil {
 		return 0, nil, err
 	}
-	sub.Secret = newSecret(sub.Signature)
-	sub.CreatedAt = e.clock.Now()
-	if err := e.store.CreateSubscription(ctx, sub); err != nil {
+	view := e.view(sub)
+	if !created {
+		return http.StatusOK, view, nil
+	}
+	view.WebhookSecret = sub.Secret
+	return http.StatusCreated, view, nil
+}
+
+// CreateSubscription creates sub for a host that configures subscriptions
+// in Go, with the checks of the subscription API's create; a
+// DeliveryHandler subscription is created only this way. sub needs ID,
+// Pattern, and Webhook or, for DeliveryHandler, Handler. A nil Events of a
+// batching mode takes the API's defaults, a nil Retry the mode's default
+// policy, and an empty Secret a new one; RateLimit is as given, zero for
+// no limit. The subscription starts active. Consumers of existing streams
+// start at from: "" for each stream's tail, OffsetNone before its first
+// event, or an offset.
+//
+// If sub's ID is taken by a subscription configured alike, it returns that
+// one, so that a host may create its subscriptions at every start; if by
+// one configured otherwise, an error wrapping ErrSubscriptionExists.
+func (e *Engine) CreateSubscription(ctx context.Context, sub *Subscription, from string) (*Subscription, error) {
+	if err := e.checkLoaded(); err != nil {
+		return nil, err
+	}
+	if err := ValidateSubscriptionID(sub.ID); err != nil {
+		return nil, err
+	}
+	pattern, err := ParsePattern(sub.Pattern)
+	if err != nil {
+		return nil, err
+	}
+	if from != "" && from != OffsetNone {
+		if err := validateOffset(from); err != nil {
+			return nil, err
+		}
+	}
+	s := sub.Clone()
+	s.Pattern, s.Delivery, s.Status, s.Health = pattern.String(), s.Delivery.orDefault(), "", SubscriptionHealth{}
+	switch {
+	case s.Delivery != DeliveryWake && !s.pushes():
+		return nil, fmt.Errorf("webhooks: unknown delivery %q", s.Delivery)
+	case s.pushes() && s.Events == nil:
+		s.Events = defaultEventsOptions()
+	case !s.pushes() && s.Events != nil:
+		return nil, errors.New("webhooks: Events applies only to batching deliveries")
+	}
+	if _, ok := e.source.(EventReader); s.pushes() && !ok {
+		return nil, errNoEventReader()
+	}
+	s, _, err = e.create(ctx, s, pattern, from)
+	if err != nil {
+		return nil, err
+	}
+	return s.Clone(), nil
+}
+
+// create stores s, whose pattern is pattern, gives it a secret if it has
+// none, and adopts the existing streams it matches at start (see
+// adoptExistingStreams). If its ID is taken by a subscription configured
+// the same, it returns that one and created false; by another, a 409
+// error that is ErrSubscriptionExists.
+func (e *Engine) create(ctx context.Context, s *Subscription, pattern *Pattern, start string) (sub *Subscription, created bool, err error) {
+	// An existing subscription is compared before s is validated, so a
+	// repeated create is answered the same way whatever the policy.
+	if have, err := e.existing(ctx, s); have != nil || err != nil {
+		return have, false, err
+	}
+	if err := e.validate(s); err != nil {
+		return nil, false, err
+	}
+	if s.Secret == "" {
+		s.Secret = newSecret(s.Signature)
+	}
+	s.CreatedAt = e.clock.Now()
+	if err := e.store.CreateSubscription(ctx, s); err != nil {
 		if errors.Is(err, ErrSubscriptionExists) {
-			if have, err := e.existing(ctx, sub); have != nil || err != nil {
-				return http.StatusOK, have, err
+			if have, err := e.existing(ctx, s); have != nil || err != nil {
+				return have, false, err
 			}
 		}
-		return 0, nil, err
+		return nil, false, err
 	}
 	// Index first: a stream created during the scan below then gets its
 	// consumer from StreamCreated, and the scan's create finds it exists.
-	e.subs.add(pattern, sub)
-	if err := e.adoptExistingStreams(ctx, pattern, id, start); err != nil {
-		return 0, nil, err
+	e.subs.add(pattern, s)
+	if err := e.adoptExistingStreams(ctx, pattern, s.ID, start); err != nil {
+		return nil, false, err
 	}
-	created := e.view(sub)
-	created.WebhookSecret = sub.Secret
-	return http.StatusCreated, created, nil
+	return s, true, nil
 }
 
 // readRequest decodes a subscription API request body into v.
@@ -389,9 +456,9 @@ func deliverStart(policy, offset string) (string, error) {
 }
 
 // existing answers a create for an ID that may be taken: the subscription
-// as stored if its configuration is the same, a 409 error if not, and nil,
-// nil if the ID is free.
-func (e *Engine) existing(ctx context.Context, want *Subscription) (*subscriptionJSON, error) {
+// as stored if its configuration is the same, a 409 error that is
+// ErrSubscriptionExists if not, and nil, nil if the ID is free.
+func (e *Engine) existing(ctx context.Context, want *Subscription) (*Subscription, error) {
 	have, err := e.store.GetSubscription(ctx, want.ID)
 	if errors.Is(err, ErrSubscriptionNotFound) {
 		return nil, nil
@@ -400,11 +467,12 @@ func (e *Engine) existing(ctx context.Context, want *Subscription) (*subscriptio
 		return nil, err
 	}
 	if !sameConfiguration(have, want) {
-		return nil, newAPIError(http.StatusConflict, CodeSubscriptionConflict,
+		ae := newAPIError(http.StatusConflict, CodeSubscriptionConflict,
 			"subscription %s exists with a different configuration; PATCH it, or delete it, to change it", want.ID)
+		ae.is = ErrSubscriptionExists
+		return nil, ae
 	}
-	out := e.view(have)
-	return &out, nil
+	return have, nil
 }
 
 // sameConfiguration reports whether a and b are configured alike: the
