@@ -131,6 +131,8 @@ func TestCrashRecovery(t *testing.T) {
 // the webhook receiver acting as every consumer, and what the test has
 // observed.
 type crashWorld struct {
+	// args are further flags every server starts with.
+	args []string
 	t *testing.T
 	// dir is the server's data directory, for the SQLite store; with dsn
 	// set instead, every server keeps its state in that PostgreSQL
@@ -258,6 +260,7 @@ func (w *crashWorld) startProc(i int) {
 	} else {
 		args = append(args, "-data", w.dir)
 	}
+	args = append(args, w.args...)
 	cmd := exec.Command(os.Args[0], args...)
 	// The child runs with the subscription API open (-dev): a token in the
 	// test's own environment would close it.

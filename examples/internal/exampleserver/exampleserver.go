@@ -264,10 +264,12 @@ func mountInbox(ctx context.Context, engine *webhooks.Engine, streams *dstream.S
 		}
 	}
 	// One record a batch, so that each gets every attempt (inbox.Processor);
-	// from the streams' start, so that no record is skipped.
+	// from the streams' start, so that no record is skipped. Processing is
+	// in process and quick: a batch a crash left in flight is retried
+	// after 5 s, not after a webhook's 30.
 	_, err := engine.CreateSubscription(ctx, &webhooks.Subscription{
 		ID: inboxHandler, Pattern: "/inbox/*/records", Delivery: webhooks.DeliveryHandler, Handler: inboxHandler,
-		Events: &webhooks.EventsOptions{MaxBatchEvents: 1, MaxBatchBytes: webhooks.DefaultMaxBatchBytes},
+		Events: &webhooks.EventsOptions{MaxBatchEvents: 1, MaxBatchBytes: webhooks.DefaultMaxBatchBytes, Timeout: 5 * time.Second},
 		Retry:  &webhooks.RetryPolicy{MaxAttempts: webhooks.DefaultMaxAttempts},
 	}, webhooks.OffsetNone)
 	if err != nil {
