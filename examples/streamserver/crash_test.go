@@ -133,7 +133,7 @@ func TestCrashRecovery(t *testing.T) {
 type crashWorld struct {
 	// args are further flags every server starts with.
 	args []string
-	t *testing.T
+	t    *testing.T
 	// dir is the server's data directory, for the SQLite store; with dsn
 	// set instead, every server keeps its state in that PostgreSQL
 	// database.
