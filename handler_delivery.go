@@ -25,7 +25,9 @@ const DeliveryHandler DeliveryMode = "handler"
 // A BatchHandler handles a batch of a DeliveryHandler subscription. ctx
 // ends at the subscription's timeout (EventsOptions.Timeout); a handler
 // still running then is abandoned, its outcome ignored, and the batch
-// retried, possibly while it still runs. Delivery is at least once: a
+// retried. While an abandoned call of a stream's batch has not returned,
+// the retries of that stream fail without calling the handler again, so a
+// handler that ignores ctx holds at most one goroutine per stream. Delivery is at least once: a
 // batch whose acknowledgement was lost, in a crash for instance, comes
 // again under the same DeliveryID.
 type BatchHandler func(ctx context.Context, b *Batch) error
@@ -63,6 +65,10 @@ func WithBatchHandler(name string, h BatchHandler) Option {
 // failHandler is a handler's error or panic; failTimeout is its timeout.
 const failHandler failureClass = "handler"
 
+// errStillHandling fails an attempt whose stream's last handler call,
+// abandoned at its timeout, has not returned.
+var errStillHandling = errors.New("the handler's last call for this stream, abandoned at its timeout, has not returned")
+
 // callHandler calls the handler of sub with b, within sub's timeout, and
 // classifies what it came to as a POST's response is classified.
 func (e *Engine) callHandler(ctx context.Context, sub *Subscription, b *Batch) (r response) {
@@ -74,13 +80,23 @@ func (e *Engine) callHandler(ctx context.Context, sub *Subscription, b *Batch) (
 		r.failure = &deliveryFailure{class: failHandler, err: fmt.Errorf("no handler %q is registered", sub.Handler)}
 		return r
 	}
+	key := ConsumerID(sub.ID, b.Stream)
+	if _, busy := e.handling.LoadOrStore(key, struct{}{}); busy {
+		r.outcome = outcomeHandlerError
+		r.failure = &deliveryFailure{class: failHandler, err: errStillHandling}
+		return r
+	}
 	// The timeout runs on the engine's clock, as a POST's does.
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	timer := e.clock.AfterFunc(e.m.pushTimeout(sub), func() { cancel(errRequestTimeout) })
 	defer timer.Stop()
 	done := make(chan error, 1) // the handler never blocks on sending, even abandoned
-	go func() { done <- runHandler(ctx, h, b) }()
+	go func() {
+		done <- runHandler(ctx, h, b)
+		e.handling.Delete(key)
+		e.progressed.Send()
+	}()
 	select {
 	case err := <-done:
 		switch {

@@ -146,10 +146,24 @@ func TestHandlerDeliveryTimeout(t *testing.T) {
 	c := h.waitConsumer(ordersID, func(c *webhooks.Consumer) bool { return c.Failures == 1 })
 	require.Equal(t, "timeout: webhook request timed out", c.LastError)
 
+	// While the abandoned call runs, a retry does not call the handler
+	// again: one goroutine per stream at most.
+	h.waitIdle()
+	h.clock.Add(time.Second)
+	c = h.waitConsumer(ordersID, func(c *webhooks.Consumer) bool { return c.Failures == 2 })
+	require.Contains(t, c.LastError, "has not returned")
+	select {
+	case extra := <-calls:
+		t.Fatalf("the handler was called again while its last call ran: %v", extra.b.DeliveryID)
+	default:
+	}
+
+	hung.reply <- nil // too late: its outcome is ignored
+	require.True(t, h.waitProgress(func() bool { return !webhooks.HandlerRunning(h.engine, ordersID) }))
+	h.waitIdle()
 	h.clock.Add(time.Second)
 	retry := h.nextCall(calls)
 	require.Equal(t, hung.b.EventsPayload, retry.b.EventsPayload)
-	hung.reply <- nil // too late: its outcome is ignored
 	retry.reply <- nil
 	h.waitCursor(ordersID, tail)
 }

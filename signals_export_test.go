@@ -34,3 +34,9 @@ func LoadedSubscription(e *Engine, id string) *Subscription { return e.subs.get(
 
 // DeadLetterMsg is logged when a consumer becomes a dead letter.
 const DeadLetterMsg = deadLetterMsg
+
+// HandlerRunning reports whether a BatchHandler call for consumer id runs.
+func HandlerRunning(e *Engine, id string) bool {
+	_, ok := e.handling.Load(id)
+	return ok
+}

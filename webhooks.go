@@ -64,6 +64,8 @@ type Engine struct {
 	successes successes
 	// limits are the subscriptions' rate limits on this engine.
 	limits rateLimits
+	// handling holds the consumer IDs whose BatchHandler call runs.
+	handling sync.Map
 	// attemptLog writes the delivery log.
 	attemptLog *attemptLog
 	// metrics is this instance's claim to report the Store-wide gauge.
