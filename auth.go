@@ -12,9 +12,13 @@ type Operation string
 // The operations of the subscription API.
 const (
 	OpCreate Operation = "create" // PUT {pattern}?subscription={id}
-	OpRead   Operation = "read"   // GET {pattern}?subscription={id}
+	OpRead   Operation = "read"   // GET {pattern}?subscription={id}, and its consumers, deliveries and dead letters
 	OpList   Operation = "list"   // GET {pattern}?subscriptions
 	OpDelete Operation = "delete" // DELETE {pattern}?subscription={id}
+	OpUpdate Operation = "update" // PATCH {pattern}?subscription={id}: status and fields
+	// OpOperate is an operator's action on a subscription: POST
+	// {pattern}?subscription={id} with &rewind, &revive, &test or &rotate.
+	OpOperate Operation = "operate"
 )
 
 // Errors an Authorizer returns to refuse a request.
@@ -89,6 +93,10 @@ func subscriptionOperation(r *http.Request) (op Operation, id string, ok bool) {
 		return OpRead, id, true
 	case http.MethodDelete:
 		return OpDelete, id, true
+	case http.MethodPatch:
+		return OpUpdate, id, true
+	case http.MethodPost:
+		return OpOperate, id, true
 	}
 	return "", "", false
 }

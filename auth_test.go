@@ -87,6 +87,12 @@ func TestAuthorizerSeesOperationAndSubscriptionID(t *testing.T) {
 	require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
 	resp, body = authSend(t, srv, http.MethodGet, "/**?subscriptions", "")
 	require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
+	resp, body = authSend(t, srv, http.MethodPatch, "/agents/*?subscription=s1", `{"status":"paused"}`)
+	require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
+	resp, body = authSend(t, srv, http.MethodPost, "/agents/*?subscription=s1&rewind", `{"offset":"-1"}`)
+	require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
+	resp, body = authSend(t, srv, http.MethodGet, "/agents/*?subscription=s1&consumers", "")
+	require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
 	resp, body = authSend(t, srv, http.MethodDelete, "/agents/*?subscription=s1", "")
 	require.Equal(t, http.StatusNoContent, resp.StatusCode, string(body))
 
@@ -94,11 +100,14 @@ func TestAuthorizerSeesOperationAndSubscriptionID(t *testing.T) {
 		{http.MethodPut, "/agents/*", webhooks.OpCreate, "s1"},
 		{http.MethodGet, "/agents/*", webhooks.OpRead, "s1"},
 		{http.MethodGet, "/**", webhooks.OpList, ""},
+		{http.MethodPatch, "/agents/*", webhooks.OpUpdate, "s1"},
+		{http.MethodPost, "/agents/*", webhooks.OpOperate, "s1"},
+		{http.MethodGet, "/agents/*", webhooks.OpRead, "s1"},
 		{http.MethodDelete, "/agents/*", webhooks.OpDelete, "s1"},
 	}, rec.taken())
 
 	// A method the API does not serve is answered 405 without asking.
-	resp, body = authSend(t, srv, http.MethodPost, "/agents/*?subscription=s1", "")
+	resp, body = authSend(t, srv, http.MethodOptions, "/agents/*?subscription=s1", "")
 	require.Equal(t, http.StatusMethodNotAllowed, resp.StatusCode, string(body))
 	require.Empty(t, rec.taken())
 }
@@ -113,6 +122,10 @@ func TestAuthorizerUnauthorizedIs401WithBearerChallenge(t *testing.T) {
 		{http.MethodGet, "/agents/*?subscription=s1", ""},
 		{http.MethodGet, "/**?subscriptions", ""},
 		{http.MethodDelete, "/agents/*?subscription=s1", ""},
+		{http.MethodPatch, "/agents/*?subscription=s1", `{"status":"paused"}`},
+		{http.MethodPost, "/agents/*?subscription=s1&rotate", ""},
+		{http.MethodPost, "/agents/*?subscription=s1&rewind", `{"offset":"-1"}`},
+		{http.MethodGet, "/agents/*?subscription=s1&deliveries&consumer=x", ""},
 	} {
 		resp, body := authSend(t, srv, r.method, r.target, r.body)
 		subRequireError(t, http.StatusUnauthorized, webhooks.CodeUnauthorized, resp.StatusCode, body, resp.Header.Get("Content-Type"))

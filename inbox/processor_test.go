@@ -1,6 +1,7 @@
 package inbox_test
 
 import (
+	"bytes"
 	"context"
 	"crypto/hmac"
 	"crypto/sha256"
@@ -276,6 +277,25 @@ func TestProcessorDeadLetterAndReplay(t *testing.T) {
 	require.NoError(t, h.processor.Replay(context.Background(), dead))
 	require.Equal(t, "d1", next(t, ids), "processed again")
 	require.Error(t, h.processor.Replay(context.Background(), []byte(`{"provider":"gitlab"}`)))
+
+	// The operator's route does the same with the dead letter as its body.
+	replay := h.processor.ReplayHandler()
+	rec := httptest.NewRecorder()
+	replay.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/inbox/github/dead?replay", bytes.NewReader(dead)))
+	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+	require.Equal(t, "d1", next(t, ids), "processed again through the route")
+	for body, status := range map[string]int{
+		`{"n":1}`: http.StatusBadRequest,
+		`{"provider":"gitlab","reason":"x","body":"e30="}`: http.StatusNotFound,
+	} {
+		rec := httptest.NewRecorder()
+		replay.ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/", strings.NewReader(body)))
+		require.Equal(t, status, rec.Code, body)
+		require.Contains(t, rec.Body.String(), `"ok":false`)
+	}
+	rec = httptest.NewRecorder()
+	replay.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/", nil))
+	require.Equal(t, http.StatusMethodNotAllowed, rec.Code)
 }
 
 // A record no handler takes is acknowledged unprocessed; a handler's

@@ -186,7 +186,7 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 	streams.SetObserver(engine)
 	var next http.Handler = streams
 	if cfg.Inbox {
-		if next, err = mountInbox(ctx, engine, streams, providers, log); err != nil {
+		if next, err = mountInbox(ctx, engine, streams, providers, processor, cfg.APIToken, log); err != nil {
 			_ = ln.Close()
 			streams.Close()
 			err = errors.Join(err, engine.Stop(ctx))
@@ -255,7 +255,8 @@ func newProcessor(streams *dstream.Server, providers []inbox.Provider, log *slog
 // at /inbox/{provider}, one segment, and passes every other request to
 // streams. The engine's handler sees requests first, so subscription
 // requests for patterns such as /inbox/* still reach the engine.
-func mountInbox(ctx context.Context, engine *webhooks.Engine, streams *dstream.Server, providers []inbox.Provider, log *slog.Logger) (http.Handler, error) {
+func mountInbox(ctx context.Context, engine *webhooks.Engine, streams *dstream.Server, providers []inbox.Provider,
+	processor *inbox.Processor, apiToken string, log *slog.Logger) (http.Handler, error) {
 	for _, p := range providers {
 		for _, kind := range []string{"records", "dead"} {
 			if err := streams.Create(ctx, "/inbox/"+p.Name+"/"+kind, "application/json"); err != nil {
@@ -279,13 +280,26 @@ func mountInbox(ctx context.Context, engine *webhooks.Engine, streams *dstream.S
 	if err != nil {
 		return nil, err
 	}
+	replay := processor.ReplayHandler()
+	authorized := func(r *http.Request) bool {
+		return apiToken == "" || bearerAuthorizer(apiToken)(r, webhooks.OpOperate, "") == nil
+	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		rest, ok := strings.CutPrefix(r.URL.Path, "/inbox/")
-		if ok && rest != "" && !strings.Contains(rest, "/") {
+		switch {
+		case ok && rest != "" && !strings.Contains(rest, "/"):
 			h.ServeHTTP(w, r)
-			return
+		case ok && strings.HasSuffix(rest, "/dead") && r.URL.Query().Has("replay"):
+			// An operator's replay of a dead letter, with the API's token.
+			if !authorized(r) {
+				w.Header().Set("WWW-Authenticate", "Bearer")
+				http.Error(w, `{"ok":false,"error":{"code":"UNAUTHORIZED","message":"the replay needs the API token"}}`, http.StatusUnauthorized)
+				return
+			}
+			replay.ServeHTTP(w, r)
+		default:
+			streams.ServeHTTP(w, r)
 		}
-		streams.ServeHTTP(w, r)
 	}), nil
 }
 

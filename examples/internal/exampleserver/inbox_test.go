@@ -83,7 +83,8 @@ func TestInboxConfigRefused(t *testing.T) {
 // one whose signature fails lands in the provider's dead-letter stream,
 // readable like any stream, with the reason.
 func TestInboxProcessing(t *testing.T) {
-	c, _ := startServer(t, exampleserver.Config{Dev: true, Inbox: true,
+	const token = "inbox-operator-token"
+	c, _ := startServer(t, exampleserver.Config{Dev: true, Inbox: true, APIToken: token,
 		InboxSecrets: map[string]string{"github": "e2e-github-secret"}})
 	require.Equal(t, http.StatusAccepted, c.post(t, "/inbox/github", []byte(`{}`),
 		"X-GitHub-Delivery", "forged-1", "X-Hub-Signature-256", "sha256=00").StatusCode)
@@ -93,10 +94,25 @@ func TestInboxProcessing(t *testing.T) {
 	var dead []inbox.DeadLetter
 	require.NoError(t, json.Unmarshal(data, &dead))
 	require.Len(t, dead, 1)
+	after := resp.Header.Get("Stream-Next-Offset")
 	require.Equal(t, "forged-1", dead[0].DeliveryID)
 	require.Contains(t, dead[0].Reason, inbox.ErrSignatureMismatch.Error())
 
-	resp, data = c.do(t, http.MethodGet, "/inbox/**?subscription=inbox", "", "", nil)
+	resp, data = c.do(t, http.MethodGet, "/inbox/**?subscription=inbox", "", token, nil)
 	require.Equal(t, http.StatusOK, resp.StatusCode, "%s", data)
 	require.Contains(t, string(data), `"handler":"inbox"`)
+
+	// An operator replays the dead letter, with the API token: it is
+	// verified again, and fails again.
+	letter, err := json.Marshal(dead[0])
+	require.NoError(t, err)
+	resp, data = c.do(t, http.MethodPost, "/inbox/github/dead?replay", "application/json", "", letter)
+	require.Equal(t, http.StatusUnauthorized, resp.StatusCode, "%s", data)
+	resp, data = c.do(t, http.MethodPost, "/inbox/github/dead?replay", "application/json", token, letter)
+	require.Equal(t, http.StatusOK, resp.StatusCode, "%s", data)
+	resp, data = c.do(t, http.MethodGet, "/inbox/github/dead?live=long-poll&offset="+after, "", "", nil)
+	require.Equal(t, http.StatusOK, resp.StatusCode, "%s", data)
+	require.NoError(t, json.Unmarshal(data, &dead))
+	require.Len(t, dead, 1, "replayed, verified again, and dead again")
+	require.Equal(t, "forged-1", dead[0].DeliveryID)
 }
