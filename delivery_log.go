@@ -7,7 +7,10 @@ import (
 	"log/slog"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
+
+	"github.com/benbjohnson/clock"
 )
 
 // DeliveryLog is an optional Store capability: a bounded log of each
@@ -109,30 +112,39 @@ const DefaultDeliveryLogKeep = 20
 // log and counted, rather than slow deliveries down or grow memory.
 const maxPendingAttempts = 10_000
 
-// attemptLogBatch is how many attempts the log gathers while deliveries
-// run before it writes them: under load, one Store write per batch rather
-// than per delivery.
-const attemptLogBatch = 64
+// The delivery log's writer gathers attempts for attemptLogLinger after
+// the first, or until attemptLogBatch have gathered, and writes them in one
+// Store call: a busy engine or an idle one pays one write per batch, not
+// one per delivery.
+const (
+	attemptLogLinger = 250 * time.Millisecond
+	attemptLogBatch  = 256
+)
 
 // attemptLog writes delivery attempts to the Store's DeliveryLog in the
-// background, in batches: an attempt costs its delivery no Store write. It
-// writes once attemptLogBatch have gathered, or as soon as no delivery
-// runs. Attempts not yet written when the engine stops are lost; the log
-// is a diagnostic, not a record deliveries depend on.
+// background, in batches: an attempt costs its delivery no Store write,
+// and shows in the log within attemptLogLinger. Attempts not yet written
+// when the engine stops are lost; the log is a diagnostic, not a record
+// deliveries depend on.
 type attemptLog struct {
 	store   DeliveryLog // nil: no log
 	keep    int
 	tel     *telemetry
-	busy    func() bool // whether deliveries are running
-	written func()      // a test's signal
+	clock   clock.Clock
+	written func() // a test's signal
 
 	mu      sync.Mutex
 	pending []*DeliveryAttempt
-	wake    chan struct{}
+	wake    chan struct{} // the first attempt of a batch has come
+	full    chan struct{} // the batch is full
+	// lingering is set while the writer waits for more attempts, so that a
+	// test moves a mock clock only once the writer's timer is set.
+	lingering atomic.Bool
 }
 
-func newAttemptLog(store Store, keep int, tel *telemetry, busy func() bool, written func()) *attemptLog {
-	l := &attemptLog{keep: keep, tel: tel, busy: busy, written: written, wake: make(chan struct{}, 1)}
+func newAttemptLog(store Store, keep int, tel *telemetry, clk clock.Clock, written func()) *attemptLog {
+	l := &attemptLog{keep: keep, tel: tel, clock: clk, written: written,
+		wake: make(chan struct{}, 1), full: make(chan struct{}, 1)}
 	if dl, ok := store.(DeliveryLog); ok && keep > 0 {
 		l.store = dl
 	}
@@ -145,28 +157,26 @@ func (l *attemptLog) add(ctx context.Context, a *DeliveryAttempt) {
 		return
 	}
 	l.mu.Lock()
-	full := len(l.pending) >= maxPendingAttempts
-	if !full {
+	dropped := len(l.pending) >= maxPendingAttempts
+	if !dropped {
 		l.pending = append(l.pending, a)
 	}
-	gathered := len(l.pending) >= attemptLogBatch
+	n := len(l.pending)
 	l.mu.Unlock()
-	if full {
+	switch {
+	case dropped:
 		l.tel.logDropped.Add(ctx, 1)
-		return
-	}
-	if gathered || !l.busy() {
-		l.flush()
+	case n == 1:
+		signal(l.wake)
+	case n >= attemptLogBatch:
+		signal(l.full)
 	}
 }
 
-// flush wakes the writer.
-func (l *attemptLog) flush() {
-	if l.store == nil {
-		return
-	}
+// signal sends on ch, of capacity 1, unless a signal is waiting already.
+func signal(ch chan struct{}) {
 	select {
-	case l.wake <- struct{}{}:
+	case ch <- struct{}{}:
 	default:
 	}
 }
@@ -182,6 +192,18 @@ func (l *attemptLog) run(ctx context.Context, log *slog.Logger) {
 			return
 		case <-l.wake:
 		}
+		timer := l.clock.Timer(attemptLogLinger)
+		l.lingering.Store(true)
+		l.written()
+		select {
+		case <-ctx.Done():
+			timer.Stop()
+			return
+		case <-timer.C:
+		case <-l.full:
+		}
+		timer.Stop()
+		l.lingering.Store(false)
 		l.mu.Lock()
 		batch := l.pending
 		l.pending = nil

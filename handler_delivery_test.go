@@ -93,6 +93,8 @@ func TestHandlerDeliveryRetriesDeadLettersAndRevives(t *testing.T) {
 	c2.reply <- errors.New("database still down")
 	c = h.waitDead(ordersID)
 	require.Equal(t, "handler: database still down", c.LastError)
+	h.waitIdle()
+	h.flushLog()
 	var log []*webhooks.DeliveryAttempt
 	require.True(t, h.waitProgress(func() bool {
 		var err error

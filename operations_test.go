@@ -27,6 +27,14 @@ func (h *harness) waitIdle() {
 	}), "the engine did not go idle")
 }
 
+// flushLog waits for h's engine's delivery log to hold attempts, and
+// moves the clock past its linger so that it writes them.
+func (h *harness) flushLog() {
+	h.t.Helper()
+	require.True(h.t, h.waitProgress(func() bool { return webhooks.DeliveryLogLingering(h.engine) }), "the log holds no attempts")
+	h.clock.Add(webhooks.DeliveryLogLinger)
+}
+
 // api sends an API request and decodes the answer into out, if set,
 // checking its status.
 func (h *harness) api(method, target, body string, status int, out any) {
@@ -356,6 +364,8 @@ func TestDeliveryLogIsBounded(t *testing.T) {
 	}
 	h.nextBatch() // the 13th succeeds
 	h.waitCursor(ordersID, h.source.appendEvents("/orders/1"))
+	h.waitIdle()
+	h.flushLog()
 	var log []*webhooks.DeliveryAttempt
 	require.True(t, h.waitProgress(func() bool {
 		var err error

@@ -40,3 +40,10 @@ func HandlerRunning(e *Engine, id string) bool {
 	_, ok := e.handling.Load(id)
 	return ok
 }
+
+// DeliveryLogLinger is how long the delivery log gathers attempts.
+const DeliveryLogLinger = attemptLogLinger
+
+// DeliveryLogLingering reports whether e's delivery log waits, its timer
+// set, for more attempts to join those it holds.
+func DeliveryLogLingering(e *Engine) bool { return e.attemptLog.lingering.Load() }

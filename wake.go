@@ -94,9 +94,7 @@ func (e *Engine) startDelivery(a *attempt) {
 func (e *Engine) runDelivery(a *attempt) {
 	defer e.deliveries.Done()
 	e.lanes.finish(a, laneOutcomeOf(mechanismOf(a.sub).deliver(a.ctx, e, a.c, a.sub)))
-	if e.attempts.Add(-1) == 0 {
-		e.attemptLog.flush() // the last delivery running has ended
-	}
+	e.attempts.Add(-1)
 	e.progressed.Send()
 }
 

@@ -170,7 +170,7 @@ func New(store Store, source StreamSource, opts ...Option) (*Engine, error) {
 	e.failures = newFailureLog(cfg.logger, cfg.clock)
 	e.outages = newOutageLog(cfg.logger, cfg.clock)
 	e.metrics = metrics
-	e.attemptLog = newAttemptLog(store, cfg.deliveryLogKeep, tel, func() bool { return e.attempts.Load() > 0 }, e.progressed.Send)
+	e.attemptLog = newAttemptLog(store, cfg.deliveryLogKeep, tel, cfg.clock, e.progressed.Send)
 	e.lanes = newLanes(e.clock, cfg.maxConcurrentDeliveries, cfg.maxDeliveriesPerHost, e.startDelivery)
 	return e, nil
 }

@@ -138,8 +138,11 @@ func (s *Store) runLocked(ctx context.Context, ops []*updateOp) (dirty map[strin
 }
 
 // lockConsumersQuery reads and locks consumers in ID order, the order
-// every batch locks in.
-const lockConsumersQuery = "SELECT " + consumerCols + " FROM streamhooks_consumers c WHERE c.id = ANY ($1) ORDER BY c.id FOR UPDATE"
+// every batch locks in. A transition never changes a consumer's key, so
+// the lock is FOR NO KEY UPDATE: it excludes every other transition but
+// lets the delivery log insert attempts that reference the consumer, whose
+// foreign key takes FOR KEY SHARE. A delete waits for those inserts.
+const lockConsumersQuery = "SELECT " + consumerCols + " FROM streamhooks_consumers c WHERE c.id = ANY ($1) ORDER BY c.id FOR NO KEY UPDATE"
 
 // saveConsumersQuery stores many consumers whose paths did not change.
 const saveConsumersQuery = `UPDATE streamhooks_consumers c SET state = u.state, deadline = u.deadline, data = u.data

@@ -120,7 +120,7 @@ func (s *Store) GetConsumer(ctx context.Context, id string) (*webhooks.Consumer,
 
 // UpdateConsumer implements webhooks.Store. Calls made at once share a
 // transaction of two round trips, whatever its size, which locks their
-// consumers' rows (SELECT ... FOR UPDATE) in ID order. The functions of
+// consumers' rows (SELECT ... FOR NO KEY UPDATE) in ID order. The functions of
 // different consumers run at once, those of one consumer in call order,
 // each on what the one before it left. fn runs again, alone, only if the
 // shared write failed, to learn whose it was. fn must not call the Store,
