@@ -80,6 +80,10 @@ type Config struct {
 	// signed with, which verifies its records when they are processed. It
 	// needs Inbox.
 	InboxSecrets map[string]string
+	// InboxHandler, if set, processes each verified record after it is
+	// logged; its error leaves the record to be tried again. A host that
+	// embeds the server, such as a demo, sets it.
+	InboxHandler inbox.RecordHandler
 }
 
 // inboxSchemes make the Scheme of each inbox provider from its secret.
@@ -162,7 +166,7 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 	}
 	var processor *inbox.Processor
 	if cfg.Inbox {
-		if processor, err = newProcessor(streams, providers, log); err != nil {
+		if processor, err = newProcessor(streams, providers, cfg.InboxHandler, log); err != nil {
 			_ = ln.Close()
 			streams.Close()
 			return nil, err
@@ -235,13 +239,18 @@ func inboxProviders(cfg Config) ([]inbox.Provider, error) {
 const inboxHandler = "inbox"
 
 // newProcessor returns the inbox's Processor, which logs each record.
-func newProcessor(streams *dstream.Server, providers []inbox.Provider, log *slog.Logger) (*inbox.Processor, error) {
+func newProcessor(streams *dstream.Server, providers []inbox.Provider, then inbox.RecordHandler, log *slog.Logger) (*inbox.Processor, error) {
 	p, err := inbox.NewProcessor(streams, providers, inbox.WithLogger(log))
 	if err != nil {
 		return nil, err
 	}
 	for _, prov := range providers {
 		p.Handle(prov.Name, "", func(ctx context.Context, rec *inbox.Record) error {
+			if then != nil {
+				if err := then(ctx, rec); err != nil {
+					return err
+				}
+			}
 			log.InfoContext(ctx, "inbox: processed a record", "provider", rec.Provider,
 				"delivery_id", rec.DeliveryID, "event_type", inbox.EventType(rec), "bytes", len(rec.Body))
 			return nil
