@@ -25,7 +25,7 @@ type telHarness struct {
 	reader *sdkmetric.ManualReader
 }
 
-func newTelHarness(t *testing.T) *telHarness {
+func newTelHarness(t *testing.T, opts ...webhooks.Option) *telHarness {
 	t.Helper()
 	spans := tracetest.NewSpanRecorder()
 	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
@@ -36,7 +36,7 @@ func newTelHarness(t *testing.T) *telHarness {
 		require.NoError(t, tp.Shutdown(context.Background()))
 		require.NoError(t, mp.Shutdown(context.Background()))
 	})
-	h := newHarness(t, webhooks.WithTracerProvider(tp), webhooks.WithMeterProvider(mp))
+	h := newHarness(t, append(opts, webhooks.WithTracerProvider(tp), webhooks.WithMeterProvider(mp))...)
 	return &telHarness{harness: h, spans: spans, reader: reader}
 }
 
@@ -334,4 +334,25 @@ func TestTelemetryOperations(t *testing.T) {
 		}
 	}
 	require.ElementsMatch(t, []string{"rewind", "rotate", "consumers"}, ops)
+}
+
+// A subscription the engine disables is counted, once.
+func TestTelemetryDisabledSubscription(t *testing.T) {
+	th := newTelHarness(t, faultConstBackoff(time.Hour))
+	hold := make(chan struct{})
+	th.recv.queue(reply{status: http.StatusGone, hold: hold}, reply{status: http.StatusGone, hold: hold})
+	th.subscribeEvents("s1", "/orders/*", `"batch":{"max_wait_ms":0}`)
+	th.push("/orders/1", numbered(1, 1)...)
+	th.push("/orders/2", numbered(1, 1)...)
+	th.nextDelivery()
+	th.nextDelivery()
+	close(hold) // both answer 410: two disables, one of which changes the status
+	require.True(t, th.waitProgress(func() bool {
+		sub, err := th.store.GetSubscription(context.Background(), "s1")
+		require.NoError(t, err)
+		return sub.Health.ConsecutiveFailures == 2
+	}))
+	th.waitIdle()
+	m := th.telCollect()["webhooks.subscriptions.disabled"]
+	require.Equal(t, int64(1), m.Data.(metricdata.Sum[int64]).DataPoints[0].Value)
 }
