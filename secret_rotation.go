@@ -34,8 +34,9 @@ func (e *Engine) RotateSecret(ctx context.Context, id string, overlap time.Durat
 	var secret string
 	sub, err := e.store.UpdateSubscription(ctx, id, func(s *Subscription) error {
 		secret = newSecret(s.Signature)
-		s.PreviousSecret, s.PreviousSecretExpiresAt = s.Secret, now.Add(overlap)
-		if overlap == 0 {
+		if overlap > 0 {
+			s.PreviousSecret, s.PreviousSecretExpiresAt = s.Secret, now.Add(overlap)
+		} else {
 			s.PreviousSecret, s.PreviousSecretExpiresAt = "", time.Time{}
 		}
 		s.Secret = secret

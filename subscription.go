@@ -392,27 +392,29 @@ func (e *Engine) create(ctx context.Context, s *Subscription, pattern *Pattern, 
 
 // readRequest decodes a subscription API request body into v.
 func readRequest(body io.Reader, v any) error {
-	data, err := io.ReadAll(http.MaxBytesReader(nil, io.NopCloser(body), MaxSubscriptionBodyBytes))
-	if err != nil {
-		return newAPIError(http.StatusBadRequest, CodeInvalidRequest, "request body is unreadable or exceeds %d bytes", MaxSubscriptionBodyBytes)
-	}
-	if err := decodeStrict(data, v); err != nil {
-		return newAPIError(http.StatusBadRequest, CodeInvalidRequest, "%v", err)
-	}
-	return nil
+	return decodeRequest(body, v, false)
 }
 
 // readOptionalRequest is readRequest for a body that may be empty, which
 // leaves v as it is.
 func readOptionalRequest(body io.Reader, v any) error {
+	return decodeRequest(body, v, true)
+}
+
+// decodeRequest reads a request body of at most MaxSubscriptionBodyBytes
+// and decodes it strictly into v; an empty body is left alone if optional.
+func decodeRequest(body io.Reader, v any, optional bool) error {
 	data, err := io.ReadAll(http.MaxBytesReader(nil, io.NopCloser(body), MaxSubscriptionBodyBytes))
 	if err != nil {
 		return newAPIError(http.StatusBadRequest, CodeInvalidRequest, "request body is unreadable or exceeds %d bytes", MaxSubscriptionBodyBytes)
 	}
-	if len(bytes.TrimSpace(data)) == 0 {
+	if optional && len(bytes.TrimSpace(data)) == 0 {
 		return nil
 	}
-	return readRequest(bytes.NewReader(data), v)
+	if err := decodeStrict(data, v); err != nil {
+		return newAPIError(http.StatusBadRequest, CodeInvalidRequest, "%v", err)
+	}
+	return nil
 }
 
 // validate checks a subscription about to be stored: its description, its

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"time"
 )
 
@@ -94,7 +95,7 @@ func (e *Engine) UpdateSubscription(ctx context.Context, id string, fn func(s *S
 			s.Secret != before.Secret || s.PreviousSecret != before.PreviousSecret ||
 			!s.PreviousSecretExpiresAt.Equal(before.PreviousSecretExpiresAt) || s.status() != before.status() ||
 			(s.Events == nil) != (before.Events == nil) {
-			return newAPIError(400, CodeInvalidRequest, "%v", errImmutable)
+			return newAPIError(http.StatusBadRequest, CodeInvalidRequest, "%v", errImmutable)
 		}
 		return e.validate(s)
 	})
