@@ -550,18 +550,18 @@ func TestInstancesTakeOverDeadlines(t *testing.T) {
 		c.crash(0)
 
 		// The POST that got no answer: failed at its WAKING timeout.
-		c.stepTo(1, t0.Add(waking + poll))
+		c.stepTo(1, t0.Add(waking+poll))
 		c.waitConsumer(1, hangID, func(cs *webhooks.Consumer) bool {
 			return cs.State == webhooks.StateWaking && cs.Failures == 1 && !cs.InFlight
 		})
 		// The failed attempt: retried at its backoff, in its cycle.
-		c.stepTo(1, t0.Add(backoff + poll))
+		c.stepTo(1, t0.Add(backoff+poll))
 		p := hooks.next(t).n
 		require.Equal(t, retry, p.PrimaryStream)
 		require.Equal(t, first[retry].WakeID, p.WakeID, "a retry keeps its cycle's wake_id (S2)")
 		// The silent LIVE cycle: ended at its liveness timeout, and the
 		// consumer woken again from the offset it acked.
-		c.stepTo(1, t0.Add(liveness + poll))
+		c.stepTo(1, t0.Add(liveness+poll))
 		var again, hangRetry webhooks.Notification
 		for again.ConsumerID == "" || hangRetry.ConsumerID == "" {
 			switch n := hooks.next(t).n; n.PrimaryStream {
