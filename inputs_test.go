@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -282,4 +283,45 @@ func TestTokenEpochClaimIsChecked(t *testing.T) {
 	// claim was wrong.
 	r := h.callback(agentAID, mint(1), webhooks.CallbackRequest{Epoch: epoch(1), Acks: streamOffsets(agentA, offset(5))})
 	require.Equal(t, http.StatusOK, r.status, r.raw)
+}
+
+// A millisecond field too large for a duration is refused, naming the
+// field, on create and on PATCH, rather than wrapped around before its
+// range is checked: 2^58 ms became 0 (no limit) and 2^58+1000 ms one
+// second.
+func TestMillisecondFieldsAreCheckedBeforeConversion(t *testing.T) {
+	h := newHarness(t)
+	h.subscribeEvents("e1", "/orders/*", "")
+	h.subscribe("w1", "/agents/*")
+	const wrapsToZero, wrapsToOneSecond = int64(1) << 58, int64(1)<<58 + 1000
+	for _, field := range []struct{ name, events, wake string }{
+		{"retry.schedule_ms", "", `"retry":{"schedule_ms":[%d]}`},
+		{"retry.max_age_ms", "", `"retry":{"max_age_ms":%d}`},
+		{"batch.max_wait_ms", `"batch":{"max_wait_ms":%d}`, ""},
+		{"timeout_ms", `"timeout_ms":%d`, ""},
+	} {
+		for _, ms := range []int64{wrapsToZero, wrapsToOneSecond} {
+			for _, c := range []struct{ pattern, id, delivery, fields string }{
+				{"/orders/*", "e1", `"delivery":"events"`, field.events},
+				{"/agents/*", "w1", `"delivery":"wake"`, field.wake},
+			} {
+				if c.fields == "" {
+					c.fields = field.events + field.wake
+					if c.delivery == `"delivery":"wake"` {
+						continue // an events field on a wake subscription is refused for that
+					}
+				}
+				f := strings.Replace(c.fields, "%d", strconv.FormatInt(ms, 10), 1)
+				create := h.do(http.MethodPut, "/x/*?subscription=new", `{"webhook":"`+h.recv.url()+`",`+c.delivery+`,`+f+`}`)
+				require.Equal(t, http.StatusBadRequest, create.Code, "%s=%d: %s", field.name, ms, create.Body.String())
+				require.Contains(t, create.Body.String(), field.name)
+				patch := h.do(http.MethodPatch, c.pattern+"?subscription="+c.id, `{`+f+`}`)
+				require.Equal(t, http.StatusBadRequest, patch.Code, "%s=%d: %s", field.name, ms, patch.Body.String())
+				require.Contains(t, patch.Body.String(), field.name)
+			}
+		}
+	}
+	sub, err := h.store.GetSubscription(context.Background(), "new")
+	require.ErrorIs(t, err, webhooks.ErrSubscriptionNotFound)
+	require.Nil(t, sub)
 }

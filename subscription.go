@@ -227,7 +227,9 @@ func (e *Engine) patchSubscription(ctx context.Context, pattern *Pattern, id str
 			if req.Retry != nil && s.Retry == nil {
 				s.Retry = &RetryPolicy{MaxAge: e.cfg.failureGCAfter}
 			}
-			req.optionsJSON.applyTo(s)
+			if err := req.optionsJSON.applyTo(s); err != nil {
+				return newAPIError(http.StatusBadRequest, CodeInvalidRequest, "%v", err)
+			}
 			if s.Events != nil {
 				if err := req.pushJSON.applyTo(s.Events); err != nil {
 					return newAPIError(http.StatusBadRequest, CodeInvalidRequest, "%v", err)
@@ -290,7 +292,9 @@ func (e *Engine) createSubscription(ctx context.Context, pattern *Pattern, id st
 	if req.Retry != nil && sub.Retry == nil {
 		sub.Retry = &RetryPolicy{MaxAge: e.cfg.failureGCAfter}
 	}
-	req.optionsJSON.applyTo(sub)
+	if err := req.optionsJSON.applyTo(sub); err != nil {
+		return 0, nil, newAPIError(http.StatusBadRequest, CodeInvalidRequest, "%v", err)
+	}
 	start, err := deliverStart(req.DeliverPolicy, req.Offset)
 	if err != nil {
 		return 0, nil, newAPIError(http.StatusBadRequest, CodeInvalidRequest, "%v", err)

@@ -2,6 +2,7 @@ package webhooks
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"time"
 )
@@ -49,7 +50,7 @@ type optionsJSON struct {
 }
 
 // applyTo sets the options o gives on s, over what s has.
-func (o *optionsJSON) applyTo(s *Subscription) {
+func (o *optionsJSON) applyTo(s *Subscription) error {
 	if r := o.Retry; r != nil {
 		p := RetryPolicy{}
 		if s.Retry != nil {
@@ -58,20 +59,41 @@ func (o *optionsJSON) applyTo(s *Subscription) {
 		if r.ScheduleMS != nil {
 			p.Schedule = make([]time.Duration, len(r.ScheduleMS))
 			for i, ms := range r.ScheduleMS {
-				p.Schedule[i] = time.Duration(ms) * time.Millisecond
+				d, err := millis("retry.schedule_ms", ms)
+				if err != nil {
+					return err
+				}
+				p.Schedule[i] = d
 			}
 		}
 		if r.MaxAttempts != nil {
 			p.MaxAttempts = *r.MaxAttempts
 		}
 		if r.MaxAgeMS != nil {
-			p.MaxAge = time.Duration(*r.MaxAgeMS) * time.Millisecond
+			d, err := millis("retry.max_age_ms", *r.MaxAgeMS)
+			if err != nil {
+				return err
+			}
+			p.MaxAge = d
 		}
 		s.Retry = &p
 	}
 	if o.MaxDeliveriesPerMinute != nil {
 		s.RateLimit = *o.MaxDeliveriesPerMinute
 	}
+	return nil
+}
+
+// millis converts field, a count of milliseconds, to a duration. It
+// refuses a count too large for a duration, which would wrap around, maybe
+// into the field's range (2^58 ms and a little became 1 s), before the
+// field's own range is checked on the duration.
+func millis(field string, ms int64) (time.Duration, error) {
+	const most = math.MaxInt64 / int64(time.Millisecond)
+	if ms > most || ms < -most {
+		return 0, fmt.Errorf("%s %d is out of range", field, ms)
+	}
+	return time.Duration(ms) * time.Millisecond, nil
 }
 
 // validateOptions checks the options of s against the API's limits, naming
