@@ -235,11 +235,8 @@ func ack(c *Consumer, a StreamOffset, t tails, source StreamSource) error {
 	if !ok {
 		return newAPIError(http.StatusConflict, CodeInvalidOffset, "cannot ack %s: the stream does not exist", a.Path)
 	}
-	if len(a.Offset) != len(info.Tail) || !validOffset(source, a.Offset) {
-		return newAPIError(http.StatusConflict, CodeInvalidOffset, "offset %q is not an offset of %s", a.Offset, a.Path)
-	}
-	if compareOffsets(a.Offset, info.Tail) > 0 {
-		return newAPIError(http.StatusConflict, CodeInvalidOffset, "offset %q is beyond the tail %q of %s", a.Offset, info.Tail, a.Path)
+	if err := checkOffset(source, a.Path, a.Offset, info.Tail); err != nil {
+		return err
 	}
 	if compareOffsets(a.Offset, c.Streams[i].Offset) > 0 {
 		c.Streams[i].Offset = a.Offset

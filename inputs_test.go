@@ -3,6 +3,7 @@ package webhooks_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
@@ -324,4 +325,55 @@ func TestMillisecondFieldsAreCheckedBeforeConversion(t *testing.T) {
 	sub, err := h.store.GetSubscription(context.Background(), "new")
 	require.ErrorIs(t, err, webhooks.ErrSubscriptionNotFound)
 	require.Nil(t, sub)
+}
+
+// Every offset the API takes is checked as an ack's is: a rewind to an
+// offset its stream could not have, and deliver_policy from_offset with
+// one, are refused (or, for a stream the offset does not fit, start at the
+// tail) rather than stored as a cursor that wedges the consumer. With the
+// source's OffsetValidator, its own format decides at the door.
+func TestOffsetsAreCheckedAsAcksAre(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		wrap func(*fakeSource) webhooks.StreamSource
+	}{
+		{"protocol rules", nil},
+		{"source format", func(s *fakeSource) webhooks.StreamSource { return formatSource{s} }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t)
+			if tc.wrap != nil {
+				h = newHarnessWrapped(t, tc.wrap)
+			}
+			h.subscribe("s1", "/agents/*")
+			h.create(agentA, 10)
+			d := h.nextDelivery()
+			h.waitConsumer(agentAID, func(c *webhooks.Consumer) bool { return c.State == webhooks.StateLive })
+			r := h.callback(agentAID, d.n.Token, webhooks.CallbackRequest{Epoch: epoch(1), Acks: streamOffsets(agentA, offset(10)), Done: true})
+			require.Equal(t, http.StatusOK, r.status, r.raw)
+			before := h.consumer(agentAID)
+			bad := []string{"!", "0", "-2", " ", "zzzz", offset(11)}
+			if tc.wrap != nil {
+				// Of the tail's length and form by the protocol's rules, but
+				// not the source's own format: as an ack, refused only here.
+				bad = append(bad, "0000000000000000_00000000000000!!")
+			}
+			for _, o := range bad {
+				rec := h.do(http.MethodPost, "/agents/*?subscription=s1&rewind", fmt.Sprintf(`{"offset":%q}`, o))
+				require.Contains(t, []int{http.StatusBadRequest, http.StatusConflict}, rec.Code, "rewind to %q: %s", o, rec.Body.String())
+				require.Equal(t, before.Streams, h.consumer(agentAID).Streams, "rewind to %q", o)
+				require.Equal(t, before.Epoch, h.consumer(agentAID).Epoch, "rewind to %q", o)
+
+				id := "from" + strconv.Itoa(len(o))
+				rec = h.do(http.MethodPut, "/agents/*?subscription="+id, fmt.Sprintf(`{"webhook":%q,"deliver_policy":"from_offset","offset":%q}`, h.recv.url(), o))
+				if rec.Code == http.StatusBadRequest {
+					continue
+				}
+				require.Contains(t, []int{http.StatusCreated, http.StatusOK}, rec.Code, rec.Body.String())
+				c := h.consumer(webhooks.ConsumerID(id, agentA))
+				require.Equal(t, streamOffsets(agentA, offset(10)), c.Streams, "from_offset %q: a stream it does not fit starts at its tail", o)
+				require.Equal(t, webhooks.StateIdle, c.State)
+			}
+		})
+	}
 }

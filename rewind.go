@@ -41,7 +41,7 @@ func (e *Engine) Rewind(ctx context.Context, p *RewindParams) (int, error) {
 	finder, _ := e.source.(OffsetFinder)
 	switch {
 	case p.At.IsZero():
-		if err := validateOffset(p.Offset); err != nil {
+		if err := validateOffset(e.source, p.Offset); err != nil {
 			return 0, err
 		}
 	case p.Offset != "":
@@ -67,8 +67,10 @@ func (e *Engine) Rewind(ctx context.Context, p *RewindParams) (int, error) {
 					return noChange, err
 				}
 			}
-			if info, ok := t[c.PrimaryStream]; ok && compareOffsets(offset, info.Tail) > 0 {
-				return noChange, newAPIError(http.StatusConflict, CodeInvalidOffset, "offset %s is past the tail %s of %s", offset, info.Tail, c.PrimaryStream)
+			if info, ok := t[c.PrimaryStream]; ok {
+				if err := checkOffset(e.source, c.PrimaryStream, offset, info.Tail); err != nil {
+					return noChange, err
+				}
 			}
 			return e.m.rewind(c, sub, offset, t, e.clock.Now()), nil
 		})
@@ -129,7 +131,7 @@ func (e *Engine) rewindRequest(ctx context.Context, sub *Subscription, body io.R
 		return 0, nil, newAPIError(http.StatusBadRequest, CodeInvalidRequest, "give offset or at, not both")
 	}
 	if req.At.IsZero() {
-		if err := validateOffset(req.Offset); err != nil {
+		if err := validateOffset(e.source, req.Offset); err != nil {
 			return 0, nil, newAPIError(http.StatusBadRequest, CodeInvalidRequest, "%v", err)
 		}
 	}

@@ -3,6 +3,7 @@ package webhooks
 import (
 	"context"
 	"errors"
+	"net/http"
 	"strings"
 	"time"
 )
@@ -55,6 +56,23 @@ type OffsetValidator interface {
 	// Store.UpdateConsumer, so it should only look at the string. The
 	// start offset "-1" is handled by the engine and never passed.
 	ValidOffset(offset string) bool
+}
+
+// checkOffset checks offset, given for the stream at path whose tail is
+// tail, as an ack's is checked: OffsetNone, or an offset of the tail's
+// length that the source could have produced and that is not past the
+// tail. Acks, rewinds and deliver_policy from_offset all go through it.
+func checkOffset(source StreamSource, path, offset, tail string) error {
+	if offset == OffsetNone {
+		return nil
+	}
+	if len(offset) != len(tail) || !validOffset(source, offset) {
+		return newAPIError(http.StatusConflict, CodeInvalidOffset, "offset %q is not an offset of %s", offset, path)
+	}
+	if compareOffsets(offset, tail) > 0 {
+		return newAPIError(http.StatusConflict, CodeInvalidOffset, "offset %q is beyond the tail %q of %s", offset, tail, path)
+	}
+	return nil
 }
 
 // validOffset reports whether source accepts offset, by the source's own

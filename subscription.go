@@ -295,7 +295,7 @@ func (e *Engine) createSubscription(ctx context.Context, pattern *Pattern, id st
 	if err := req.optionsJSON.applyTo(sub); err != nil {
 		return 0, nil, newAPIError(http.StatusBadRequest, CodeInvalidRequest, "%v", err)
 	}
-	start, err := deliverStart(req.DeliverPolicy, req.Offset)
+	start, err := deliverStart(e.source, req.DeliverPolicy, req.Offset)
 	if err != nil {
 		return 0, nil, newAPIError(http.StatusBadRequest, CodeInvalidRequest, "%v", err)
 	}
@@ -336,7 +336,7 @@ func (e *Engine) CreateSubscription(ctx context.Context, sub *Subscription, from
 		return nil, err
 	}
 	if from != "" && from != OffsetNone {
-		if err := validateOffset(from); err != nil {
+		if err := validateOffset(e.source, from); err != nil {
 			return nil, err
 		}
 	}
@@ -440,7 +440,7 @@ func (e *Engine) validate(sub *Subscription) error {
 // deliverStart is the offset at which a new subscription's consumers of
 // existing streams start, by its deliver policy: "" for each stream's
 // tail.
-func deliverStart(policy, offset string) (string, error) {
+func deliverStart(source StreamSource, policy, offset string) (string, error) {
 	switch policy {
 	case "", deliverPolicyNew:
 		if offset != "" {
@@ -453,7 +453,7 @@ func deliverStart(policy, offset string) (string, error) {
 		}
 		return OffsetNone, nil
 	case deliverPolicyFrom:
-		if err := validateOffset(offset); err != nil {
+		if err := validateOffset(source, offset); err != nil {
 			return "", err
 		}
 		return offset, nil
@@ -510,6 +510,12 @@ func (e *Engine) adoptExistingStreams(ctx context.Context, pattern *Pattern, id,
 		offset := s.Tail
 		if start != "" {
 			offset = start
+			if err := checkOffset(e.source, s.Path, start, s.Tail); err != nil {
+				// Not an offset of this stream, or past its tail: nothing
+				// of it comes after start, so it starts at the tail.
+				e.log.WarnContext(ctx, "webhooks: a stream starts at its tail", "subscription_id", id, "stream", s.Path, "reason", err)
+				offset = s.Tail
+			}
 		}
 		err := e.store.CreateConsumer(ctx, newConsumer(id, s.Path, offset, e.clock.Now()))
 		e.progressed.Send()

@@ -149,14 +149,19 @@ func (s *Subscription) signature() SignatureScheme {
 	return s.Signature
 }
 
-// validateOffset checks an offset given to the API: one that a callback
-// could ack.
-func validateOffset(offset string) error {
+// validateOffset checks the form of an offset given to the API: that of
+// an ack (validOffset: the source's OffsetValidator, or the protocol's
+// rules), within MaxOffsetLength. OffsetNone always passes. Against a
+// stream's tail, checkOffset checks the rest.
+func validateOffset(source StreamSource, offset string) error {
 	if offset == "" || len(offset) > MaxOffsetLength {
 		return fmt.Errorf("offset must be 1 to %d characters", MaxOffsetLength)
 	}
 	if r, ok := controlChar(offset); ok {
 		return fmt.Errorf("offset contains the control character %U", r)
+	}
+	if offset != OffsetNone && !validOffset(source, offset) {
+		return fmt.Errorf("offset %q is not an offset this server's streams produce", offset)
 	}
 	return nil
 }
