@@ -96,6 +96,10 @@ type Record struct {
 	// Body is the request body exactly as received, base64 in JSON so that
 	// any bytes survive.
 	Body []byte `json:"body"`
+	// Replay is empty for a record the Handler appended, and a fresh id for
+	// one that Processor.Replay appended again: a new record, which the
+	// processor's note of the one it replays never covers.
+	Replay string `json:"replay,omitempty"`
 }
 
 // credentialHeaders are never recorded, whatever a Scheme names.

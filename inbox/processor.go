@@ -2,6 +2,7 @@ package inbox
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"fmt"
 	"log/slog"
@@ -65,8 +66,22 @@ type DeadLetter struct {
 // provider the Processor lacks, fails its batch at every attempt, until the
 // engine dead-letters the consumer for an operator to see.
 //
-// Deduplication is in memory, and a batch may be delivered again after a
-// crash, so delivery is at least once: handlers must be idempotent by
+// Deduplication is in memory, per Processor, within its window and
+// capacity (WithDedup); it does not survive a restart and is not shared
+// between instances. What holds everywhere is the engine's durable cursor:
+// a record whose batch was acknowledged is never delivered again, by any
+// instance. So a record is processed again only when
+//   - its batch was not acknowledged (a crash, a Stop, a lost
+//     acknowledgement, a later record's error) and another instance, or
+//     this one after a restart, gets the batch again: the records it had
+//     dealt with are processed again;
+//   - the Handler appended a delivery twice (a sender's retry that reached
+//     another instance, or came after the Handler's window), and the two
+//     records are processed by different processes, or by this one more
+//     than its window or capacity apart;
+//   - it is replayed (Replay): each replay is processed once, on purpose.
+//
+// Delivery is therefore at least once: handlers must be idempotent by
 // Record.DeliveryID. The host creates each provider's dead-letter stream,
 // as a JSON stream, before the first dead letter.
 type Processor struct {
@@ -182,7 +197,8 @@ func (p *Processor) process(ctx context.Context, b *webhooks.Batch, raw []byte) 
 		p.remember(prov.name, rawKey, "", now)
 		return nil
 	}
-	if rec.DeliveryID != "" && p.seen(prov.name, rec.DeliveryID, now) {
+	// A replay is processed again on purpose, whatever its delivery id.
+	if rec.DeliveryID != "" && rec.Replay == "" && p.seen(prov.name, rec.DeliveryID, now) {
 		p.remember(prov.name, rawKey, "", now)
 		return nil
 	}
@@ -238,9 +254,10 @@ func (p *Processor) bury(ctx context.Context, prov *provider, rec *Record, reaso
 }
 
 // Replay appends the record of dead, a dead letter as read from a
-// dead-letter stream, to its provider's records stream again, and forgets
-// that it was dealt with, so that the Processor processes it as new. The
-// Scheme verifies it again, against the time it was first received.
+// dead-letter stream, to its provider's records stream again, as a new
+// record (Record.Replay), so that the Processor processes it whatever it
+// remembers of the original, and skips no delivery id for it. The Scheme
+// verifies it again, against the time it was first received.
 func (p *Processor) Replay(ctx context.Context, dead []byte) error {
 	var d DeadLetter
 	if err := json.Unmarshal(dead, &d); err != nil {
@@ -250,13 +267,10 @@ func (p *Processor) Replay(ctx context.Context, dead []byte) error {
 	if prov == nil {
 		return fmt.Errorf("inbox: no provider %q", d.Provider)
 	}
+	d.Record.Replay = rand.Text()
 	record, err := json.Marshal(d.Record)
 	if err != nil {
 		return err
-	}
-	if p.done != nil {
-		p.done.forget(prov.name, string(record))
-		p.done.forget(prov.name, d.DeliveryID)
 	}
 	return p.appender.Append(ctx, prov.stream, record)
 }

@@ -45,6 +45,7 @@ type host struct {
 	inbox     *inbox.Handler
 	processor *inbox.Processor
 	dead      chan inbox.DeadLetter // each dead letter appended
+	onDead    func(raw []byte)      // if set, called with each dead letter as it is appended
 }
 
 // newHost starts a host whose processor's subscription gives a batch
@@ -143,6 +144,9 @@ func (h *host) Append(ctx context.Context, stream string, record []byte) error {
 			return err
 		}
 		h.dead <- d
+		if h.onDead != nil {
+			h.onDead(record)
+		}
 	}
 	return h.engine.StreamAppended(ctx, stream)
 }
@@ -296,6 +300,27 @@ func TestProcessorDeadLetterAndReplay(t *testing.T) {
 	rec = httptest.NewRecorder()
 	replay.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/", nil))
 	require.Equal(t, http.StatusMethodNotAllowed, rec.Code)
+}
+
+// A replay made the moment the dead letter is appended, before the
+// processor has noted the original as dealt with, is processed all the
+// same: the replayed record is a new record, which the note of the
+// original does not cover.
+func TestProcessorReplayRacesTheDeadLetter(t *testing.T) {
+	h := newHost(t, 5, 1)
+	replayed := make(chan error, 1)
+	var once sync.Once
+	h.onDead = func(raw []byte) {
+		once.Do(func() { replayed <- h.processor.Replay(context.Background(), raw) })
+	}
+	h.deliver("forged", `{"n":1}`, "not the secret")
+	first := h.nextDead()
+	require.NoError(t, <-replayed)
+	second := h.nextDead()
+	require.Equal(t, first.DeliveryID, second.DeliveryID, "verified again, and dead again")
+	require.Equal(t, first.Body, second.Body)
+	require.NotEmpty(t, second.Replay, "the replayed record says it is a replay")
+	require.Empty(t, first.Replay)
 }
 
 // A record no handler takes is acknowledged unprocessed; a handler's
