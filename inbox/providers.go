@@ -5,6 +5,7 @@ import (
 	"crypto/subtle"
 	"encoding/base64"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -132,14 +133,35 @@ func (StandardWebhooks) DeliveryID(h http.Header, _ []byte) string {
 	return h.Get("Svix-Id")
 }
 
-// Verify implements Scheme.
-func (s StandardWebhooks) Verify(rec *Record) error {
+// key is the HMAC key of the secret.
+func (s StandardWebhooks) key() ([]byte, error) {
 	key, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(s.Secret, "whsec_"))
 	switch {
 	case err != nil:
-		return fmt.Errorf("%w: not base64 after whsec_", ErrUnusableSecret)
+		return nil, fmt.Errorf("%w: not base64 after whsec_", ErrUnusableSecret)
 	case len(key) == 0:
-		return fmt.Errorf("%w: empty", ErrUnusableSecret)
+		return nil, fmt.Errorf("%w: empty", ErrUnusableSecret)
+	}
+	return key, nil
+}
+
+// checkSecret implements secretChecker: a secret that is set must be
+// usable.
+func (s StandardWebhooks) checkSecret() error {
+	if s.Secret == "" {
+		return nil
+	}
+	if _, err := s.key(); err != nil {
+		return errors.New("is not base64 after whsec_, or is empty: a Standard Webhooks secret is whsec_ and the base64 of the key")
+	}
+	return nil
+}
+
+// Verify implements Scheme.
+func (s StandardWebhooks) Verify(rec *Record) error {
+	key, err := s.key()
+	if err != nil {
+		return err
 	}
 	prefix := "Webhook-"
 	if rec.Header.Get("Webhook-Signature") == "" && rec.Header.Get("Svix-Signature") != "" {
