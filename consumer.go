@@ -462,6 +462,9 @@ const deadLetterMsg = "webhooks: consumer is a dead letter; its cursor is kept u
 // in another state, and returns ErrConsumerNotFound if there is no such
 // consumer.
 func (e *Engine) ResumeConsumer(ctx context.Context, id string) error {
+	if err := e.checkLoaded(); err != nil {
+		return err
+	}
 	subID, _, err := ParseConsumerID(id)
 	if err != nil {
 		return ErrConsumerNotFound
