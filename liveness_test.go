@@ -43,7 +43,7 @@ func requireRetryLater(t *testing.T, status int, header http.Header, body string
 	secs, err := strconv.Atoi(header.Get("Retry-After"))
 	require.NoError(t, err, "Retry-After %q", header.Get("Retry-After"))
 	require.Positive(t, secs)
-	require.Contains(t, body, string(webhooks.CodeServiceUnavailable))
+	require.Contains(t, body, `"SERVICE_UNAVAILABLE"`)
 	require.NotContains(t, body, flakyDetail)
 }
 
