@@ -86,8 +86,9 @@ type Server struct {
 	closed    chan struct{}
 	closeOnce sync.Once
 
-	store   storage
-	waiters waiters
+	store      storage
+	storageLog *logSampler // samples the logs of storage failures
+	waiters    waiters
 	// recheck, if positive, is how often a long-poll reads its stream again
 	// in case a wake-up from another Server was lost.
 	recheck time.Duration
@@ -113,6 +114,7 @@ func New(opts Options) *Server {
 	if s.clock == nil {
 		s.clock = clock.New()
 	}
+	s.storageLog = &logSampler{clock: s.clock, interval: storageLogInterval}
 	if s.timeout <= 0 {
 		s.timeout = DefaultLongPollTimeout
 	}
