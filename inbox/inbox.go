@@ -300,11 +300,15 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(p.status)
 		return
 	}
+	header := keep(r.Header, p.headers)
+	if s, ok := p.scheme.(headerSealer); ok {
+		s.sealHeaders(header)
+	}
 	record, err := json.Marshal(Record{
 		Provider:   p.name,
 		DeliveryID: id,
 		ReceivedAt: h.clock.Now().UTC(),
-		Header:     keep(r.Header, p.headers),
+		Header:     header,
 		Body:       body,
 	})
 	if err == nil {
@@ -338,6 +342,13 @@ func (h *Handler) readBody(w http.ResponseWriter, r *http.Request) ([]byte, int)
 		return nil, http.StatusBadRequest
 	}
 	return body, 0
+}
+
+// headerSealer is a Scheme whose kept headers hold a credential: the
+// Handler lets it replace the credential with what Verify needs to check
+// it, before the record is stored.
+type headerSealer interface {
+	sealHeaders(h http.Header)
 }
 
 // keep returns the values of the named headers that h has.
