@@ -95,7 +95,7 @@ func mountInbox(ctx context.Context, engine *webhooks.Engine, streams *dstream.S
 			next.ServeHTTP(w, r)
 		case !nested && known[name] && !slices.ContainsFunc(usable, func(p inbox.Provider) bool { return p.Name == name }):
 			w.Header().Set("Retry-After", "60")
-			writeAPIError(w, http.StatusServiceUnavailable, webhooks.CodeServiceUnavailable, "this inbox cannot store deliveries now; retry later")
+			writeAPIError(w, http.StatusServiceUnavailable, codeServiceUnavailable, "this inbox cannot store deliveries now; retry later")
 		case !nested:
 			h.ServeHTTP(w, r)
 		case !known[name] || (kind != "records" && kind != "dead"):
@@ -107,7 +107,7 @@ func mountInbox(ctx context.Context, engine *webhooks.Engine, streams *dstream.S
 		case r.Method == http.MethodGet || r.Method == http.MethodHead:
 			streams.ServeHTTP(w, r)
 		default:
-			writeAPIError(w, http.StatusForbidden, webhooks.CodeForbidden, "the inbox's streams are written only by the inbox")
+			writeAPIError(w, http.StatusForbidden, codeForbidden, "the inbox's streams are written only by the inbox")
 		}
 	}), problems, nil
 }

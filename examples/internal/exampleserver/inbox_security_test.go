@@ -24,7 +24,7 @@ func requireForbidden(t *testing.T, resp *http.Response, body []byte) {
 	var out webhooks.CallbackResponse
 	require.NoError(t, json.Unmarshal(body, &out), "%s", body)
 	require.NotNil(t, out.Error, "%s", body)
-	require.Equal(t, webhooks.CodeForbidden, out.Error.Code)
+	require.Equal(t, webhooks.ErrorCode("FORBIDDEN"), out.Error.Code)
 }
 
 // No client writes the inbox's streams, with the API token or without: a

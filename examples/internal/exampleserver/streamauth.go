@@ -10,6 +10,13 @@ import (
 	webhooks "github.com/streamhooks/webhooks"
 )
 
+// The codes of the engine's one error shape that these routes answer.
+const (
+	codeUnauthorized       webhooks.ErrorCode = "UNAUTHORIZED"
+	codeForbidden          webhooks.ErrorCode = "FORBIDDEN"
+	codeServiceUnavailable webhooks.ErrorCode = "SERVICE_UNAVAILABLE"
+)
+
 // inboxPrefix is the inbox's part of the stream namespace. The public
 // stream API never serves a path under it, whether or not the inbox is
 // mounted, so that no client can create, fill or delete a stream there
@@ -22,7 +29,7 @@ func guardStreams(streams http.Handler, token string, public bool) http.Handler 
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch {
 		case strings.HasPrefix(r.URL.Path, inboxPrefix):
-			writeAPIError(w, http.StatusForbidden, webhooks.CodeForbidden,
+			writeAPIError(w, http.StatusForbidden, codeForbidden,
 				"streams under /inbox/ are the inbox's: they are read at the inbox's routes, with the API token, and written only by the inbox")
 		case token != "" && !public && !hasToken(r, token):
 			refuse(w, "streams need the API token")
@@ -62,7 +69,7 @@ func hasToken(r *http.Request, token string) bool {
 // refuse answers 401 with a Bearer challenge.
 func refuse(w http.ResponseWriter, message string) {
 	w.Header().Set("WWW-Authenticate", "Bearer")
-	writeAPIError(w, http.StatusUnauthorized, webhooks.CodeUnauthorized, message)
+	writeAPIError(w, http.StatusUnauthorized, codeUnauthorized, message)
 }
 
 // writeAPIError answers in the engine's one JSON error shape.
