@@ -18,6 +18,7 @@ import (
 
 	webhooks "github.com/streamhooks/webhooks"
 	"github.com/streamhooks/webhooks/memstore"
+	"github.com/streamhooks/webhooks/receiver"
 )
 
 // authCall is one call of an Authorizer, as it saw it.
@@ -171,7 +172,7 @@ func TestAuthorizerDoesNotGuardCallbacks(t *testing.T) {
 	rec.taken()
 	rec.refuseWith(webhooks.ErrUnauthorized)
 
-	r := h.callback(agentAID, d.n.Token, webhooks.CallbackRequest{Epoch: epoch(1), Done: true})
+	r := h.callback(agentAID, d.n.Token, receiver.CallbackRequest{Epoch: epoch(1), Done: true})
 	require.Equal(t, http.StatusOK, r.status, r.raw)
 	require.Empty(t, rec.taken())
 }

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/streamhooks/webhooks/receiver"
 )
 
 // Limits on callbacks and consumers, so that no request can grow memory
@@ -138,7 +140,7 @@ func (e *Engine) callback(ctx context.Context, r *http.Request) (*successRespons
 
 // applyCallback is the transition a callback makes, atomic in one
 // UpdateConsumer: it fails as a whole or applies as a whole.
-func (e *Engine) applyCallback(ctx context.Context, c *Consumer, claims *tokenClaims, expired bool, req *CallbackRequest) (change, error) {
+func (e *Engine) applyCallback(ctx context.Context, c *Consumer, claims *tokenClaims, expired bool, req *receiver.CallbackRequest) (change, error) {
 	if c.State == StateFailed {
 		// A dead letter is removed from the wake cycle, as spec 001's
 		// failure GC removes the consumer; only its cursor is kept.
@@ -246,7 +248,7 @@ func ack(c *Consumer, a StreamOffset, t tails, source StreamSource) error {
 
 // decodeCallbackRequest decodes a callback body strictly: one JSON object,
 // no unknown fields, epoch present, every list and string within limits.
-func decodeCallbackRequest(body io.Reader) (*CallbackRequest, error) {
+func decodeCallbackRequest(body io.Reader) (*receiver.CallbackRequest, error) {
 	data, err := io.ReadAll(body)
 	if err != nil {
 		var tooBig *http.MaxBytesError
@@ -255,7 +257,7 @@ func decodeCallbackRequest(body io.Reader) (*CallbackRequest, error) {
 		}
 		return nil, newAPIError(http.StatusBadRequest, CodeInvalidRequest, "cannot read request body")
 	}
-	var req CallbackRequest
+	var req receiver.CallbackRequest
 	if err := decodeStrict(data, &req); err != nil {
 		return nil, newAPIError(http.StatusBadRequest, CodeInvalidRequest, "%v", err)
 	}
@@ -268,7 +270,7 @@ func decodeCallbackRequest(body io.Reader) (*CallbackRequest, error) {
 	return &req, nil
 }
 
-func validateCallbackRequest(req *CallbackRequest) error {
+func validateCallbackRequest(req *receiver.CallbackRequest) error {
 	for name, n := range map[string]int{"acks": len(req.Acks), "subscribe": len(req.Subscribe), "unsubscribe": len(req.Unsubscribe)} {
 		if n > MaxCallbackListLength {
 			return fmt.Errorf("%s has %d entries; at most %d are allowed", name, n, MaxCallbackListLength)
@@ -305,7 +307,7 @@ func validateStreamPath(p string) error {
 
 // decodeStrict decodes a request body: one JSON value, no unknown fields.
 func decodeStrict(data []byte, v any) error {
-	if err := decodeJSON(data, v, true); err != nil {
+	if err := decodeJSON(data, v); err != nil {
 		return fmt.Errorf("malformed JSON body: %v", err)
 	}
 	return nil
@@ -362,7 +364,7 @@ func (e *Engine) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	if ae.authenticate != "" {
 		w.Header().Set("WWW-Authenticate", ae.authenticate)
 	}
-	writeJSON(w, ae.status, CallbackResponse{OK: false, Error: &ErrorBody{Code: ae.code, Message: ae.message}, Token: ae.token})
+	writeJSON(w, ae.status, receiver.CallbackResponse{OK: false, Error: &receiver.ErrorBody{Code: ae.code, Message: ae.message}, Token: ae.token})
 }
 
 // retryAfterSeconds is the Retry-After of a 503: as long as the scheduler
@@ -385,7 +387,7 @@ func asAPIError(err error) *apiError {
 
 // callbackPaths lists the streams whose tails a callback needs: those it
 // acks or subscribes to, and all of them if it may finish the cycle.
-func callbackPaths(c *Consumer, req *CallbackRequest) []string {
+func callbackPaths(c *Consumer, req *receiver.CallbackRequest) []string {
 	paths := slices.Clone(req.Subscribe)
 	for _, a := range req.Acks {
 		paths = append(paths, a.Path)

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	webhooks "github.com/streamhooks/webhooks"
+	"github.com/streamhooks/webhooks/receiver"
 )
 
 const (
@@ -105,7 +106,7 @@ func FuzzCallback(f *testing.F) {
 
 		raw := rec.Body.String()
 		require.Equal(t, "application/json", rec.Header().Get("Content-Type"))
-		var resp webhooks.CallbackResponse
+		var resp receiver.CallbackResponse
 		require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &resp), raw)
 		after, err := h.store.GetConsumer(ctx, id)
 		if errors.Is(err, webhooks.ErrConsumerNotFound) {
@@ -129,7 +130,7 @@ func FuzzCallback(f *testing.F) {
 		require.NotEmpty(t, resp.Token, raw)
 		require.Contains(t, raw, `"streams":[`)
 		require.False(t, expired, "an expired token was accepted: %s", raw)
-		var cb webhooks.CallbackRequest
+		var cb receiver.CallbackRequest
 		require.NoError(t, json.Unmarshal(body, &cb), "accepted a body that does not decode")
 		require.NotNil(t, cb.Epoch)
 		require.Equal(t, before.Epoch, *cb.Epoch, "accepted another epoch")
@@ -151,7 +152,7 @@ func FuzzCallback(f *testing.F) {
 
 // cbFuzzCheckStreams checks what a successful callback did to the
 // consumer's streams against what it asked for.
-func cbFuzzCheckStreams(t *testing.T, src *fakeSource, before, after *webhooks.Consumer, cb *webhooks.CallbackRequest) {
+func cbFuzzCheckStreams(t *testing.T, src *fakeSource, before, after *webhooks.Consumer, cb *receiver.CallbackRequest) {
 	t.Helper()
 	if after == nil {
 		for _, s := range before.Streams {

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	webhooks "github.com/streamhooks/webhooks"
+	"github.com/streamhooks/webhooks/receiver"
 )
 
 // formatSource is a fakeSource that knows its offset format.
@@ -32,11 +33,11 @@ func ackGarbage(t *testing.T, h *harness, garbage []string) {
 	d := h.live()
 	for _, o := range garbage {
 		require.Len(t, o, len(offset(10)), "%q has the tail's length: length alone does not tell", o)
-		r := h.callback(agentAID, d.n.Token, webhooks.CallbackRequest{Epoch: epoch(1), Acks: streamOffsets(agentA, o)})
+		r := h.callback(agentAID, d.n.Token, receiver.CallbackRequest{Epoch: epoch(1), Acks: streamOffsets(agentA, o)})
 		requireError(t, r, http.StatusConflict, webhooks.CodeInvalidOffset)
 		require.Equal(t, streamOffsets(agentA, webhooks.OffsetNone), h.consumer(agentAID).Streams, "%q", o)
 	}
-	r := h.callback(agentAID, d.n.Token, webhooks.CallbackRequest{Epoch: epoch(1), Acks: streamOffsets(agentA, offset(3))})
+	r := h.callback(agentAID, d.n.Token, receiver.CallbackRequest{Epoch: epoch(1), Acks: streamOffsets(agentA, offset(3))})
 	require.Equal(t, http.StatusOK, r.status, r.raw)
 }
 
@@ -178,7 +179,7 @@ func TestSubscriptionGlobstarRunIsCanonical(t *testing.T) {
 func TestCallbackPathControlCharacters(t *testing.T) {
 	h := newHarness(t)
 	d := h.live()
-	for _, req := range []webhooks.CallbackRequest{
+	for _, req := range []receiver.CallbackRequest{
 		{Subscribe: []string{"/tools/a\x00"}},
 		{Subscribe: []string{"/tools/a\u0085"}},
 		{Unsubscribe: []string{"/agents/a\n"}},
@@ -273,13 +274,13 @@ func TestTokenEpochClaimIsChecked(t *testing.T) {
 		return raw
 	}
 	for _, e := range []int64{0, 2} {
-		r := h.callback(agentAID, mint(e), webhooks.CallbackRequest{Epoch: epoch(1), Acks: streamOffsets(agentA, offset(5))})
+		r := h.callback(agentAID, mint(e), receiver.CallbackRequest{Epoch: epoch(1), Acks: streamOffsets(agentA, offset(5))})
 		requireError(t, r, http.StatusConflict, webhooks.CodeStaleEpoch)
 		require.Contains(t, r.body.Error.Message, "token was issued for epoch")
 	}
 	require.Equal(t, streamOffsets(agentA, webhooks.OffsetNone), h.consumer(agentAID).Streams)
 	// The same token at the consumer's epoch is accepted: only the epoch
 	// claim was wrong.
-	r := h.callback(agentAID, mint(1), webhooks.CallbackRequest{Epoch: epoch(1), Acks: streamOffsets(agentA, offset(5))})
+	r := h.callback(agentAID, mint(1), receiver.CallbackRequest{Epoch: epoch(1), Acks: streamOffsets(agentA, offset(5))})
 	require.Equal(t, http.StatusOK, r.status, r.raw)
 }

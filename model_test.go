@@ -56,6 +56,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	webhooks "github.com/streamhooks/webhooks"
+	"github.com/streamhooks/webhooks/receiver"
 )
 
 var (
@@ -671,7 +672,7 @@ type modelCall struct {
 	tokenInc   int // incarnation of the consumer the token was issued to
 	tokenExp   time.Time
 	body       string
-	req        *webhooks.CallbackRequest // nil if the body is invalid
+	req        *receiver.CallbackRequest // nil if the body is invalid
 }
 
 // modelAnswer is what the model expects a callback to return.
@@ -804,8 +805,8 @@ func (c *modelClock) armed(now time.Time) []time.Time {
 // modelArrival is a webhook POST held by the receiver until the driver
 // answers it.
 type modelArrival struct {
-	n          webhooks.Notification
-	batch      webhooks.EventsPayload // the body of an event-push POST
+	n          receiver.Notification
+	batch      receiver.EventsPayload // the body of an event-push POST
 	body       []byte
 	sig        string
 	deliveryID string // the Webhook-Id header
@@ -836,8 +837,8 @@ func newModelReceiver(t *testing.T, seed uint64) *modelReceiver {
 			return
 		}
 		body, _ := io.ReadAll(req.Body)
-		a := &modelArrival{body: body, sig: req.Header.Get(webhooks.SignatureHeader),
-			deliveryID: req.Header.Get(webhooks.DeliveryIDHeader), reply: make(chan modelReply, 1)}
+		a := &modelArrival{body: body, sig: req.Header.Get(receiver.SignatureHeader),
+			deliveryID: req.Header.Get(receiver.IDHeader), reply: make(chan modelReply, 1)}
 		// A bad body shows as a mismatch.
 		_ = json.Unmarshal(body, &a.n)
 		_ = json.Unmarshal(body, &a.batch)
@@ -1612,7 +1613,7 @@ func (r *modelRig) callbackBody(call *modelCall) string {
 		epoch++
 		what = append(what, "body epoch+1")
 	}
-	req := &webhooks.CallbackRequest{Epoch: &epoch}
+	req := &receiver.CallbackRequest{Epoch: &epoch}
 	if c != nil {
 		switch x := r.pick(100); {
 		case x < 35:
@@ -1986,7 +1987,7 @@ func (r *modelRig) arriveBatch(a *modelArrival, req *modelRequest, c *modelConsu
 	if req.streams[0].Offset == webhooks.OffsetNone {
 		from = webhooks.OffsetNone
 	}
-	want := webhooks.EventsPayload{
+	want := receiver.EventsPayload{
 		SubscriptionID: c.sub,
 		Stream:         c.primary,
 		DeliveryID:     b.DeliveryID,
@@ -2222,7 +2223,7 @@ func TestSyncDoneSkipsAStreamRecreatedDuringTheWake(t *testing.T) {
 			h.appendTo(agentA, 10)
 			d := h.nextDelivery()
 			h.waitConsumer(agentAID, func(c *webhooks.Consumer) bool { return c.State == webhooks.StateLive })
-			r := h.callback(agentAID, d.n.Token, webhooks.CallbackRequest{Epoch: epoch(1), Subscribe: []string{tools}, Acks: streamOffsets(agentA, offset(10)), Done: true})
+			r := h.callback(agentAID, d.n.Token, receiver.CallbackRequest{Epoch: epoch(1), Subscribe: []string{tools}, Acks: streamOffsets(agentA, offset(10)), Done: true})
 			require.Equal(t, http.StatusOK, r.status, r.raw)
 
 			// The second wake records tools at 10; its POST answers
@@ -2231,16 +2232,16 @@ func TestSyncDoneSkipsAStreamRecreatedDuringTheWake(t *testing.T) {
 			h.recv.queue(reply{status: http.StatusOK, body: `{"done":true}`, hold: hold})
 			h.appendTo(tools, 5)
 			d = h.nextDelivery()
-			r = h.callback(agentAID, d.n.Token, webhooks.CallbackRequest{Epoch: epoch(2), WakeID: d.n.WakeID})
+			r = h.callback(agentAID, d.n.Token, receiver.CallbackRequest{Epoch: epoch(2), WakeID: d.n.WakeID})
 			require.Equal(t, http.StatusOK, r.status, r.raw)
 			if unsubscribeFirst {
-				r = h.callback(agentAID, d.n.Token, webhooks.CallbackRequest{Epoch: epoch(2), Unsubscribe: []string{tools}})
+				r = h.callback(agentAID, d.n.Token, receiver.CallbackRequest{Epoch: epoch(2), Unsubscribe: []string{tools}})
 				require.Equal(t, http.StatusOK, r.status, r.raw)
 			}
 			h.source.remove(tools)
 			require.NoError(t, h.engine.StreamDeleted(context.Background(), tools))
 			h.create(tools, 2)
-			r = h.callback(agentAID, d.n.Token, webhooks.CallbackRequest{Epoch: epoch(2), Subscribe: []string{tools}})
+			r = h.callback(agentAID, d.n.Token, receiver.CallbackRequest{Epoch: epoch(2), Subscribe: []string{tools}})
 			require.Equal(t, http.StatusOK, r.status, r.raw)
 			close(hold)
 

@@ -20,6 +20,7 @@ import (
 
 	webhooks "github.com/streamhooks/webhooks"
 	"github.com/streamhooks/webhooks/memstore"
+	"github.com/streamhooks/webhooks/receiver"
 )
 
 // subView is a subscription as the API shows it.
@@ -54,11 +55,11 @@ func subRequireNoSecret(t testing.TB, body []byte) {
 
 // subRequireError checks an API error response: status, the one JSON error
 // shape, code and a message.
-func subRequireError(t *testing.T, status int, code webhooks.ErrorCode, gotStatus int, raw []byte, ctype string) webhooks.ErrorBody {
+func subRequireError(t *testing.T, status int, code webhooks.ErrorCode, gotStatus int, raw []byte, ctype string) receiver.ErrorBody {
 	t.Helper()
 	require.Equal(t, status, gotStatus, string(raw))
 	require.Contains(t, ctype, "application/json", string(raw))
-	var out webhooks.CallbackResponse
+	var out receiver.CallbackResponse
 	require.NoError(t, json.Unmarshal(raw, &out), string(raw))
 	require.False(t, out.OK, string(raw))
 	require.NotNil(t, out.Error, string(raw))
@@ -139,8 +140,8 @@ func TestSubscriptionCreate(t *testing.T) {
 		if strings.HasPrefix(d.n.ConsumerID, "agent-handler:") {
 			secret = v.WebhookSecret
 		}
-		require.NoError(t, webhooks.VerifySignature(secret, d.header.Get(webhooks.SignatureHeader), d.body,
-			h.clock.Now(), webhooks.DefaultSignatureTolerance))
+		require.NoError(t, verifySignature(secret, d.header, d.body,
+			h.clock.Now(), receiver.DefaultTolerance))
 	}
 }
 
@@ -590,9 +591,9 @@ func TestSubscriptionDeleteCascades(t *testing.T) {
 	h.consumer(keep)
 
 	// In-flight callbacks get CONSUMER_GONE (S7).
-	r := h.callback(id, d.n.Token, webhooks.CallbackRequest{Epoch: epoch(d.n.Epoch), WakeID: d.n.WakeID})
+	r := h.callback(id, d.n.Token, receiver.CallbackRequest{Epoch: epoch(d.n.Epoch), WakeID: d.n.WakeID})
 	requireError(t, r, http.StatusGone, webhooks.CodeConsumerGone)
-	r = h.callback(id, d.n.Token, webhooks.CallbackRequest{
+	r = h.callback(id, d.n.Token, receiver.CallbackRequest{
 		Epoch: epoch(d.n.Epoch),
 		Acks:  streamOffsets("/agents/task-1", offset(10)),
 		Done:  true,
@@ -624,7 +625,7 @@ func TestSubscriptionDeleteCascades(t *testing.T) {
 	require.Equal(t, webhooks.StateIdle, c.State)
 	require.Zero(t, c.Epoch)
 	// The old token does not reach the new consumer: its epoch is ahead.
-	r = h.callback(id, d.n.Token, webhooks.CallbackRequest{Epoch: epoch(d.n.Epoch)})
+	r = h.callback(id, d.n.Token, receiver.CallbackRequest{Epoch: epoch(d.n.Epoch)})
 	require.NotEqual(t, http.StatusOK, r.status, r.raw)
 }
 
@@ -641,7 +642,7 @@ func TestSubscriptionDeleteDuringDelivery(t *testing.T) {
 	require.Equal(t, http.StatusNoContent, rec.Code, rec.Body.String())
 	close(hold)
 
-	r := h.callback(id, d.n.Token, webhooks.CallbackRequest{Epoch: epoch(d.n.Epoch), WakeID: d.n.WakeID})
+	r := h.callback(id, d.n.Token, receiver.CallbackRequest{Epoch: epoch(d.n.Epoch), WakeID: d.n.WakeID})
 	requireError(t, r, http.StatusGone, webhooks.CodeConsumerGone)
 	// Stop waits for the delivery to finish; then the consumer must still be
 	// gone.
@@ -779,7 +780,7 @@ func TestSubscriptionConsumerIDInEngine(t *testing.T) {
 	require.Equal(t, path, d.n.PrimaryStream)
 	require.Equal(t, callbackBase+"/callback/"+id, d.n.Callback)
 	h.waitConsumer(id, func(c *webhooks.Consumer) bool { return c.State == webhooks.StateLive })
-	r := h.callback(id, d.n.Token, webhooks.CallbackRequest{Epoch: epoch(d.n.Epoch), Acks: streamOffsets(path, offset(10))})
+	r := h.callback(id, d.n.Token, receiver.CallbackRequest{Epoch: epoch(d.n.Epoch), Acks: streamOffsets(path, offset(10))})
 	require.Equal(t, http.StatusOK, r.status, r.raw)
 	require.Equal(t, streamOffsets(path, offset(10)), h.consumer(id).Streams)
 }
@@ -812,11 +813,11 @@ func TestSubscriptionTwoSubscriptionsOneStream(t *testing.T) {
 	}
 
 	// Tokens are not interchangeable between them.
-	r := h.callback(id2, d1.n.Token, webhooks.CallbackRequest{Epoch: epoch(1)})
+	r := h.callback(id2, d1.n.Token, receiver.CallbackRequest{Epoch: epoch(1)})
 	requireError(t, r, http.StatusUnauthorized, webhooks.CodeTokenInvalid)
 
 	// Acking and finishing one leaves the other as it was.
-	r = h.callback(id1, d1.n.Token, webhooks.CallbackRequest{
+	r = h.callback(id1, d1.n.Token, receiver.CallbackRequest{
 		Epoch:  epoch(1),
 		WakeID: d1.n.WakeID,
 		Acks:   streamOffsets("/agents/task-1", offset(10)),
@@ -965,7 +966,7 @@ func TestDisabledWakeSubscriptionWakesNothing(t *testing.T) {
 	ctx := context.Background()
 	h := newHarness(t)
 	d := h.wake("s1", "/agents/*", agentA)
-	r := h.callback(agentAID, d.n.Token, webhooks.CallbackRequest{Epoch: epoch(1), WakeID: d.n.WakeID, Acks: streamOffsets(agentA, offset(10))})
+	r := h.callback(agentAID, d.n.Token, receiver.CallbackRequest{Epoch: epoch(1), WakeID: d.n.WakeID, Acks: streamOffsets(agentA, offset(10))})
 	require.Equal(t, http.StatusOK, r.status, r.raw)
 
 	_, err := h.store.UpdateSubscription(ctx, "s1", func(s *webhooks.Subscription) error {
@@ -978,7 +979,7 @@ func TestDisabledWakeSubscriptionWakesNothing(t *testing.T) {
 	}), "the feed brings the status to the engine")
 
 	h.appendTo(agentA, 5)
-	r = h.callback(agentAID, r.body.Token, webhooks.CallbackRequest{Epoch: epoch(1), Done: true})
+	r = h.callback(agentAID, r.body.Token, receiver.CallbackRequest{Epoch: epoch(1), Done: true})
 	require.Equal(t, http.StatusOK, r.status, r.raw)
 	c := h.consumer(agentAID)
 	require.Equal(t, webhooks.StateIdle, c.State, "done with pending work wakes nothing")
