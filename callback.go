@@ -76,14 +76,14 @@ func (e *Engine) callback(ctx context.Context, r *http.Request) (*successRespons
 	}
 	raw, ok := bearerToken(r)
 	if !ok {
-		return nil, refuse(CodeTokenInvalid, "missing bearer token")
+		return nil, refuse(receiver.CodeTokenInvalid, "missing bearer token")
 	}
 	claims, terr := e.tokens.verify(raw)
 	if errors.Is(terr, errTokenInvalid) {
-		return nil, refuse(CodeTokenInvalid, "%v", terr)
+		return nil, refuse(receiver.CodeTokenInvalid, "%v", terr)
 	}
 	if claims.Subject != id {
-		return nil, refuse(CodeTokenInvalid, "token was not issued for this consumer")
+		return nil, refuse(receiver.CodeTokenInvalid, "token was not issued for this consumer")
 	}
 	req, err := decodeCallbackRequest(http.MaxBytesReader(nil, r.Body, MaxCallbackBodyBytes))
 	if err != nil {
@@ -94,7 +94,7 @@ func (e *Engine) callback(ctx context.Context, r *http.Request) (*successRespons
 		return e.applyCallback(ctx, c, claims, expired, req)
 	})
 	if errors.Is(err, ErrConsumerNotFound) {
-		return nil, refuse(CodeConsumerGone, "consumer %s no longer exists", id)
+		return nil, refuse(receiver.CodeConsumerGone, "consumer %s no longer exists", id)
 	}
 	if err != nil {
 		return nil, err
@@ -116,37 +116,37 @@ func (e *Engine) applyCallback(ctx context.Context, c *Consumer, claims *tokenCl
 	if c.State == StateFailed {
 		// A dead letter is removed from the wake cycle, as spec 001's
 		// failure GC removes the consumer; only its cursor is kept.
-		return noChange, refuse(CodeConsumerGone, "consumer %s is a dead letter after continuous delivery failure", c.ID)
+		return noChange, refuse(receiver.CodeConsumerGone, "consumer %s is a dead letter after continuous delivery failure", c.ID)
 	}
 	// A token is bound to the epoch it was issued at, as the request is:
 	// either of another epoch is a zombie's (S6), whatever else it claims.
 	// Its signature is valid, so this is STALE_EPOCH, not TOKEN_INVALID,
 	// and the consumer learns to stop.
 	if claims.Epoch != c.Epoch {
-		return noChange, refuse(CodeStaleEpoch, "token was issued for epoch %d; current epoch is %d", claims.Epoch, c.Epoch)
+		return noChange, refuse(receiver.CodeStaleEpoch, "token was issued for epoch %d; current epoch is %d", claims.Epoch, c.Epoch)
 	}
 	if *req.Epoch < c.Epoch {
-		return noChange, refuse(CodeStaleEpoch, "epoch %d is stale; current epoch is %d", *req.Epoch, c.Epoch)
+		return noChange, refuse(receiver.CodeStaleEpoch, "epoch %d is stale; current epoch is %d", *req.Epoch, c.Epoch)
 	}
 	if *req.Epoch > c.Epoch {
-		return noChange, refuse(CodeStaleEpoch, "epoch %d is ahead of the current epoch %d", *req.Epoch, c.Epoch)
+		return noChange, refuse(receiver.CodeStaleEpoch, "epoch %d is ahead of the current epoch %d", *req.Epoch, c.Epoch)
 	}
 	if claims.WakeID != c.WakeID {
 		// Same ID and epoch, another wake: the consumer was removed and
 		// spawned again, and this token is of the earlier one.
-		return noChange, refuse(CodeStaleEpoch, "token is of an earlier consumer with this ID")
+		return noChange, refuse(receiver.CodeStaleEpoch, "token is of an earlier consumer with this ID")
 	}
 	if expired {
 		token, err := e.tokens.issue(c.ID, c.Epoch, c.WakeID)
 		if err != nil {
 			return noChange, err
 		}
-		pe := refuse(CodeTokenExpired, "token has expired; retry with the new token")
+		pe := refuse(receiver.CodeTokenExpired, "token has expired; retry with the new token")
 		pe.token = token
 		return noChange, pe
 	}
 	if req.WakeID != "" && req.WakeID != c.WakeID {
-		return noChange, refuse(CodeAlreadyClaimed, "wake_id %q is not the current wake", req.WakeID)
+		return noChange, refuse(receiver.CodeAlreadyClaimed, "wake_id %q is not the current wake", req.WakeID)
 	}
 	t, err := e.readTails(ctx, callbackPaths(c, req))
 	if err != nil {

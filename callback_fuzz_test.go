@@ -28,14 +28,14 @@ const (
 )
 
 // cbFuzzStatus is the status the spec gives each error code.
-var cbFuzzStatus = map[webhooks.ErrorCode]int{
-	webhooks.CodeInvalidRequest: http.StatusBadRequest,
-	webhooks.CodeTokenExpired:   http.StatusUnauthorized,
-	webhooks.CodeTokenInvalid:   http.StatusUnauthorized,
-	webhooks.CodeAlreadyClaimed: http.StatusConflict,
-	webhooks.CodeInvalidOffset:  http.StatusConflict,
-	webhooks.CodeStaleEpoch:     http.StatusConflict,
-	webhooks.CodeConsumerGone:   http.StatusGone,
+var cbFuzzStatus = map[receiver.ErrorCode]int{
+	receiver.CodeInvalidRequest: http.StatusBadRequest,
+	receiver.CodeTokenExpired:   http.StatusUnauthorized,
+	receiver.CodeTokenInvalid:   http.StatusUnauthorized,
+	receiver.CodeAlreadyClaimed: http.StatusConflict,
+	receiver.CodeInvalidOffset:  http.StatusConflict,
+	receiver.CodeStaleEpoch:     http.StatusConflict,
+	receiver.CodeConsumerGone:   http.StatusGone,
 }
 
 // FuzzCallback posts arbitrary bodies to the real callback handler of a
@@ -121,7 +121,7 @@ func FuzzCallback(f *testing.F) {
 			require.True(t, known, "unknown error code: %s", raw)
 			require.Equal(t, status, rec.Code, raw)
 			require.NotEmpty(t, resp.Error.Message, raw)
-			require.Equal(t, resp.Error.Code == webhooks.CodeTokenExpired, resp.Token != "", raw)
+			require.Equal(t, resp.Error.Code == receiver.CodeTokenExpired, resp.Token != "", raw)
 			require.Equal(t, before, after, "a failed callback changed the consumer: %s", raw)
 			return
 		}

@@ -50,7 +50,7 @@ func TestClaimMovesWakingToLiveAndIsIdempotent(t *testing.T) {
 	r = h.callback(agentAID, d.n.Token, receiver.CallbackRequest{Epoch: epoch(1), WakeID: d.n.WakeID})
 	require.Equal(t, http.StatusOK, r.status, r.raw)
 	r = h.callback(agentAID, d.n.Token, receiver.CallbackRequest{Epoch: epoch(1), WakeID: "w_forged"})
-	requireError(t, r, http.StatusConflict, webhooks.CodeAlreadyClaimed)
+	requireError(t, r, http.StatusConflict, receiver.CodeAlreadyClaimed)
 }
 
 func TestClaimAfterTwoXXIsIdempotent(t *testing.T) {
@@ -84,13 +84,13 @@ func TestStaleAndFutureEpochsAreRejected(t *testing.T) {
 	// S6: the zombie's old token, still validly signed, gets STALE_EPOCH,
 	// not 401, so that it knows to stop.
 	r = h.callback(agentAID, first.n.Token, receiver.CallbackRequest{Epoch: epoch(1), Acks: streamOffsets(agentA, offset(10))})
-	requireError(t, r, http.StatusConflict, webhooks.CodeStaleEpoch)
+	requireError(t, r, http.StatusConflict, receiver.CodeStaleEpoch)
 	require.Contains(t, r.body.Error.Message, "current epoch is 2")
 	// A current token with a stale or future epoch in the body.
 	r = h.callback(agentAID, second.n.Token, receiver.CallbackRequest{Epoch: epoch(1)})
-	requireError(t, r, http.StatusConflict, webhooks.CodeStaleEpoch)
+	requireError(t, r, http.StatusConflict, receiver.CodeStaleEpoch)
 	r = h.callback(agentAID, second.n.Token, receiver.CallbackRequest{Epoch: epoch(3)})
-	requireError(t, r, http.StatusConflict, webhooks.CodeStaleEpoch)
+	requireError(t, r, http.StatusConflict, receiver.CodeStaleEpoch)
 	// Nothing the zombie sent was applied.
 	require.Equal(t, streamOffsets(agentA, offset(4)), h.consumer(agentAID).Streams)
 
@@ -102,7 +102,7 @@ func TestStaleAndFutureEpochsAreRejected(t *testing.T) {
 	h.clock.Add(2 * webhooks.DefaultTokenTTL)
 	require.Equal(t, int64(2), h.waitConsumer(agentAID, h.settled).Epoch)
 	r = h.callback(agentAID, first.n.Token, receiver.CallbackRequest{Epoch: epoch(1)})
-	requireError(t, r, http.StatusConflict, webhooks.CodeStaleEpoch)
+	requireError(t, r, http.StatusConflict, receiver.CodeStaleEpoch)
 	require.Empty(t, r.body.Token)
 }
 
@@ -125,10 +125,10 @@ func TestAcksMoveForwardOnly(t *testing.T) {
 	// The tail itself is fine; beyond it, or not an offset, is refused.
 	r = ackTo(offset(10))
 	require.Equal(t, http.StatusOK, r.status, r.raw)
-	requireError(t, ackTo(offset(11)), http.StatusConflict, webhooks.CodeInvalidOffset)
-	requireError(t, ackTo("zzz"), http.StatusConflict, webhooks.CodeInvalidOffset)
+	requireError(t, ackTo(offset(11)), http.StatusConflict, receiver.CodeInvalidOffset)
+	requireError(t, ackTo("zzz"), http.StatusConflict, receiver.CodeInvalidOffset)
 	r = h.callback(agentAID, d.n.Token, receiver.CallbackRequest{Epoch: epoch(1), Acks: streamOffsets("/not/subscribed", offset(1))})
-	requireError(t, r, http.StatusConflict, webhooks.CodeInvalidOffset)
+	requireError(t, r, http.StatusConflict, receiver.CodeInvalidOffset)
 	require.Equal(t, streamOffsets(agentA, offset(10)), h.consumer(agentAID).Streams)
 }
 
@@ -174,7 +174,7 @@ func TestUnsubscribeIncludingPrimaryAndAll(t *testing.T) {
 	require.NotEmpty(t, r.body.Token, "S5")
 	h.waitGone(agentAID)
 	r = h.callback(agentAID, d.n.Token, receiver.CallbackRequest{Epoch: epoch(1)})
-	requireError(t, r, http.StatusGone, webhooks.CodeConsumerGone)
+	requireError(t, r, http.StatusGone, receiver.CodeConsumerGone)
 }
 
 func TestDoneWithoutPendingGoesIdle(t *testing.T) { // L2
@@ -226,7 +226,7 @@ func TestCallbackIsAtomic(t *testing.T) {
 		Acks:      streamOffsets(agentA, offset(5), agentA, offset(99)),
 		Done:      true,
 	})
-	requireError(t, r, http.StatusConflict, webhooks.CodeInvalidOffset)
+	requireError(t, r, http.StatusConflict, receiver.CodeInvalidOffset)
 	require.Equal(t, before, h.consumer(agentAID))
 }
 
@@ -247,7 +247,7 @@ func TestMalformedCallbacksAreRejected(t *testing.T) {
 		"oversized body": `{"epoch":1,"wake_id":"` + strings.Repeat("x", webhooks.MaxCallbackBodyBytes) + `"}`,
 	} {
 		t.Run(name, func(t *testing.T) {
-			requireError(t, h.rawCallback(agentAID, d.n.Token, body), http.StatusBadRequest, webhooks.CodeInvalidRequest)
+			requireError(t, h.rawCallback(agentAID, d.n.Token, body), http.StatusBadRequest, receiver.CodeInvalidRequest)
 		})
 	}
 	rec := h.do(http.MethodGet, "/callback/"+agentAID, "", "Authorization", "Bearer "+d.n.Token)
@@ -270,7 +270,7 @@ func TestStreamLimitPerConsumer(t *testing.T) {
 	}
 	require.Len(t, h.consumer(agentAID).Streams, webhooks.MaxStreamsPerConsumer)
 	r := h.callback(agentAID, d.n.Token, receiver.CallbackRequest{Epoch: epoch(1), Subscribe: []string{"/one/more"}})
-	requireError(t, r, http.StatusBadRequest, webhooks.CodeInvalidRequest)
+	requireError(t, r, http.StatusBadRequest, receiver.CodeInvalidRequest)
 }
 
 func TestTokenRules(t *testing.T) {
@@ -283,14 +283,14 @@ func TestTokenRules(t *testing.T) {
 		require.Equal(t, d.n.Token, r.body.Token, "a token far from expiry is returned as is")
 	})
 	t.Run("missing or malformed", func(t *testing.T) {
-		requireError(t, h.callback(agentAID, "", receiver.CallbackRequest{Epoch: epoch(1)}), http.StatusUnauthorized, webhooks.CodeTokenInvalid)
-		requireError(t, h.callback(agentAID, "not.a.jwt", receiver.CallbackRequest{Epoch: epoch(1)}), http.StatusUnauthorized, webhooks.CodeTokenInvalid)
+		requireError(t, h.callback(agentAID, "", receiver.CallbackRequest{Epoch: epoch(1)}), http.StatusUnauthorized, receiver.CodeTokenInvalid)
+		requireError(t, h.callback(agentAID, "not.a.jwt", receiver.CallbackRequest{Epoch: epoch(1)}), http.StatusUnauthorized, receiver.CodeTokenInvalid)
 		tampered := d.n.Token[:len(d.n.Token)-2] + "AA"
 		if tampered == d.n.Token {
 			tampered = d.n.Token[:len(d.n.Token)-2] + "BB"
 		}
 		r := h.callback(agentAID, tampered, receiver.CallbackRequest{Epoch: epoch(1)})
-		requireError(t, r, http.StatusUnauthorized, webhooks.CodeTokenInvalid)
+		requireError(t, r, http.StatusUnauthorized, receiver.CodeTokenInvalid)
 		require.Empty(t, r.body.Token)
 	})
 	t.Run("token of another consumer", func(t *testing.T) {
@@ -298,7 +298,7 @@ func TestTokenRules(t *testing.T) {
 		h.appendTo("/agents/b", 1)
 		other := h.nextDelivery()
 		r := h.callback(agentAID, other.n.Token, receiver.CallbackRequest{Epoch: epoch(1)})
-		requireError(t, r, http.StatusUnauthorized, webhooks.CodeTokenInvalid)
+		requireError(t, r, http.StatusUnauthorized, receiver.CodeTokenInvalid)
 	})
 	t.Run("renewed near expiry", func(t *testing.T) {
 		keepAlive := func() callbackResult {
@@ -324,7 +324,7 @@ func TestTokenRules(t *testing.T) {
 		require.Equal(t, http.StatusOK, r.status, r.raw)
 		h.clock.Add(webhooks.DefaultTokenTTL)
 		r = h.callback(agentAID, d.n.Token, receiver.CallbackRequest{Epoch: epoch(1)})
-		requireError(t, r, http.StatusUnauthorized, webhooks.CodeTokenExpired)
+		requireError(t, r, http.StatusUnauthorized, receiver.CodeTokenExpired)
 		require.NotEmpty(t, r.body.Token)
 		retry := h.callback(agentAID, r.body.Token, receiver.CallbackRequest{Epoch: epoch(1)})
 		require.Equal(t, http.StatusOK, retry.status, retry.raw)
@@ -359,7 +359,7 @@ func TestGoneAfterSubscriptionDelete(t *testing.T) { // S7
 	rec := h.do(http.MethodDelete, "/agents/*?subscription=s1", "")
 	require.Equal(t, http.StatusNoContent, rec.Code)
 	r := h.callback(agentAID, d.n.Token, receiver.CallbackRequest{Epoch: epoch(1)})
-	requireError(t, r, http.StatusGone, webhooks.CodeConsumerGone)
+	requireError(t, r, http.StatusGone, receiver.CodeConsumerGone)
 }
 
 func TestErrorShape(t *testing.T) {
@@ -509,7 +509,7 @@ func TestCallbackTokenOfEarlierIncarnationIsStale(t *testing.T) {
 	r := h.callback(id, old.n.Token, receiver.CallbackRequest{
 		Epoch: epoch(old.n.Epoch), Acks: streamOffsets("/agents/t1", offset(1)), Done: true,
 	})
-	requireError(t, r, http.StatusConflict, webhooks.CodeStaleEpoch)
+	requireError(t, r, http.StatusConflict, receiver.CodeStaleEpoch)
 	require.Equal(t, before, h.consumer(id), "a refused callback changes nothing")
 
 	r = h.callback(id, fresh.n.Token, receiver.CallbackRequest{Epoch: epoch(fresh.n.Epoch)})

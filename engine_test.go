@@ -420,7 +420,7 @@ func TestStreamDeletionRemovesConsumers(t *testing.T) {
 	require.NoError(t, h.engine.StreamDeleted(context.Background(), agentA))
 	h.waitGone(agentAID)
 	r = h.callback(agentAID, d.n.Token, receiver.CallbackRequest{Epoch: epoch(1)})
-	requireError(t, r, http.StatusGone, webhooks.CodeConsumerGone) // S7
+	requireError(t, r, http.StatusGone, receiver.CodeConsumerGone) // S7
 	require.Equal(t, []string{"/agents/b"}, sortedPaths(h.consumer(bID).Streams))
 }
 

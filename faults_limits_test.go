@@ -25,7 +25,7 @@ import (
 // faultLimitRefused checks a callback was refused as past a limit.
 func faultLimitRefused(t *testing.T, r callbackResult, message string) {
 	t.Helper()
-	requireError(t, r, http.StatusBadRequest, webhooks.CodeInvalidRequest)
+	requireError(t, r, http.StatusBadRequest, receiver.CodeInvalidRequest)
 	require.Contains(t, r.body.Error.Message, message)
 }
 
@@ -111,7 +111,7 @@ func TestFaultLimitCallbackPathAndOffset(t *testing.T) {
 	// refused as too long.
 	r := h.callback(agentAID, d.n.Token, receiver.CallbackRequest{Epoch: epoch(1),
 		Acks: streamOffsets(agentA, strings.Repeat("0", webhooks.MaxOffsetLength))})
-	requireError(t, r, http.StatusConflict, webhooks.CodeInvalidOffset)
+	requireError(t, r, http.StatusConflict, receiver.CodeInvalidOffset)
 	r = h.callback(agentAID, d.n.Token, receiver.CallbackRequest{Epoch: epoch(1),
 		Acks: streamOffsets(agentA, strings.Repeat("0", webhooks.MaxOffsetLength+1))})
 	faultLimitRefused(t, r, fmt.Sprintf("1 to %d characters", webhooks.MaxOffsetLength))
@@ -121,7 +121,7 @@ func TestFaultLimitSubscriptionBodyAndWebhookURL(t *testing.T) {
 	h := newHarness(t)
 	valid := fmt.Sprintf(`{"webhook":%q}`, h.recv.url())
 	rec := h.do(http.MethodPut, "/agents/*?subscription=s1", faultPad(t, valid, webhooks.MaxSubscriptionBodyBytes+1))
-	e := subRequireError(t, http.StatusBadRequest, webhooks.CodeInvalidRequest, rec.Code, rec.Body.Bytes(), rec.Header().Get("Content-Type"))
+	e := subRequireError(t, http.StatusBadRequest, receiver.CodeInvalidRequest, rec.Code, rec.Body.Bytes(), rec.Header().Get("Content-Type"))
 	require.Contains(t, e.Message, fmt.Sprintf("exceeds %d bytes", webhooks.MaxSubscriptionBodyBytes))
 
 	long := func(n int) string {
@@ -131,7 +131,7 @@ func TestFaultLimitSubscriptionBodyAndWebhookURL(t *testing.T) {
 	rec = h.do(http.MethodPut, "/agents/*?subscription=s2", subBody(long(webhooks.MaxWebhookURLLength), ""))
 	require.Equal(t, http.StatusCreated, rec.Code, rec.Body.String())
 	rec = h.do(http.MethodPut, "/agents/*?subscription=s3", subBody(long(webhooks.MaxWebhookURLLength+1), ""))
-	e = subRequireError(t, http.StatusBadRequest, webhooks.CodeInvalidRequest, rec.Code, rec.Body.Bytes(), rec.Header().Get("Content-Type"))
+	e = subRequireError(t, http.StatusBadRequest, receiver.CodeInvalidRequest, rec.Code, rec.Body.Bytes(), rec.Header().Get("Content-Type"))
 	require.Contains(t, e.Message, fmt.Sprintf("longer than %d characters", webhooks.MaxWebhookURLLength))
 }
 
@@ -145,11 +145,11 @@ func TestFaultLimitConsumerIDInCallbackURL(t *testing.T) {
 	for _, tc := range []struct {
 		id     string
 		status int
-		code   webhooks.ErrorCode
+		code   receiver.ErrorCode
 	}{
-		{webhooks.ConsumerID(sub, at), http.StatusUnauthorized, webhooks.CodeTokenInvalid},
-		{webhooks.ConsumerID(sub, at+"p"), http.StatusBadRequest, webhooks.CodeInvalidRequest},
-		{webhooks.ConsumerID(sub+"s", at), http.StatusBadRequest, webhooks.CodeInvalidRequest},
+		{webhooks.ConsumerID(sub, at), http.StatusUnauthorized, receiver.CodeTokenInvalid},
+		{webhooks.ConsumerID(sub, at+"p"), http.StatusBadRequest, receiver.CodeInvalidRequest},
+		{webhooks.ConsumerID(sub+"s", at), http.StatusBadRequest, receiver.CodeInvalidRequest},
 	} {
 		requireError(t, h.rawCallback(tc.id, "not-a-token", `{"epoch":1}`), tc.status, tc.code)
 	}

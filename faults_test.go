@@ -551,7 +551,7 @@ func TestFaultServerErrorStormEndsInGC(t *testing.T) {
 	h.waitDead(agentAID)
 	require.Equal(t, 0, webhooks.FaultSlotsInUse(h.engine))
 	r = h.callback(agentAID, first.n.Token, receiver.CallbackRequest{Epoch: epoch(2)})
-	requireError(t, r, http.StatusGone, webhooks.CodeConsumerGone)
+	requireError(t, r, http.StatusGone, receiver.CodeConsumerGone)
 	h.appendTo("/tools/x", 1)
 	h.waitIdle()
 	h.faultRequireNoDelivery()

@@ -408,7 +408,7 @@ func (h *harness) rawCallback(id, token, body string) callbackResult {
 }
 
 // requireError checks a callback failed with status and code.
-func requireError(t *testing.T, r callbackResult, status int, code webhooks.ErrorCode) {
+func requireError(t *testing.T, r callbackResult, status int, code receiver.ErrorCode) {
 	t.Helper()
 	require.Equal(t, status, r.status, r.raw)
 	require.False(t, r.body.OK, r.raw)

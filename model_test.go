@@ -678,7 +678,7 @@ type modelCall struct {
 // modelAnswer is what the model expects a callback to return.
 type modelAnswer struct {
 	status  int
-	code    webhooks.ErrorCode // "" on success
+	code    receiver.ErrorCode // "" on success
 	streams []webhooks.StreamOffset
 	fresh   bool // a newly issued token, not the one sent
 }
@@ -687,23 +687,23 @@ type modelAnswer struct {
 // The checks run in the engine's order; the spec gives none.
 func (m *model) callback(call modelCall) modelAnswer {
 	if !call.tokenOK {
-		return modelAnswer{status: http.StatusUnauthorized, code: webhooks.CodeTokenInvalid}
+		return modelAnswer{status: http.StatusUnauthorized, code: receiver.CodeTokenInvalid}
 	}
 	if call.req == nil {
-		return modelAnswer{status: http.StatusBadRequest, code: webhooks.CodeInvalidRequest}
+		return modelAnswer{status: http.StatusBadRequest, code: receiver.CodeInvalidRequest}
 	}
 	c := m.consumers[call.id]
 	if c == nil || c.state == webhooks.StateFailed {
-		return modelAnswer{status: http.StatusGone, code: webhooks.CodeConsumerGone}
+		return modelAnswer{status: http.StatusGone, code: receiver.CodeConsumerGone}
 	}
 	if call.tokenEpoch != c.epoch || *call.req.Epoch != c.epoch || call.tokenInc != c.inc {
-		return modelAnswer{status: http.StatusConflict, code: webhooks.CodeStaleEpoch}
+		return modelAnswer{status: http.StatusConflict, code: receiver.CodeStaleEpoch}
 	}
 	if !m.now.Before(call.tokenExp) {
-		return modelAnswer{status: http.StatusUnauthorized, code: webhooks.CodeTokenExpired, fresh: true}
+		return modelAnswer{status: http.StatusUnauthorized, code: receiver.CodeTokenExpired, fresh: true}
 	}
 	if call.req.WakeID != "" && call.req.WakeID != c.wakeID {
-		return modelAnswer{status: http.StatusConflict, code: webhooks.CodeAlreadyClaimed}
+		return modelAnswer{status: http.StatusConflict, code: receiver.CodeAlreadyClaimed}
 	}
 	next := c.clone()
 	if next.state == webhooks.StateWaking {
@@ -725,14 +725,14 @@ func (m *model) callback(call modelCall) modelAnswer {
 	for _, a := range call.req.Acks {
 		i := slices.IndexFunc(next.streams, func(s webhooks.StreamOffset) bool { return s.Path == a.Path })
 		if i < 0 {
-			return modelAnswer{status: http.StatusConflict, code: webhooks.CodeInvalidOffset}
+			return modelAnswer{status: http.StatusConflict, code: receiver.CodeInvalidOffset}
 		}
 		if a.Offset == webhooks.OffsetNone {
 			continue
 		}
 		n, ok := m.streams[a.Path]
 		if !ok || len(a.Offset) != len(offset(n)) || modelPos(a.Offset) > n {
-			return modelAnswer{status: http.StatusConflict, code: webhooks.CodeInvalidOffset}
+			return modelAnswer{status: http.StatusConflict, code: receiver.CodeInvalidOffset}
 		}
 		if modelPos(a.Offset) > modelPos(next.streams[i].Offset) {
 			next.streams[i].Offset = a.Offset
@@ -1564,7 +1564,7 @@ func (r *modelRig) callbackStep() bool {
 		}
 	}
 	switch {
-	case want.code == webhooks.CodeTokenExpired:
+	case want.code == receiver.CodeTokenExpired:
 		r.takeToken(id, got.body.Token, true, call.tokenEpoch, "the TOKEN_EXPIRED answer")
 	case want.code == "":
 		if !want.fresh && got.body.Token != call.token {
@@ -1711,17 +1711,17 @@ func (r *modelRig) randomAck(c *modelConsumer) webhooks.StreamOffset {
 // modelCallbackProperty names the property a callback exercises.
 func modelCallbackProperty(call modelCall, want modelAnswer) string {
 	switch want.code {
-	case webhooks.CodeStaleEpoch:
+	case receiver.CodeStaleEpoch:
 		return "S6 stale epoch rejection"
-	case webhooks.CodeConsumerGone:
+	case receiver.CodeConsumerGone:
 		return "S7 gone after delete"
-	case webhooks.CodeAlreadyClaimed:
+	case receiver.CodeAlreadyClaimed:
 		return "S3 non-matching wake_id is ALREADY_CLAIMED"
-	case webhooks.CodeTokenExpired, webhooks.CodeTokenInvalid:
+	case receiver.CodeTokenExpired, receiver.CodeTokenInvalid:
 		return "callback token check"
-	case webhooks.CodeInvalidOffset:
+	case receiver.CodeInvalidOffset:
 		return "invalid ack rejected atomically"
-	case webhooks.CodeInvalidRequest:
+	case receiver.CodeInvalidRequest:
 		return "invalid callback body rejected"
 	}
 	parts := []string{"callback applied"}

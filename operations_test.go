@@ -228,7 +228,7 @@ func TestDeadLetterRevivesAtItsCursor(t *testing.T) {
 	h.faultRequireNoDelivery()
 	require.Equal(t, webhooks.StateFailed, h.consumer(agentAID).State, "an append does not wake a dead letter")
 	r = h.callback(agentAID, d.n.Token, map[string]any{"epoch": d.n.Epoch, "wake_id": d.n.WakeID})
-	requireError(t, r, http.StatusGone, webhooks.CodeConsumerGone)
+	requireError(t, r, http.StatusGone, receiver.CodeConsumerGone)
 
 	var dead struct {
 		Consumers []struct {

@@ -170,9 +170,9 @@ func TestTelemetrySpansAndMetrics(t *testing.T) {
 	r := th.callback(id1, d1.n.Token, receiver.CallbackRequest{Epoch: epoch(1), Acks: streamOffsets("/agents/t1", offset(5))})
 	require.Equal(t, http.StatusOK, r.status, r.raw)
 	r = th.callback(id1, d1.n.Token, receiver.CallbackRequest{Epoch: epoch(0)})
-	requireError(t, r, http.StatusConflict, webhooks.CodeStaleEpoch)
+	requireError(t, r, http.StatusConflict, receiver.CodeStaleEpoch)
 	r = th.callback(id1, "not-a-token", receiver.CallbackRequest{Epoch: epoch(1)})
-	requireError(t, r, http.StatusUnauthorized, webhooks.CodeTokenInvalid)
+	requireError(t, r, http.StatusUnauthorized, receiver.CodeTokenInvalid)
 
 	callbacks := th.telEnded("webhooks.callback")
 	require.Len(t, callbacks, 3)

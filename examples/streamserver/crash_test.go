@@ -602,7 +602,7 @@ func (w *crashWorld) call(n *receiver.Notification, cc *receiver.CallbackClient,
 			w.recordAcks(n.ConsumerID, req.Acks)
 			return true
 		case errors.As(err, &ce):
-			if ce.Code == webhooks.CodeTokenInvalid {
+			if ce.Code == receiver.CodeTokenInvalid {
 				w.mu.Lock()
 				w.refused = append(w.refused, fmt.Sprintf("%s epoch %d: %s", n.ConsumerID, n.Epoch, ce.Message))
 				w.mu.Unlock()

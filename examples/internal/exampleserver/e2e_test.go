@@ -192,7 +192,7 @@ func TestEndToEnd(t *testing.T) {
 		"epoch": 1, "acks": []webhooks.StreamOffset{{Path: stream, Offset: "0000000000000000_00000000000000!!"}},
 	})
 	require.Equal(t, http.StatusConflict, status, "%+v", cb)
-	require.Equal(t, webhooks.CodeInvalidOffset, cb.Error.Code)
+	require.Equal(t, receiver.CodeInvalidOffset, cb.Error.Code)
 
 	// Ack what was read, then done: no pending work, so IDLE.
 	status, cb = c.callback(t, n1.Callback, token, map[string]any{
@@ -219,7 +219,7 @@ func TestEndToEnd(t *testing.T) {
 	require.Equal(t, http.StatusConflict, status)
 	require.False(t, cb.OK)
 	require.NotNil(t, cb.Error)
-	require.Equal(t, webhooks.CodeStaleEpoch, cb.Error.Code)
+	require.Equal(t, receiver.CodeStaleEpoch, cb.Error.Code)
 
 	// The current cycle reads only the new event and finishes.
 	status, cb = c.callback(t, n2.Callback, n2.Token, map[string]any{"epoch": 2, "wake_id": n2.WakeID})

@@ -15,7 +15,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	webhooks "github.com/streamhooks/webhooks"
 	"github.com/streamhooks/webhooks/examples/internal/exampleserver"
 	"github.com/streamhooks/webhooks/receiver"
 )
@@ -48,7 +47,7 @@ func requireRefused(t *testing.T, resp *http.Response, body []byte) {
 	var out receiver.CallbackResponse
 	require.NoError(t, json.Unmarshal(body, &out), "%s", body)
 	require.NotNil(t, out.Error, "%s", body)
-	require.Equal(t, webhooks.ErrorCode("UNAUTHORIZED"), out.Error.Code)
+	require.Equal(t, receiver.ErrorCode("UNAUTHORIZED"), out.Error.Code)
 }
 
 func TestAPITokenGuardsTheSubscriptionAPIOnly(t *testing.T) {
