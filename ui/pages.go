@@ -261,7 +261,7 @@ type consumerData struct {
 
 // attemptRow is one delivery attempt.
 type attemptRow struct {
-	At, DeliveryID, ErrorClass, Error, Duration string
+	At, DeliveryID, ErrorClass, Error, Duration, Response string
 	Attempt, StatusCode                         int
 }
 
@@ -304,7 +304,7 @@ func (h *Handler) consumerPage(w http.ResponseWriter, r *http.Request) {
 		Dead: c.State == webhooks.StateFailed}
 	for _, a := range attempts {
 		d.Log = append(d.Log, attemptRow{At: when(a.At), DeliveryID: a.DeliveryID, ErrorClass: a.ErrorClass, Error: a.Error,
-			Duration: a.Latency.Round(100_000).String(), Attempt: a.Attempt, StatusCode: a.StatusCode})
+			Duration: a.Latency.Round(100_000).String(), Response: a.ResponseBody, Attempt: a.Attempt, StatusCode: a.StatusCode})
 	}
 	h.renderPage(w, r, http.StatusOK, "consumer", page{Title: "Consumer " + c.ID, Data: d,
 		Live: h.prefix + "/consumer/live?" + r.URL.RawQuery})

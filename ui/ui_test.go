@@ -206,7 +206,7 @@ func TestPagesRenderEveryModeAndStatus(t *testing.T) {
 			page := f.get("/ui/subscription?" + q)
 			assert.Contains(t, page, `data-value="`+string(s.Status)+`"`)
 			assert.Contains(t, page, "<dd>"+string(s.Delivery)+"</dd>")
-			assert.Contains(t, page, `id="count-FAILED">1<`)
+			assert.Contains(t, page, `data-value="1" id="count-FAILED">1<`)
 			for _, st := range []string{"IDLE", "WAKING", "LIVE", "FAILED"} {
 				assert.Contains(t, page, `data-value="`+st+`"`)
 			}
