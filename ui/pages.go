@@ -262,7 +262,7 @@ type consumerData struct {
 // attemptRow is one delivery attempt.
 type attemptRow struct {
 	At, DeliveryID, ErrorClass, Error, Duration, Response string
-	Attempt, StatusCode                         int
+	Attempt, StatusCode                                   int
 }
 
 // consumerQuery reads the consumer of a consumer page or live read, and

@@ -65,7 +65,7 @@ func (s *source) MatchStreams(context.Context, *webhooks.Pattern) ([]webhooks.St
 // fixture is an engine with a subscription of every mode and status, each
 // with a consumer in every state, and its screen at /ui.
 type fixture struct {
-	t       *testing.T
+	t       testing.TB
 	store   *memstore.Store
 	engine  *webhooks.Engine
 	handler http.Handler
@@ -86,7 +86,14 @@ func authorize(r *http.Request, op webhooks.Operation, _ string) error {
 	return webhooks.ErrUnauthorized
 }
 
-func newFixture(t *testing.T, opts ...ui.Option) *fixture {
+func newFixture(t testing.TB, opts ...ui.Option) *fixture {
+	t.Helper()
+	return newFixtureOn(t, nil, opts...)
+}
+
+// newFixtureOn makes a fixture whose engine uses wrap's Store, over the
+// fixture's memstore, if wrap is set.
+func newFixtureOn(t testing.TB, wrap func(*memstore.Store) webhooks.Store, opts ...ui.Option) *fixture {
 	t.Helper()
 	ctx := t.Context()
 	f := &fixture{t: t, store: memstore.New()}
@@ -131,7 +138,11 @@ func newFixture(t *testing.T, opts ...ui.Option) *fixture {
 			f.subs = append(f.subs, sub)
 		}
 	}
-	f.engine, err = webhooks.New(f.store, src, webhooks.WithCallbackBaseURL("http://127.0.0.1:1"),
+	var store webhooks.Store = f.store
+	if wrap != nil {
+		store = wrap(f.store)
+	}
+	f.engine, err = webhooks.New(store, src, webhooks.WithCallbackBaseURL("http://127.0.0.1:1"),
 		webhooks.WithAuthorizer(authorize), webhooks.WithDeliveryLog(10),
 		webhooks.WithWebhookPolicy(webhooks.WebhookPolicy{AllowLoopback: true}),
 		webhooks.WithBatchHandler("h", func(context.Context, *webhooks.Batch) error { return nil }))

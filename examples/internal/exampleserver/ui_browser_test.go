@@ -103,7 +103,7 @@ func TestUIInBrowser(t *testing.T) {
 	}))
 	t.Cleanup(hook.Close)
 	srv, err := exampleserver.Start(context.Background(), exampleserver.Config{Addr: "127.0.0.1:0", Dev: true, APIToken: token, Inbox: true,
-		InboxSecrets: map[string]string{"github": inboxSecret},
+		InboxSecrets:  map[string]string{"github": inboxSecret},
 		EngineOptions: []webhooks.Option{webhooks.WithBackoff(func(int) time.Duration { return 200 * time.Millisecond })}})
 	require.NoError(t, err)
 	c := &client{hc: &http.Client{Transport: &http.Transport{}}, base: srv.URL}
@@ -263,4 +263,3 @@ func (c *client) awaitEvent(t *testing.T, path string) {
 		offset = resp.Header.Get("Stream-Next-Offset")
 	}
 }
-
