@@ -69,8 +69,8 @@ func browser(t *testing.T) context.Context {
 }
 
 // screenshot saves the page as ui-name.png among the test's artifacts
-// and, if STREAMHOOKS_UI_SCREENSHOTS names a directory (docs, to update
-// the README's), there too.
+// and, if STREAMHOOKS_UI_SCREENSHOTS names a directory (the absolute path
+// of docs, to update the README's), there too.
 func screenshot(t *testing.T, ctx context.Context, name string) {
 	t.Helper()
 	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100))
