@@ -217,7 +217,7 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 		streams: streams,
 		owned:   owned,
 		engine:  engine,
-		http:    newHTTPServer(handler, log),
+		http:    newHTTPServer(opsHandler(engine, log, handler), log),
 		served:  make(chan error, 1),
 	}
 	go func() { r.served <- r.http.Serve(ln) }()
