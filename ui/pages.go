@@ -67,6 +67,9 @@ func (h *Handler) failed(w http.ResponseWriter, r *http.Request, err error) {
 		h.fail(w, r, http.StatusNotFound, "There is no such subscription.")
 	case errors.Is(err, webhooks.ErrConsumerNotFound):
 		h.fail(w, r, http.StatusNotFound, "There is no such consumer.")
+	case errors.Is(err, webhooks.ErrNotStarted):
+		w.Header().Set("Retry-After", "1")
+		h.fail(w, r, http.StatusServiceUnavailable, "The engine is starting; retry shortly.")
 	default:
 		h.log.ErrorContext(r.Context(), "ui: request failed", "path", r.URL.Path, "error", err)
 		h.fail(w, r, http.StatusInternalServerError, "Something failed; it is logged.")

@@ -398,3 +398,16 @@ func TestActionsAreNotGets(t *testing.T) {
 		}
 	}
 }
+
+func TestEngineNotStarted(t *testing.T) {
+	e, err := webhooks.New(memstore.New(), &source{streams: map[string]int{}}, webhooks.WithCallbackBaseURL("http://127.0.0.1:1"))
+	require.NoError(t, err)
+	h, err := ui.New(e, "/ui")
+	require.NoError(t, err)
+	for _, p := range []string{"/ui/", "/ui/subscription?id=s", "/ui/consumer?id=s:%252Fa", "/ui/dead"} {
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, httptest.NewRequest(http.MethodGet, p, nil))
+		assert.Equal(t, http.StatusServiceUnavailable, w.Code, p)
+		assert.Equal(t, "1", w.Header().Get("Retry-After"), p)
+	}
+}
