@@ -94,3 +94,15 @@ func TestEgressPolicyValidated(t *testing.T) {
 		webhooks.WithWebhookPolicy(webhooks.WebhookPolicy{AllowHosts: []string{"*.example.com", "203.0.113.9"}, Proxy: &url.URL{Scheme: "http", Host: "127.0.0.1:3128"}}))
 	require.NoError(t, err)
 }
+
+// TestWebhookPolicyDialControl: the Control a host's dialer takes to keep
+// the address check refuses what the policy refuses.
+func TestWebhookPolicyDialControl(t *testing.T) {
+	prod, dev := webhooks.WebhookPolicy{}, webhooks.WebhookPolicy{AllowLoopback: true}
+	require.Error(t, prod.DialControl("tcp", "10.0.0.1:443", nil))
+	require.Error(t, prod.DialControl("tcp", "127.0.0.1:443", nil))
+	require.Error(t, dev.DialControl("tcp", "169.254.169.254:80", nil))
+	require.NoError(t, dev.DialControl("tcp", "127.0.0.1:443", nil))
+	require.Error(t, prod.DialControl("tcp", "203.0.113.9:443", nil), "203.0.113.0/24 is documentation")
+	require.NoError(t, prod.DialControl("tcp", "[2606:4700::1]:443", nil))
+}
