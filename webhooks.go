@@ -125,7 +125,7 @@ func New(store Store, source StreamSource, opts ...Option) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("webhooks: setting up telemetry: %w", err)
 	}
-	policy := netguard.Policy{AllowLoopback: cfg.webhookPolicy.AllowLoopback}
+	policy := cfg.webhookPolicy.netguard()
 	transport := cfg.transport
 	if transport == nil {
 		t := policy.Transport()
@@ -135,6 +135,12 @@ func New(store Store, source StreamSource, opts ...Option) (*Engine, error) {
 		t.MaxIdleConns = cfg.maxConcurrentDeliveries
 		t.MaxIdleConnsPerHost = cfg.maxConcurrentDeliveries
 		transport = t
+	}
+	if cfg.transport != nil || policy.Proxy != nil {
+		// Another transport, or the proxy, dials the webhook, past the
+		// default transport's checks at dial: the engine checks each
+		// POST's URL before handing it over.
+		transport = policy.Guard(transport)
 	}
 	e := &Engine{
 		store:  store,
