@@ -116,9 +116,17 @@ func (e *Engine) callback(ctx context.Context, r *http.Request) (*successRespons
 		return nil, err
 	}
 	expired := errors.Is(terr, errTokenExpired)
-	c, err := e.update(ctx, id, func(c *Consumer) (change, error) {
-		return e.applyCallback(ctx, c, claims, expired, req)
-	})
+	subID, _, _ := ParseConsumerID(id) // canonical: callbackConsumerID parsed it
+	sub, err := e.subscription(ctx, subID)
+	if errors.Is(err, ErrSubscriptionNotFound) {
+		err = ErrConsumerNotFound // it took its consumers with it
+	}
+	var c *Consumer
+	if err == nil {
+		c, err = e.update(ctx, id, func(c *Consumer) (change, error) {
+			return e.applyCallback(ctx, c, e.latest(sub), claims, expired, req)
+		})
+	}
 	if errors.Is(err, ErrConsumerNotFound) {
 		return nil, newAPIError(http.StatusGone, CodeConsumerGone, "consumer %s no longer exists", id)
 	}
@@ -136,9 +144,10 @@ func (e *Engine) callback(ctx context.Context, r *http.Request) (*successRespons
 	return resp, nil
 }
 
-// applyCallback is the transition a callback makes, atomic in one
-// UpdateConsumer: it fails as a whole or applies as a whole.
-func (e *Engine) applyCallback(ctx context.Context, c *Consumer, claims *tokenClaims, expired bool, req *CallbackRequest) (change, error) {
+// applyCallback checks a callback of consumer c, of sub, against c and
+// makes its transition, atomic in one UpdateConsumer: it fails as a whole
+// or applies as a whole.
+func (e *Engine) applyCallback(ctx context.Context, c *Consumer, sub *Subscription, claims *tokenClaims, expired bool, req *CallbackRequest) (change, error) {
 	if c.State == StateFailed {
 		// A dead letter is removed from the wake cycle, as spec 001's
 		// failure GC removes the consumer; only its cursor is kept.
@@ -178,11 +187,16 @@ func (e *Engine) applyCallback(ctx context.Context, c *Consumer, claims *tokenCl
 	if err != nil {
 		return noChange, err
 	}
-	now := e.clock.Now()
-	if c.State == StateWaking {
+	return e.cursors.callback(c, sub, req, t, e.source, e.clock.Now())
+}
+
+// callback is the transition of c, of sub, that a current callback req
+// makes, with the tails t of the streams it names.
+func (m *cursorMachine) callback(c *Consumer, sub *Subscription, req *CallbackRequest, t tails, source StreamSource, now time.Time) (change, error) {
+	if c.State == stateDelivering {
 		// A current-epoch token reaches only the woken consumer, so any
 		// callback from it claims the wake, with or without wake_id.
-		e.m.goLive(c, now)
+		m.goLive(c, now)
 	}
 	for _, p := range req.Subscribe {
 		if streamIndex(c.Streams, p) >= 0 {
@@ -201,7 +215,7 @@ func (e *Engine) applyCallback(ctx context.Context, c *Consumer, claims *tokenCl
 		return noChange, newAPIError(http.StatusBadRequest, CodeInvalidRequest, "a consumer may subscribe to at most %d streams", MaxStreamsPerConsumer)
 	}
 	for _, a := range req.Acks {
-		if err := ack(c, a, t, e.source); err != nil {
+		if err := m.ack(c, a, t, source); err != nil {
 			return noChange, err
 		}
 	}
@@ -211,16 +225,16 @@ func (e *Engine) applyCallback(ctx context.Context, c *Consumer, claims *tokenCl
 	}
 	ch := changeSave
 	if req.Done && c.State == StateLive {
-		ch = e.m.finish(c, e.subs.get(c.SubscriptionID), t, now)
+		ch = m.finish(c, sub, t, now)
 	}
-	e.m.touch(c, now)
+	m.touch(c, now)
 	return ch, nil
 }
 
 // ack moves one stream's acked offset forward. An older offset is accepted
 // and changes nothing, so retried acks are idempotent and offsets never move
 // backwards (S4). The offset must be one the source could have produced.
-func ack(c *Consumer, a StreamOffset, t tails, source StreamSource) error {
+func (m *cursorMachine) ack(c *Consumer, a StreamOffset, t tails, source StreamSource) error {
 	i := streamIndex(c.Streams, a.Path)
 	if i < 0 {
 		return newAPIError(http.StatusConflict, CodeInvalidOffset, "cannot ack %s: the consumer is not subscribed to it", a.Path)

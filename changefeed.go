@@ -276,7 +276,7 @@ func (e *Engine) reloadSubscriptions(ctx context.Context, changed <-chan struct{
 		if len(added)+len(removed) > 0 {
 			e.log.InfoContext(ctx, "webhooks: subscriptions changed through another engine", "added", added, "removed", removed)
 		}
-		e.progressed.Send()
+		e.signals.subscriptionsReloaded.Send()
 	}
 }
 

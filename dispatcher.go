@@ -91,7 +91,7 @@ func (e *Engine) park(waiting bool) {
 	e.parked = waiting && len(e.kick) == 0
 	e.parkMu.Unlock()
 	if waiting {
-		e.progressed.Send()
+		e.signals.schedulerParked.Send()
 	}
 }
 
@@ -164,7 +164,7 @@ func (e *Engine) handleDue(ctx context.Context, snapshot *Consumer) error {
 				return noChange, err
 			}
 		}
-		ch = e.m.onDue(c, sub, t, e.clock.Now())
+		ch = e.cursors.onDue(c, sub, t, e.clock.Now())
 		if c.Failures > before.Failures {
 			timedOut = &before
 		}

@@ -129,7 +129,7 @@ func (e *Engine) consumerViews(ctx context.Context, cs []*Consumer) ([]consumerJ
 			Deadline: timeOrNil(c.Deadline), Failures: c.Failures, FailingSince: timeOrNil(c.FailingSince),
 			LastError: c.LastError, UpdatedAt: c.UpdatedAt, Streams: make([]streamJSON, len(c.Streams)),
 		}
-		if c.State == StateWaking && !c.InFlight {
+		if c.State == stateDelivering && !c.InFlight {
 			v.NextAttemptAt = v.Deadline
 		}
 		if c.State == StateFailed {

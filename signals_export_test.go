@@ -3,13 +3,24 @@ package webhooks
 import (
 	"maps"
 	"slices"
+
+	"github.com/streamhooks/webhooks/internal/testsignal"
 )
 
-// SignalProgress makes e send on ch after each write of consumers it makes
-// to its Store, each delivery attempt it ends, each reload of its
-// subscriptions and each time its scheduler parks, so that a test waits
-// for their effects without polling. Call it before Start.
-func SignalProgress(e *Engine, ch chan<- struct{}) { e.progressed.Set(ch) }
+// SignalProgress makes e send on ch at each of its signals: after each
+// write of consumers it makes to its Store, each delivery attempt it ends,
+// each handler call that returns, each reload of its subscriptions, each
+// write of its delivery log and each time its scheduler parks, so that a
+// test waits for their effects without polling. Call it before Start.
+func SignalProgress(e *Engine, ch chan<- struct{}) {
+	s := &e.signals
+	for _, sig := range []*testsignal.Signal{
+		&s.consumerWritten, &s.attemptEnded, &s.handlerReturned,
+		&s.subscriptionsReloaded, &s.schedulerParked, &s.attemptLogged,
+	} {
+		sig.Set(ch)
+	}
+}
 
 // SchedulerParked reports whether e's scheduler waits for work, its timer
 // armed after the clock's time and no kick pending: it acts again only when

@@ -258,7 +258,7 @@ func (s *Subscription) status() SubscriptionStatus {
 }
 
 // active reports whether s delivers.
-func (s *Subscription) active() bool { return s == nil || s.status() == StatusActive }
+func (s *Subscription) active() bool { return s.status() == StatusActive }
 
 // DeliveryMode is how the engine delivers a subscription's streams to its
 // webhook.
@@ -306,13 +306,6 @@ type EventFilter struct {
 	Patterns []string
 }
 
-// pushes reports whether s delivers by event push, to a webhook or to a
-// handler. A nil subscription is taken for a wake one: the callback API,
-// which only wake consumers use, does not look theirs up.
-func (s *Subscription) pushes() bool {
-	return s != nil && (s.Delivery == DeliveryEvents || s.Delivery == DeliveryHandler)
-}
-
 // orDefault is m, or DeliveryWake for the zero mode.
 func (m DeliveryMode) orDefault() DeliveryMode {
 	if m == "" {
@@ -326,7 +319,10 @@ type ConsumerState string
 
 // The consumer states of the spec's state machine.
 const (
-	StateIdle   ConsumerState = "IDLE"
+	StateIdle ConsumerState = "IDLE"
+	// StateWaking is a delivery in progress, with an attempt in flight or
+	// awaiting its retry: a wake-up not yet received, or an event-push
+	// batch not yet acknowledged.
 	StateWaking ConsumerState = "WAKING"
 	StateLive   ConsumerState = "LIVE"
 	// StateFailed is a dead letter: a consumer whose deliveries failed for

@@ -72,10 +72,8 @@ func (e *Engine) view(s *Subscription) subscriptionJSON {
 	out := subscriptionJSON{
 		SubscriptionID: s.ID, Pattern: s.Pattern, Webhook: s.Webhook, Handler: s.Handler, Description: s.Description,
 		Delivery: s.Delivery.orDefault(), Status: s.status(),
-		optionsJSON: e.m.optionsView(s), healthJSON: healthView(s.Health),
-	}
-	if s.pushes() {
-		out.pushJSON = pushView(s.Events)
+		optionsJSON: optionsView(s, e.cursors.retryPolicy(s)), healthJSON: healthView(s.Health),
+		pushJSON: mechanismOf(s).options(s),
 	}
 	return out
 }
@@ -212,7 +210,7 @@ func (e *Engine) patchSubscription(ctx context.Context, pattern *Pattern, id str
 	if req.Signature != "" && req.Signature != sub.signature() {
 		return 0, nil, newAPIError(http.StatusBadRequest, CodeInvalidRequest, "signature cannot be changed; delete and re-create the subscription")
 	}
-	if !req.pushJSON.empty() && !sub.pushes() {
+	if !req.pushJSON.empty() && !mechanismOf(sub).eventOptions() {
 		return 0, nil, newAPIError(http.StatusBadRequest, CodeInvalidRequest,
 			"batch, headers, timeout_ms and filter apply only to delivery %q", DeliveryEvents)
 	}
@@ -337,15 +335,16 @@ func (e *Engine) CreateSubscription(ctx context.Context, sub *Subscription, from
 	}
 	s := sub.Clone()
 	s.Pattern, s.Delivery, s.Status, s.Health = pattern.String(), s.Delivery.orDefault(), "", SubscriptionHealth{}
+	mech, ok := mechanismFor(s.Delivery)
 	switch {
-	case s.Delivery != DeliveryWake && !s.pushes():
+	case !ok:
 		return nil, fmt.Errorf("webhooks: unknown delivery %q", s.Delivery)
-	case s.pushes() && s.Events == nil:
+	case mech.eventOptions() && s.Events == nil:
 		s.Events = defaultEventsOptions()
-	case !s.pushes() && s.Events != nil:
+	case !mech.eventOptions() && s.Events != nil:
 		return nil, errors.New("webhooks: Events applies only to batching deliveries")
 	}
-	if _, ok := e.source.(EventReader); s.pushes() && !ok {
+	if _, ok := e.source.(EventReader); mech.eventOptions() && !ok {
 		return nil, errNoEventReader()
 	}
 	s, _, err = e.create(ctx, s, pattern, from)
@@ -418,12 +417,12 @@ func decodeRequest(body io.Reader, v any, optional bool) error {
 }
 
 // validate checks a subscription about to be stored: its description, its
-// destination (validateDestination), and its options.
+// destination (transport.validate), and its options.
 func (e *Engine) validate(sub *Subscription) error {
 	if len(sub.Description) > MaxDescriptionLength {
 		return newAPIError(http.StatusBadRequest, CodeInvalidRequest, "description is longer than %d characters", MaxDescriptionLength)
 	}
-	if err := e.validateDestination(sub); err != nil {
+	if err := mechanismOf(sub).transport().validate(e, sub); err != nil {
 		return err
 	}
 	if err := validateOptions(sub); err != nil {
@@ -507,7 +506,7 @@ func (e *Engine) adoptExistingStreams(ctx context.Context, pattern *Pattern, id,
 			offset = start
 		}
 		err := e.store.CreateConsumer(ctx, newConsumer(id, s.Path, offset, e.clock.Now()))
-		e.progressed.Send()
+		e.signals.consumerWritten.Send()
 		if err != nil && !errors.Is(err, ErrConsumerExists) {
 			return fmt.Errorf("creating consumer for %s: %w", s.Path, err)
 		}
@@ -536,7 +535,7 @@ func (e *Engine) deleteSubscription(ctx context.Context, pattern *Pattern, id st
 		return 0, nil, err
 	}
 	err = e.store.DeleteSubscription(ctx, id)
-	e.progressed.Send() // its consumers went with it
+	e.signals.consumerWritten.Send() // its consumers went with it
 	if err != nil {
 		if errors.Is(err, ErrSubscriptionNotFound) {
 			return 0, nil, newAPIError(http.StatusNotFound, CodeSubscriptionNotFound, "no subscription %s under %s", id, pattern)

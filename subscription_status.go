@@ -69,7 +69,7 @@ func (e *Engine) ResumeSubscription(ctx context.Context, id string) (*Subscripti
 					return noChange, err
 				}
 			}
-			return e.m.resume(c, sub, t, e.clock.Now()), nil
+			return e.cursors.resume(c, sub, t, e.clock.Now()), nil
 		})
 		return err
 	})
@@ -137,9 +137,9 @@ const consumerPage = 500
 // resume restarts consumer c of sub, just resumed: a retry that waited is
 // sent, unless its failures have outlasted the retry policy meanwhile, and
 // an IDLE consumer starts its pending work.
-func (m *machine) resume(c *Consumer, sub *Subscription, t tails, now time.Time) change {
+func (m *cursorMachine) resume(c *Consumer, sub *Subscription, t tails, now time.Time) change {
 	switch {
-	case c.State == StateWaking && !c.InFlight && c.Deadline.IsZero():
+	case c.State == stateDelivering && !c.InFlight && c.Deadline.IsZero():
 		if m.tooOld(c, m.retryPolicy(sub), now) {
 			return m.deadLetter(c)
 		}

@@ -29,7 +29,6 @@ import (
 	"github.com/benbjohnson/clock"
 
 	"github.com/streamhooks/webhooks/internal/netguard"
-	"github.com/streamhooks/webhooks/internal/testsignal"
 )
 
 // ErrStopped is returned by Start after Stop.
@@ -52,10 +51,11 @@ type Engine struct {
 	cfg    config
 	clock  clock.Clock
 	log    *slog.Logger
-	m      machine
-	client *http.Client
-	policy netguard.Policy
-	tel    *telemetry
+	// cursors holds the consumer state machine's rules.
+	cursors cursorMachine
+	client  *http.Client
+	policy  netguard.Policy
+	tel     *telemetry
 	// failures logs failed delivery attempts, sampled.
 	failures *failureLog
 	// outages logs API requests failed by a Store outage, sampled.
@@ -72,10 +72,8 @@ type Engine struct {
 	metrics *lease
 	// callbackPrefix is every callback URL but the consumer ID.
 	callbackPrefix string
-	// progressed tells a test that the engine has written, or tried to
-	// write, consumers to the Store, ended a delivery attempt, reloaded
-	// its subscriptions, or parked its scheduler.
-	progressed testsignal.Signal
+	// signals tell a test what the engine did, by purpose.
+	signals signals
 	// attempts counts the delivery attempts started and not ended, and
 	// parked is set while the scheduler waits for its timer or a kick: a
 	// test moves a mock clock only while the engine is idle (see
@@ -147,7 +145,7 @@ func New(store Store, source StreamSource, opts ...Option) (*Engine, error) {
 		cfg:    cfg,
 		clock:  cfg.clock,
 		log:    cfg.logger,
-		m: machine{
+		cursors: cursorMachine{
 			wakingTimeout:   cfg.wakingTimeout,
 			livenessTimeout: cfg.livenessTimeout,
 			requestTimeout:  cfg.requestTimeout,
@@ -170,7 +168,7 @@ func New(store Store, source StreamSource, opts ...Option) (*Engine, error) {
 	e.failures = newFailureLog(cfg.logger, cfg.clock)
 	e.outages = newOutageLog(cfg.logger, cfg.clock)
 	e.metrics = metrics
-	e.attemptLog = newAttemptLog(store, cfg.deliveryLogKeep, tel, cfg.clock, e.progressed.Send)
+	e.attemptLog = newAttemptLog(store, cfg.deliveryLogKeep, tel, cfg.clock, e.signals.attemptLogged.Send)
 	e.lanes = newLanes(e.clock, cfg.maxConcurrentDeliveries, cfg.maxDeliveriesPerHost, e.startDelivery)
 	return e, nil
 }
@@ -347,7 +345,7 @@ func (e *Engine) spawnAndWake(ctx context.Context, path string, subs []string) e
 			continue
 		}
 		err := e.store.CreateConsumer(ctx, newConsumer(sub, path, OffsetNone, e.clock.Now()))
-		e.progressed.Send()
+		e.signals.consumerWritten.Send()
 		switch {
 		case err == nil, errors.Is(err, ErrConsumerExists):
 			toWake = append(toWake, consumerOf{id, sub})
@@ -382,7 +380,7 @@ func (e *Engine) startIfPending(ctx context.Context, id, subID string) error {
 		if err != nil {
 			return noChange, err
 		}
-		return e.m.start(c, sub, t, e.clock.Now()), nil
+		return e.cursors.start(c, sub, t, e.clock.Now()), nil
 	})
 	if errors.Is(err, ErrConsumerNotFound) {
 		return nil
@@ -453,22 +451,7 @@ func (e *Engine) removeStream(ctx context.Context, path string, before time.Time
 	var errs []error
 	for _, c := range consumers {
 		_, err := e.update(ctx, c.ID, func(c *Consumer) (change, error) {
-			if !before.IsZero() && c.CreatedAt.After(before) {
-				return noChange, nil
-			}
-			if c.PrimaryStream == path {
-				return changeDelete, nil
-			}
-			n := len(c.Streams)
-			c.Streams = slices.DeleteFunc(c.Streams, func(s StreamOffset) bool { return s.Path == path })
-			switch {
-			case len(c.Streams) == 0:
-				return changeDelete, nil
-			case len(c.Streams) < n:
-				return changeSave, nil
-			default:
-				return noChange, nil
-			}
+			return e.cursors.removeStream(c, path, before), nil
 		})
 		if err != nil && !errors.Is(err, ErrConsumerNotFound) {
 			errs = append(errs, fmt.Errorf("webhooks: removing %s from consumer %s: %w", path, c.ID, err))
