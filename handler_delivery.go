@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"time"
 )
 
@@ -87,16 +86,16 @@ func (handlerTransport) lane(sub *Subscription) string { return "handler:" + sub
 func (handlerTransport) validate(e *Engine, sub *Subscription) error {
 	switch {
 	case sub.Webhook != "":
-		return newAPIError(http.StatusBadRequest, CodeInvalidRequest, "delivery %q has no webhook URL", DeliveryHandler)
+		return invalid("webhook", "delivery %q has no webhook URL", DeliveryHandler)
 	case e.cfg.handlers[sub.Handler] == nil:
-		return newAPIError(http.StatusBadRequest, CodeInvalidRequest, "no handler %q is registered on this engine", sub.Handler)
+		return invalid("handler", "no handler %q is registered on this engine", sub.Handler)
 	}
 	return nil
 }
 
 // testable refuses a test delivery: there is no webhook to test.
 func (handlerTransport) testable() error {
-	return newAPIError(http.StatusBadRequest, CodeInvalidRequest, "a %q subscription has no webhook to test", DeliveryHandler)
+	return invalid("delivery", "a %q subscription has no webhook to test", DeliveryHandler)
 }
 
 // callHandler calls the handler of sub with b, within timeout, and

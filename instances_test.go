@@ -697,7 +697,7 @@ func requireUnavailable(t *testing.T, rec *httptest.ResponseRecorder) {
 	var body webhooks.CallbackResponse
 	require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &body), rec.Body.String())
 	require.NotNil(t, body.Error, rec.Body.String())
-	require.Equal(t, webhooks.CodeServiceUnavailable, body.Error.Code)
+	require.Equal(t, webhooks.ErrorCode("SERVICE_UNAVAILABLE"), body.Error.Code)
 	require.Contains(t, body.Error.Message, "cannot reach its store")
 	for _, internal := range []string{"pgstore", "dial", "EOF", "connect", "127.0.0.1"} {
 		require.NotContains(t, rec.Body.String(), internal, "internal error text reaches the client")

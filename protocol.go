@@ -50,7 +50,9 @@ type ErrorBody struct {
 // ErrorCode is the machine-readable code of an API error.
 type ErrorCode string
 
-// Error codes of the callback API, as the spec defines them.
+// Error codes of the callback API, as spec 001 defines them. The
+// subscription API answers INVALID_REQUEST too, and its own codes, which
+// the README lists.
 const (
 	CodeInvalidRequest ErrorCode = "INVALID_REQUEST" // 400
 	CodeTokenExpired   ErrorCode = "TOKEN_EXPIRED"   // 401, carries a new token
@@ -59,21 +61,6 @@ const (
 	CodeInvalidOffset  ErrorCode = "INVALID_OFFSET"  // 409
 	CodeStaleEpoch     ErrorCode = "STALE_EPOCH"     // 409
 	CodeConsumerGone   ErrorCode = "CONSUMER_GONE"   // 410
-)
-
-// Error codes of the subscription API, where the spec gives only statuses.
-const (
-	CodeSubscriptionNotFound ErrorCode = "SUBSCRIPTION_NOT_FOUND" // 404
-	CodeSubscriptionConflict ErrorCode = "SUBSCRIPTION_CONFLICT"  // 409
-	CodeConsumerNotFound     ErrorCode = "CONSUMER_NOT_FOUND"     // 404
-	CodeUnauthorized         ErrorCode = "UNAUTHORIZED"           // 401, see WithAuthorizer
-	CodeForbidden            ErrorCode = "FORBIDDEN"              // 403, see WithAuthorizer
-	CodeInternal             ErrorCode = "INTERNAL_ERROR"         // 500
-	// CodeServiceUnavailable answers requests to either API that arrive
-	// before Engine.Start has loaded the engine's state, or while the
-	// Store cannot be reached (ErrStoreUnavailable). It comes with a
-	// Retry-After header.
-	CodeServiceUnavailable ErrorCode = "SERVICE_UNAVAILABLE" // 503
 )
 
 // DoneResponse is the webhook response body that finishes a wake

@@ -103,7 +103,7 @@ func startRequire503(t *testing.T, resp *http.Response) {
 	require.NoError(t, json.Unmarshal(raw, &body), string(raw))
 	require.False(t, body.OK)
 	require.NotNil(t, body.Error, string(raw))
-	require.Equal(t, webhooks.CodeServiceUnavailable, body.Error.Code)
+	require.Equal(t, webhooks.ErrorCode("SERVICE_UNAVAILABLE"), body.Error.Code)
 	require.NotEmpty(t, body.Error.Message)
 }
 

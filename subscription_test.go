@@ -202,7 +202,7 @@ func TestSubscriptionConflict(t *testing.T) {
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			rec := h.do(http.MethodPut, tc.target, tc.body)
-			subRequireError(t, http.StatusConflict, webhooks.CodeSubscriptionConflict, rec.Code, rec.Body.Bytes(), rec.Header().Get("Content-Type"))
+			subRequireError(t, http.StatusConflict, webhooks.ErrorCode("SUBSCRIPTION_CONFLICT"), rec.Code, rec.Body.Bytes(), rec.Header().Get("Content-Type"))
 			subRequireNoSecret(t, rec.Body.Bytes())
 		})
 	}
@@ -236,7 +236,7 @@ func TestSubscriptionCompareBeforePolicy(t *testing.T) {
 	subRequireNoSecret(t, rec.Body.Bytes())
 
 	rec = subServe(handler, http.MethodPut, "/agents/*?subscription=s1", subBody(h.recv.url(), "changed"))
-	subRequireError(t, http.StatusConflict, webhooks.CodeSubscriptionConflict, rec.Code, rec.Body.Bytes(), rec.Header().Get("Content-Type"))
+	subRequireError(t, http.StatusConflict, webhooks.ErrorCode("SUBSCRIPTION_CONFLICT"), rec.Code, rec.Body.Bytes(), rec.Header().Get("Content-Type"))
 
 	// A new ID with the same loopback URL is refused by the strict engine.
 	rec = subServe(handler, http.MethodPut, "/agents/*?subscription=s2", body)
@@ -504,15 +504,15 @@ func TestSubscriptionGet(t *testing.T) {
 	}
 	for _, pattern := range []string{"/other/*", "/agents/task-1", "/agents/*/inbox", "/*"} {
 		rec := h.do(http.MethodGet, pattern+"?subscription=s1", "")
-		subRequireError(t, http.StatusNotFound, webhooks.CodeSubscriptionNotFound, rec.Code, rec.Body.Bytes(), rec.Header().Get("Content-Type"))
+		subRequireError(t, http.StatusNotFound, webhooks.ErrorCode("SUBSCRIPTION_NOT_FOUND"), rec.Code, rec.Body.Bytes(), rec.Header().Get("Content-Type"))
 	}
 	rec = h.do(http.MethodGet, "/**?subscription=nope", "")
-	subRequireError(t, http.StatusNotFound, webhooks.CodeSubscriptionNotFound, rec.Code, rec.Body.Bytes(), rec.Header().Get("Content-Type"))
+	subRequireError(t, http.StatusNotFound, webhooks.ErrorCode("SUBSCRIPTION_NOT_FOUND"), rec.Code, rec.Body.Bytes(), rec.Header().Get("Content-Type"))
 
 	// A DELETE through a pattern that does not reach it finds nothing
 	// either, and leaves it in place.
 	rec = h.do(http.MethodDelete, "/other/*?subscription=s1", "")
-	subRequireError(t, http.StatusNotFound, webhooks.CodeSubscriptionNotFound, rec.Code, rec.Body.Bytes(), rec.Header().Get("Content-Type"))
+	subRequireError(t, http.StatusNotFound, webhooks.ErrorCode("SUBSCRIPTION_NOT_FOUND"), rec.Code, rec.Body.Bytes(), rec.Header().Get("Content-Type"))
 	require.Equal(t, []string{"s1"}, h.subList("/**"))
 }
 
@@ -601,9 +601,9 @@ func TestSubscriptionDeleteCascades(t *testing.T) {
 
 	// It is gone for the API too.
 	rec = h.do(http.MethodDelete, "/agents/*?subscription=s1", "")
-	subRequireError(t, http.StatusNotFound, webhooks.CodeSubscriptionNotFound, rec.Code, rec.Body.Bytes(), rec.Header().Get("Content-Type"))
+	subRequireError(t, http.StatusNotFound, webhooks.ErrorCode("SUBSCRIPTION_NOT_FOUND"), rec.Code, rec.Body.Bytes(), rec.Header().Get("Content-Type"))
 	rec = h.do(http.MethodGet, "/**?subscription=s1", "")
-	subRequireError(t, http.StatusNotFound, webhooks.CodeSubscriptionNotFound, rec.Code, rec.Body.Bytes(), rec.Header().Get("Content-Type"))
+	subRequireError(t, http.StatusNotFound, webhooks.ErrorCode("SUBSCRIPTION_NOT_FOUND"), rec.Code, rec.Body.Bytes(), rec.Header().Get("Content-Type"))
 	require.Equal(t, []string{"keep"}, h.subList("/**"))
 
 	// Streams it matched spawn no consumers any more.
@@ -882,7 +882,7 @@ func TestSubscriptionStoreErrorIsGeneric(t *testing.T) {
 		{http.MethodPut, "/a/*?subscription=s2", subBody("http://127.0.0.1:9/", "")},
 	} {
 		rec := subServe(handler, req.method, req.target, req.body)
-		eb := subRequireError(t, http.StatusInternalServerError, webhooks.CodeInternal, rec.Code, rec.Body.Bytes(), rec.Header().Get("Content-Type"))
+		eb := subRequireError(t, http.StatusInternalServerError, webhooks.ErrorCode("INTERNAL_ERROR"), rec.Code, rec.Body.Bytes(), rec.Header().Get("Content-Type"))
 		for _, leak := range []string{"hunter2", "postgres", "db.internal", "connection refused"} {
 			require.NotContains(t, eb.Message, leak, "%s %s", req.method, req.target)
 			require.NotContains(t, rec.Body.String(), leak, "%s %s", req.method, req.target)

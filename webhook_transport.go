@@ -55,13 +55,13 @@ func (webhookTransport) lane(sub *Subscription) string { return laneKey(sub.Webh
 // validate checks the webhook URL, by the engine's policy too.
 func (webhookTransport) validate(e *Engine, sub *Subscription) error {
 	if sub.Handler != "" {
-		return newAPIError(http.StatusBadRequest, CodeInvalidRequest, "a handler applies only to delivery %q", DeliveryHandler)
+		return invalid("handler", "a handler applies only to delivery %q", DeliveryHandler)
 	}
 	if len(sub.Webhook) > MaxWebhookURLLength {
-		return newAPIError(http.StatusBadRequest, CodeInvalidRequest, "webhook URL is longer than %d characters", MaxWebhookURLLength)
+		return invalid("webhook", "webhook URL is longer than %d characters", MaxWebhookURLLength)
 	}
 	if _, err := e.policy.CheckURL(sub.Webhook); err != nil {
-		return newAPIError(http.StatusBadRequest, CodeInvalidRequest, "webhook URL rejected: %v", err)
+		return invalid("webhook", "webhook URL rejected: %v", err)
 	}
 	return nil
 }

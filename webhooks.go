@@ -31,14 +31,6 @@ import (
 	"github.com/streamhooks/webhooks/internal/netguard"
 )
 
-// ErrStopped is returned by Start after Stop.
-var ErrStopped = errors.New("webhooks: engine stopped")
-
-// ErrNotStarted is returned by StreamCreated and StreamAppended before Start
-// has loaded the subscriptions. Nothing is lost: Start's sweep gives every
-// matching stream its consumers and wakes those with pending work.
-var ErrNotStarted = errors.New("webhooks: engine not started")
-
 // Engine delivers webhooks for one host stream server. Create it with New,
 // mount its handlers, and call Start, which loads the token signing key and
 // the subscriptions from the Store. Until Start has loaded them, the
@@ -81,6 +73,9 @@ type Engine struct {
 	attempts atomic.Int64
 	parkMu   sync.Mutex
 	parked   bool
+	// beat is the UnixNano at which the scheduler began its current step
+	// (Live).
+	beat atomic.Int64
 
 	// loaded is set once Start has set tokens, subs and stored, which are
 	// read only after it.
@@ -195,6 +190,7 @@ func (e *Engine) Start(ctx context.Context) error {
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	e.cancel, e.runCtx = cancel, runCtx
 	e.running = true
+	e.heartbeat()
 	e.metrics.start(ctx, runCtx, &e.deliveries)
 	// Stop waits for the start-up sweep as it does for deliveries.
 	e.deliveries.Add(1)
@@ -244,13 +240,14 @@ func (e *Engine) load(ctx context.Context) error {
 	return nil
 }
 
-// checkLoaded refuses an API request that arrives before Start has loaded
-// the signing key and the subscriptions; the client may retry.
+// checkLoaded refuses a call that arrives before Start has loaded the
+// signing key and the subscriptions: ErrNotStarted, which the handlers
+// answer 503 so that the client retries.
 func (e *Engine) checkLoaded() error {
 	if e.loaded.Load() {
 		return nil
 	}
-	return newAPIError(http.StatusServiceUnavailable, CodeServiceUnavailable, "the webhook engine has not started; retry later")
+	return ErrNotStarted
 }
 
 // Stop stops the engine and waits, until ctx ends, for its goroutines to

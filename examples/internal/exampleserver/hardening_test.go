@@ -47,7 +47,7 @@ func requireRefused(t *testing.T, resp *http.Response, body []byte) {
 	var out webhooks.CallbackResponse
 	require.NoError(t, json.Unmarshal(body, &out), "%s", body)
 	require.NotNil(t, out.Error, "%s", body)
-	require.Equal(t, webhooks.CodeUnauthorized, out.Error.Code)
+	require.Equal(t, webhooks.ErrorCode("UNAUTHORIZED"), out.Error.Code)
 }
 
 func TestAPITokenGuardsTheSubscriptionAPIOnly(t *testing.T) {
