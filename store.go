@@ -46,6 +46,12 @@ var (
 // consumer back by setting the indexed fields from its columns and calling
 // UnmarshalData, which sets every other field. The engine versions that
 // value, so a field added to Consumer needs no migration in the Store.
+//
+// The whole contract of a backend is in the store*.go files: this
+// interface, the optional capabilities a Store may add (SubscriptionFeed,
+// Leaser, DeliveryLog) and the types they carry, and the codecs only
+// backends call (MarshalData and UnmarshalData of Consumer, Subscription
+// and DeliveryAttempt). storetest checks a backend against all of it.
 type Store interface {
 	// CreateSubscription stores sub. It returns ErrSubscriptionExists if a
 	// subscription with the same ID exists.
