@@ -83,7 +83,7 @@ func (e *Engine) deliver(ctx context.Context, c *Consumer, sub *Subscription) st
 	mech := mechanismOf(sub)
 	ctx, span := e.tel.tracer.Start(ctx, mech.spanName(), trace.WithAttributes(consumerAttrs(c)...))
 	defer span.End()
-	msg, err := mech.prepare(ctx, e, c, sub)
+	msg, err := mech.prepare(ctx, e.x, c, sub)
 	if err != nil {
 		e.stepFailed(ctx, c, err)
 		return ""
@@ -103,7 +103,7 @@ func (e *Engine) deliver(ctx context.Context, c *Consumer, sub *Subscription) st
 			_, _, receivedErr = e.record(ctx, c, sub, r)
 		}
 	}
-	resp, err := mech.transport().send(ctx, e, sub, msg, received)
+	resp, err := mech.transport().send(ctx, e.x, sub, msg, received)
 	if err != nil {
 		e.stepFailed(ctx, c, err)
 		return ""

@@ -74,8 +74,8 @@ type handlerTransport struct{}
 
 // send calls the handler of sub with msg's batch, within msg's timeout,
 // and classifies what it came to as a POST's response is classified.
-func (handlerTransport) send(ctx context.Context, e *Engine, sub *Subscription, msg *message, _ func()) (response, error) {
-	return e.callHandler(ctx, sub, msg.batch, msg.timeout), nil
+func (handlerTransport) send(ctx context.Context, x *executor, sub *Subscription, msg *message, _ func()) (response, error) {
+	return x.callHandler(ctx, sub, msg.batch, msg.timeout), nil
 }
 
 // lane is the handler's, whose calls the lane's limit then bounds.
@@ -83,11 +83,11 @@ func (handlerTransport) lane(sub *Subscription) string { return "handler:" + sub
 
 // validate checks that sub names a handler registered on this engine,
 // and no webhook.
-func (handlerTransport) validate(e *Engine, sub *Subscription) error {
+func (handlerTransport) validate(x *executor, sub *Subscription) error {
 	switch {
 	case sub.Webhook != "":
 		return invalid("webhook", "delivery %q has no webhook URL", DeliveryHandler)
-	case e.cfg.handlers[sub.Handler] == nil:
+	case x.handlers[sub.Handler] == nil:
 		return invalid("handler", "no handler %q is registered on this engine", sub.Handler)
 	}
 	return nil
@@ -100,17 +100,17 @@ func (handlerTransport) testable() error {
 
 // callHandler calls the handler of sub with b, within timeout, and
 // classifies what it came to as a POST's response is classified.
-func (e *Engine) callHandler(ctx context.Context, sub *Subscription, b *Batch, timeout time.Duration) (r response) {
-	r.sentAt = e.clock.Now()
-	defer func() { r.latency = e.clock.Since(r.sentAt) }()
-	h := e.cfg.handlers[sub.Handler]
+func (x *executor) callHandler(ctx context.Context, sub *Subscription, b *Batch, timeout time.Duration) (r response) {
+	r.sentAt = x.clock.Now()
+	defer func() { r.latency = x.clock.Since(r.sentAt) }()
+	h := x.handlers[sub.Handler]
 	if h == nil {
 		r.outcome = outcomeHandlerError
 		r.failure = &deliveryFailure{class: failHandler, err: fmt.Errorf("no handler %q is registered", sub.Handler)}
 		return r
 	}
 	key := ConsumerID(sub.ID, b.Stream)
-	if _, busy := e.handling.LoadOrStore(key, struct{}{}); busy {
+	if _, busy := x.handling.LoadOrStore(key, struct{}{}); busy {
 		r.outcome = outcomeHandlerError
 		r.failure = &deliveryFailure{class: failHandler, err: errStillHandling}
 		return r
@@ -118,13 +118,13 @@ func (e *Engine) callHandler(ctx context.Context, sub *Subscription, b *Batch, t
 	// The timeout runs on the engine's clock, as a POST's does.
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	timer := e.clock.AfterFunc(timeout, func() { cancel(errRequestTimeout) })
+	timer := x.clock.AfterFunc(timeout, func() { cancel(errRequestTimeout) })
 	defer timer.Stop()
 	done := make(chan error, 1) // the handler never blocks on sending, even abandoned
 	go func() {
 		done <- runHandler(ctx, h, b)
-		e.handling.Delete(key)
-		e.signals.handlerReturned.Send()
+		x.handling.Delete(key)
+		x.handlerReturned()
 	}()
 	select {
 	case err := <-done:

@@ -43,7 +43,7 @@ type mechanism interface {
 	defaultRetry(m *cursorMachine) RetryPolicy
 	// prepare builds the message of c's attempt in flight. A message
 	// with nothing to send is recorded as delivered at once.
-	prepare(ctx context.Context, e *Engine, c *Consumer, sub *Subscription) (*message, error)
+	prepare(ctx context.Context, x *executor, c *Consumer, sub *Subscription) (*message, error)
 	// transport is what carries the mechanism's messages.
 	transport() transport
 	// spanName names an attempt's trace span.
@@ -92,11 +92,11 @@ type transport interface {
 	// received, if set, as soon as the destination has accepted msg,
 	// before the rest of its answer is read. An error means msg could
 	// not be sent at all.
-	send(ctx context.Context, e *Engine, sub *Subscription, msg *message, received func()) (response, error)
+	send(ctx context.Context, x *executor, sub *Subscription, msg *message, received func()) (response, error)
 	// lane is the lane of sub's attempts (lanes.go).
 	lane(sub *Subscription) string
 	// validate checks the destination of sub.
-	validate(e *Engine, sub *Subscription) error
+	validate(x *executor, sub *Subscription) error
 	// testable refuses a test delivery (SendTestDelivery) to a
 	// destination that cannot take one.
 	testable() error

@@ -127,8 +127,8 @@ func (pushMechanism) defaultRetry(*cursorMachine) RetryPolicy {
 // prepare reads c's batch in flight from the stream and leaves out what
 // the filter does not match. A batch with nothing left to send moves the
 // cursor without a POST.
-func (p pushMechanism) prepare(ctx context.Context, e *Engine, c *Consumer, sub *Subscription) (*message, error) {
-	batch, events, err := e.readBatch(ctx, c, sub)
+func (p pushMechanism) prepare(ctx context.Context, x *executor, c *Consumer, sub *Subscription) (*message, error) {
+	batch, events, err := x.readBatch(ctx, c, sub)
 	if err != nil {
 		return nil, &failedStep{"reading a batch", err}
 	}
@@ -143,7 +143,7 @@ func (p pushMechanism) prepare(ctx context.Context, e *Engine, c *Consumer, sub 
 		},
 		id:      c.WakeID,
 		headers: sub.Events.Headers,
-		timeout: p.requestTimeout(&e.cursors, sub),
+		timeout: p.requestTimeout(x.cursors, sub),
 	}
 	if len(events) == 0 {
 		return msg, nil
@@ -159,7 +159,7 @@ func (p pushMechanism) prepare(ctx context.Context, e *Engine, c *Consumer, sub 
 			UpToDate:       batch.Next == c.Batch.Until,
 		},
 		Attempt:     c.Attempt,
-		MaxAttempts: e.cursors.retryPolicy(sub).MaxAttempts,
+		MaxAttempts: x.cursors.retryPolicy(sub).MaxAttempts,
 	}
 	return msg, nil
 }
@@ -272,8 +272,8 @@ func appendJSONString(b []byte, s string) []byte {
 
 // readBatch reads the events of c's batch in flight, and returns them as
 // they go in the payload: the ones the filter matches, as JSON values.
-func (e *Engine) readBatch(ctx context.Context, c *Consumer, sub *Subscription) (EventBatch, []json.RawMessage, error) {
-	reader, ok := e.source.(EventReader)
+func (x *executor) readBatch(ctx context.Context, c *Consumer, sub *Subscription) (EventBatch, []json.RawMessage, error) {
+	reader, ok := x.source.(EventReader)
 	if !ok {
 		return EventBatch{}, nil, errors.New("the StreamSource cannot read events (EventReader)")
 	}

@@ -48,7 +48,7 @@ const DeadLetterMsg = deadLetterMsg
 
 // HandlerRunning reports whether a BatchHandler call for consumer id runs.
 func HandlerRunning(e *Engine, id string) bool {
-	_, ok := e.handling.Load(id)
+	_, ok := e.x.handling.Load(id)
 	return ok
 }
 

@@ -418,7 +418,7 @@ func (e *Engine) validate(sub *Subscription) error {
 	if len(sub.Description) > MaxDescriptionLength {
 		return invalid("description", "description is longer than %d characters", MaxDescriptionLength)
 	}
-	if err := mechanismOf(sub).transport().validate(e, sub); err != nil {
+	if err := mechanismOf(sub).transport().validate(e.x, sub); err != nil {
 		return err
 	}
 	return validateOptions(sub)

@@ -54,7 +54,7 @@ func (e *Engine) SendTestDelivery(ctx context.Context, id string) (*TestDelivery
 		return nil, err
 	}
 	msg := &message{id: ev.DeliveryID, body: body, timeout: mech.requestTimeout(&e.cursors, sub)}
-	resp, err := mech.transport().send(ctx, e, sub, msg, nil)
+	resp, err := mech.transport().send(ctx, e.x, sub, msg, nil)
 	if err != nil {
 		return nil, err
 	}

@@ -50,8 +50,8 @@ func (wakeMechanism) defaultRetry(m *cursorMachine) RetryPolicy {
 // as soon as its status arrives: it proves receipt, so the consumer is
 // LIVE at once, even if the receiver holds the body open while it works
 // (spec: WAKING Timeout).
-func (wakeMechanism) prepare(_ context.Context, e *Engine, c *Consumer, sub *Subscription) (*message, error) {
-	token, err := e.tokens.issue(c.ID, c.Epoch, c.WakeID)
+func (wakeMechanism) prepare(_ context.Context, x *executor, c *Consumer, sub *Subscription) (*message, error) {
+	token, err := x.tokens.issue(c.ID, c.Epoch, c.WakeID)
 	if err != nil {
 		return nil, &failedStep{"building notification", err}
 	}
@@ -62,7 +62,7 @@ func (wakeMechanism) prepare(_ context.Context, e *Engine, c *Consumer, sub *Sub
 		PrimaryStream: c.PrimaryStream,
 		Streams:       c.Streams,
 		TriggeredBy:   c.TriggeredBy,
-		Callback:      e.callbackURL(c.ID),
+		Callback:      x.callbackURL(c.ID),
 		Token:         token,
 	})
 	if err != nil {
@@ -72,7 +72,7 @@ func (wakeMechanism) prepare(_ context.Context, e *Engine, c *Consumer, sub *Sub
 		result:    attemptResult{epoch: c.Epoch, deliveryID: c.WakeID, attempt: c.Attempt},
 		id:        c.WakeID,
 		body:      body,
-		timeout:   e.cursors.requestTimeout,
+		timeout:   x.cursors.requestTimeout,
 		onReceipt: true,
 	}, nil
 }

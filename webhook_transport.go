@@ -31,12 +31,12 @@ type webhookTransport struct{}
 
 // send signs msg for sub and POSTs it: its body, or its batch's payload,
 // with sub's custom headers beside the signed ones.
-func (webhookTransport) send(ctx context.Context, e *Engine, sub *Subscription, msg *message, received func()) (response, error) {
+func (webhookTransport) send(ctx context.Context, x *executor, sub *Subscription, msg *message, received func()) (response, error) {
 	body := msg.body
 	if msg.batch != nil {
 		body = eventsBody(&msg.batch.EventsPayload)
 	}
-	header, err := e.signedHeader(sub, msg.id, body, e.clock.Now())
+	header, err := x.signedHeader(sub, msg.id, body, x.clock.Now())
 	if err != nil {
 		// It times out, and is retried, as a lost POST is.
 		return response{}, &failedStep{"signing a delivery", err}
@@ -46,21 +46,21 @@ func (webhookTransport) send(ctx context.Context, e *Engine, sub *Subscription, 
 			header.Set(k, v)
 		}
 	}
-	return e.post(ctx, sub.Webhook, header, body, msg.timeout, received), nil
+	return x.post(ctx, sub.Webhook, header, body, msg.timeout, received), nil
 }
 
 // lane is the webhook's host.
 func (webhookTransport) lane(sub *Subscription) string { return laneKey(sub.Webhook) }
 
 // validate checks the webhook URL, by the engine's policy too.
-func (webhookTransport) validate(e *Engine, sub *Subscription) error {
+func (webhookTransport) validate(x *executor, sub *Subscription) error {
 	if sub.Handler != "" {
 		return invalid("handler", "a handler applies only to delivery %q", DeliveryHandler)
 	}
 	if len(sub.Webhook) > MaxWebhookURLLength {
 		return invalid("webhook", "webhook URL is longer than %d characters", MaxWebhookURLLength)
 	}
-	if _, err := e.policy.CheckURL(sub.Webhook); err != nil {
+	if _, err := x.policy.CheckURL(sub.Webhook); err != nil {
 		return invalid("webhook", "webhook URL rejected: %v", err)
 	}
 	return nil
@@ -71,7 +71,7 @@ func (webhookTransport) testable() error { return nil }
 // signedHeader returns the headers of a POST of JSON body, delivery id,
 // to sub's webhook, signed at now by its scheme. It fails only for a
 // subscription whose secret or scheme is not one the engine made.
-func (e *Engine) signedHeader(sub *Subscription, id string, body []byte, now time.Time) (http.Header, error) {
+func (x *executor) signedHeader(sub *Subscription, id string, body []byte, now time.Time) (http.Header, error) {
 	h := http.Header{
 		"Content-Type": {"application/json"},
 		"User-Agent":   {"streamhooks"},
@@ -98,12 +98,12 @@ type response struct {
 // soon as a 2xx status arrives, before reading the body. The timeout runs
 // on the engine's clock; it cancels the request rather than setting a
 // context deadline, which the dialer would read against the real clock.
-func (e *Engine) post(ctx context.Context, url string, header http.Header, body []byte, timeout time.Duration, accepted func()) (r response) {
-	r.sentAt = e.clock.Now()
-	defer func() { r.latency = e.clock.Since(r.sentAt) }()
+func (x *executor) post(ctx context.Context, url string, header http.Header, body []byte, timeout time.Duration, accepted func()) (r response) {
+	r.sentAt = x.clock.Now()
+	defer func() { r.latency = x.clock.Since(r.sentAt) }()
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	timer := e.clock.AfterFunc(timeout, func() { cancel(errRequestTimeout) })
+	timer := x.clock.AfterFunc(timeout, func() { cancel(errRequestTimeout) })
 	defer timer.Stop()
 
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
@@ -112,7 +112,7 @@ func (e *Engine) post(ctx context.Context, url string, header http.Header, body 
 		return r
 	}
 	req.Header = header
-	resp, err := e.client.Do(req)
+	resp, err := x.client.Do(req)
 	if err != nil {
 		if errors.Is(context.Cause(ctx), errRequestTimeout) {
 			// A transport other than net/http's may not pass the cause on.
@@ -127,7 +127,7 @@ func (e *Engine) post(ctx context.Context, url string, header http.Header, body 
 	r.status = resp.StatusCode
 	trace.SpanFromContext(ctx).SetAttributes(attribute.Int("http.response.status_code", resp.StatusCode))
 	if f := statusFailure(resp.StatusCode); f != nil {
-		f.retryAfter = retryAfter(resp, e.clock.Now())
+		f.retryAfter = retryAfter(resp, x.clock.Now())
 		data, _ := io.ReadAll(io.LimitReader(resp.Body, MaxResponsePreview))
 		r.outcome, r.failure, r.preview = outcomeHTTPError, f, responsePreview(data)
 		return r

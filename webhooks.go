@@ -45,9 +45,9 @@ type Engine struct {
 	log    *slog.Logger
 	// cursors holds the consumer state machine's rules.
 	cursors cursorMachine
-	client  *http.Client
-	policy  netguard.Policy
-	tel     *telemetry
+	// x makes delivery attempts.
+	x   *executor
+	tel *telemetry
 	// failures logs failed delivery attempts, sampled.
 	failures *failureLog
 	// outages logs API requests failed by a Store outage, sampled.
@@ -56,14 +56,10 @@ type Engine struct {
 	successes successes
 	// limits are the subscriptions' rate limits on this engine.
 	limits rateLimits
-	// handling holds the consumer IDs whose BatchHandler call runs.
-	handling sync.Map
 	// attemptLog writes the delivery log.
 	attemptLog *attemptLog
 	// metrics is this instance's claim to report the Store-wide gauge.
 	metrics *lease
-	// callbackPrefix is every callback URL but the consumer ID.
-	callbackPrefix string
 	// signals tell a test what the engine did, by purpose.
 	signals signals
 	// attempts counts the delivery attempts started and not ended, and
@@ -148,18 +144,25 @@ func New(store Store, source StreamSource, opts ...Option) (*Engine, error) {
 			backoff:         cfg.backoff,
 			maxRetryAfter:   cfg.maxRetryAfter,
 		},
+		tel:  tel,
+		kick: make(chan struct{}, 1),
+		done: make(chan struct{}),
+	}
+	e.x = &executor{
+		clock:          cfg.clock,
+		cursors:        &e.cursors,
+		source:         source,
+		callbackPrefix: cfg.callbackBase.String() + callbackSegment,
 		client: &http.Client{
 			Transport: transport,
 			// Redirects are not followed: a 3xx is a failed delivery, and
 			// cannot steer the engine to an address the policy forbids.
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 		},
-		policy: policy,
-		tel:    tel,
-		kick:   make(chan struct{}, 1),
-		done:   make(chan struct{}),
+		policy:          policy,
+		handlers:        cfg.handlers,
+		handlerReturned: e.signals.handlerReturned.Send,
 	}
-	e.callbackPrefix = cfg.callbackBase.String() + callbackSegment
 	e.failures = newFailureLog(cfg.logger, cfg.clock)
 	e.outages = newOutageLog(cfg.logger, cfg.clock)
 	e.metrics = metrics
@@ -210,7 +213,7 @@ func (e *Engine) Start(ctx context.Context) error {
 		e.deliveries.Wait()
 		// Kept-alive webhook connections would otherwise hold up the
 		// receivers' graceful shutdown.
-		e.client.CloseIdleConnections()
+		e.x.client.CloseIdleConnections()
 	}()
 	return nil
 }
@@ -236,6 +239,7 @@ func (e *Engine) load(ctx context.Context) error {
 		return fmt.Errorf("webhooks: %w", errs[0])
 	}
 	e.tokens, e.subs, e.stored = newTokens(key, e.cfg.tokenTTL, e.clock), set, set.patterns()
+	e.x.tokens = e.tokens
 	e.loaded.Store(true)
 	return nil
 }
@@ -475,9 +479,4 @@ func (e *Engine) Handler(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 		}
 	})
-}
-
-// callbackURL is the URL consumer id calls back on.
-func (e *Engine) callbackURL(id string) string {
-	return e.callbackPrefix + id
 }
