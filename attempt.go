@@ -161,15 +161,15 @@ func (e *Engine) stepFailed(ctx context.Context, c *Consumer, err error) {
 // has already ended changes nothing.
 func (e *Engine) record(ctx context.Context, c *Consumer, sub *Subscription, r attemptResult) (stored *Consumer, applied bool, err error) {
 	mech := mechanismOf(sub)
-	stored, err = e.update(ctx, c.ID, func(cur *Consumer) (change, error) {
+	stored, err = e.core.update(ctx, c.ID, func(cur *Consumer) (change, error) {
 		var t tails
 		if r.needsTails() {
 			var err error
-			if t, err = e.readTails(ctx, streamPaths(cur)); err != nil {
+			if t, err = e.core.readTails(ctx, streamPaths(cur)); err != nil {
 				return noChange, err
 			}
 		}
-		ch := mech.apply(&e.cursors, cur, e.latest(sub), r, t, e.clock.Now())
+		ch := mech.apply(&e.core.rules, cur, e.latest(sub), r, t, e.clock.Now())
 		applied = ch != noChange
 		return ch, nil
 	})

@@ -96,7 +96,7 @@ func (e *Engine) callback(ctx context.Context, r *http.Request) (*successRespons
 	}
 	var c *Consumer
 	if err == nil {
-		c, err = e.update(ctx, id, func(c *Consumer) (change, error) {
+		c, err = e.core.update(ctx, id, func(c *Consumer) (change, error) {
 			return e.applyCallback(ctx, c, e.latest(sub), claims, expired, req)
 		})
 	}
@@ -156,11 +156,11 @@ func (e *Engine) applyCallback(ctx context.Context, c *Consumer, sub *Subscripti
 	if req.WakeID != "" && req.WakeID != c.WakeID {
 		return noChange, refuse(CodeAlreadyClaimed, "wake_id %q is not the current wake", req.WakeID)
 	}
-	t, err := e.readTails(ctx, callbackPaths(c, req))
+	t, err := e.core.readTails(ctx, callbackPaths(c, req))
 	if err != nil {
 		return noChange, err
 	}
-	return e.cursors.callback(c, sub, req, t, e.source, e.clock.Now())
+	return e.core.rules.callback(c, sub, req, t, e.source, e.clock.Now())
 }
 
 // callback is the transition of c, of sub, that a current callback req

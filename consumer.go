@@ -3,7 +3,6 @@ package webhooks
 import (
 	"context"
 	"errors"
-	"fmt"
 	"slices"
 	"time"
 )
@@ -50,28 +49,6 @@ func newConsumer(sub, path, offset string, now time.Time) *Consumer {
 		CreatedAt:      now,
 		UpdatedAt:      now,
 	}
-}
-
-// readTails asks the source about each path once. Paths with no stream are
-// left out. Any other failure of the source is marked ErrStoreUnavailable:
-// the read may succeed later, so the engine retries what needed it, and its
-// APIs answer 503, not 500.
-func (e *Engine) readTails(ctx context.Context, paths []string) (tails, error) {
-	t := make(tails, len(paths))
-	for _, p := range paths {
-		if _, seen := t[p]; seen {
-			continue
-		}
-		info, err := e.source.Stream(ctx, p)
-		if errors.Is(err, ErrStreamNotFound) {
-			continue
-		}
-		if err != nil {
-			return nil, fmt.Errorf("reading stream %s: %w: %w", p, ErrStoreUnavailable, err)
-		}
-		t[p] = info
-	}
-	return t, nil
 }
 
 // streamPaths lists the paths of c's subscribed streams.
@@ -348,46 +325,6 @@ func (m *cursorMachine) start(c *Consumer, sub *Subscription, t tails, now time.
 	return mechanismOf(sub).start(m, c, sub, t, now)
 }
 
-// update runs one atomic transition of a consumer through the Store,
-// stamping UpdatedAt, counting wakes, sending the delivery attempt the
-// transition started, and waking the scheduler when the consumer has a
-// deadline.
-func (e *Engine) update(ctx context.Context, id string, fn func(c *Consumer) (change, error)) (*Consumer, error) {
-	var (
-		before    int64
-		wasFailed bool
-		ch        change
-	)
-	c, err := e.store.UpdateConsumer(ctx, id, func(c *Consumer) (UpdateAction, error) {
-		before, wasFailed = c.Epoch, c.State == StateFailed
-		var err error
-		ch, err = fn(c)
-		action := ch.action()
-		if action == UpdateSave {
-			c.UpdatedAt = e.clock.Now()
-		}
-		return action, err
-	})
-	e.signals.consumerWritten.Send()
-	if err != nil || c == nil {
-		return c, err
-	}
-	if c.Epoch > before {
-		e.tel.started(ctx, c)
-	}
-	if c.State == StateFailed && !wasFailed {
-		e.log.InfoContext(ctx, deadLetterMsg,
-			"consumer_id", c.ID, "attempts", c.Attempt, "failing_since", c.FailingSince, "last_error", c.LastError)
-	}
-	if ch == changeSend {
-		e.sendStarted(c)
-	}
-	if !c.Deadline.IsZero() {
-		e.kickScheduler(c.Deadline)
-	}
-	return c, nil
-}
-
 // deadLetterMsg is logged when a consumer's deliveries have failed for as
 // long, or as often, as its retry policy allows.
 const deadLetterMsg = "webhooks: consumer is a dead letter; its cursor is kept until it is revived"
@@ -415,15 +352,15 @@ func (e *Engine) ResumeConsumer(ctx context.Context, id string) error {
 		return err
 	}
 	e.tel.operated(ctx, "revive")
-	_, err = e.update(ctx, id, func(c *Consumer) (change, error) {
+	_, err = e.core.update(ctx, id, func(c *Consumer) (change, error) {
 		if c.State != StateFailed {
 			return noChange, nil
 		}
-		t, err := e.readTails(ctx, streamPaths(c))
+		t, err := e.core.readTails(ctx, streamPaths(c))
 		if err != nil {
 			return noChange, err
 		}
-		return e.cursors.revive(c, sub, t, e.clock.Now()), nil
+		return e.core.rules.revive(c, sub, t, e.clock.Now()), nil
 	})
 	return err
 }

@@ -157,17 +157,17 @@ func (e *Engine) handleDue(ctx context.Context, snapshot *Consumer) error {
 	if err != nil {
 		return err
 	}
-	c, err := e.update(ctx, snapshot.ID, func(c *Consumer) (change, error) {
+	c, err := e.core.update(ctx, snapshot.ID, func(c *Consumer) (change, error) {
 		timedOut = nil
 		before := *c
 		var t tails
 		if c.State == StateLive || c.State == StateIdle {
 			var err error
-			if t, err = e.readTails(ctx, streamPaths(c)); err != nil {
+			if t, err = e.core.readTails(ctx, streamPaths(c)); err != nil {
 				return noChange, err
 			}
 		}
-		ch = e.cursors.onDue(c, sub, t, e.clock.Now())
+		ch = e.core.rules.onDue(c, sub, t, e.clock.Now())
 		if c.Failures > before.Failures {
 			timedOut = &before
 		}

@@ -119,7 +119,7 @@ type deadLetterJSON struct {
 func (e *Engine) consumerViews(ctx context.Context, cs []*Consumer) ([]consumerJSON, error) {
 	out := make([]consumerJSON, len(cs))
 	for i, c := range cs {
-		t, err := e.readTails(ctx, streamPaths(c))
+		t, err := e.core.readTails(ctx, streamPaths(c))
 		if err != nil {
 			return nil, err
 		}

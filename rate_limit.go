@@ -85,8 +85,8 @@ func (r *rateLimits) sweep(now time.Time) {
 // be sent after wait, its turn under its subscription's rate limit: the
 // attempt is not counted, and c waits as for a retry.
 func (e *Engine) deferAttempt(ctx context.Context, c *Consumer, sub *Subscription, wait time.Duration) {
-	_, err := e.update(ctx, c.ID, func(cur *Consumer) (change, error) {
-		return e.cursors.deferAttempt(cur, c, sub, e.clock.Now().Add(wait)), nil
+	_, err := e.core.update(ctx, c.ID, func(cur *Consumer) (change, error) {
+		return e.core.rules.deferAttempt(cur, c, sub, e.clock.Now().Add(wait)), nil
 	})
 	if err != nil && !errors.Is(err, ErrConsumerNotFound) && ctx.Err() == nil {
 		// The attempt stays in flight, times out and is retried.

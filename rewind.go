@@ -55,8 +55,8 @@ func (e *Engine) Rewind(ctx context.Context, p *RewindParams) (int, error) {
 	e.tel.operated(ctx, "rewind")
 	n := 0
 	rewind := func(c *Consumer) error {
-		_, err := e.update(ctx, c.ID, func(c *Consumer) (change, error) {
-			t, err := e.readTails(ctx, streamPaths(c))
+		_, err := e.core.update(ctx, c.ID, func(c *Consumer) (change, error) {
+			t, err := e.core.readTails(ctx, streamPaths(c))
 			if err != nil {
 				return noChange, err
 			}
@@ -69,7 +69,7 @@ func (e *Engine) Rewind(ctx context.Context, p *RewindParams) (int, error) {
 			if info, ok := t[c.PrimaryStream]; ok && compareOffsets(offset, info.Tail) > 0 {
 				return noChange, invalidOffset("offset", "offset %s is past the tail %s of %s", offset, info.Tail, c.PrimaryStream)
 			}
-			return e.cursors.rewind(c, sub, offset, t, e.clock.Now()), nil
+			return e.core.rules.rewind(c, sub, offset, t, e.clock.Now()), nil
 		})
 		if err == nil {
 			n++

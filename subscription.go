@@ -73,7 +73,7 @@ func (e *Engine) view(s *Subscription) subscriptionJSON {
 	out := subscriptionJSON{
 		SubscriptionID: s.ID, Pattern: s.Pattern, Webhook: s.Webhook, Handler: s.Handler, Description: s.Description,
 		Delivery: s.Delivery.orDefault(), Status: s.status(),
-		optionsJSON: optionsView(s, e.cursors.retryPolicy(s)), healthJSON: healthView(s.Health),
+		optionsJSON: optionsView(s, e.core.rules.retryPolicy(s)), healthJSON: healthView(s.Health),
 		pushJSON: mechanismOf(s).options(s),
 	}
 	return out

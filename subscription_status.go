@@ -60,15 +60,15 @@ func (e *Engine) ResumeSubscription(ctx context.Context, id string) (*Subscripti
 	e.subs.update(sub)
 	e.tel.operated(ctx, "resume")
 	return sub, e.eachConsumer(ctx, id, "", func(c *Consumer) error {
-		_, err := e.update(ctx, c.ID, func(c *Consumer) (change, error) {
+		_, err := e.core.update(ctx, c.ID, func(c *Consumer) (change, error) {
 			var t tails
 			if c.State == StateIdle { // only a start reads the tails
 				var err error
-				if t, err = e.readTails(ctx, streamPaths(c)); err != nil {
+				if t, err = e.core.readTails(ctx, streamPaths(c)); err != nil {
 					return noChange, err
 				}
 			}
-			return e.cursors.resume(c, sub, t, e.clock.Now()), nil
+			return e.core.rules.resume(c, sub, t, e.clock.Now()), nil
 		})
 		return err
 	})

@@ -53,7 +53,7 @@ func (e *Engine) SendTestDelivery(ctx context.Context, id string) (*TestDelivery
 	if err != nil {
 		return nil, err
 	}
-	msg := &message{id: ev.DeliveryID, body: body, timeout: mech.requestTimeout(&e.cursors, sub)}
+	msg := &message{id: ev.DeliveryID, body: body, timeout: mech.requestTimeout(&e.core.rules, sub)}
 	resp, err := mech.transport().send(ctx, e.x, sub, msg, nil)
 	if err != nil {
 		return nil, err

@@ -43,8 +43,8 @@ type Engine struct {
 	cfg    config
 	clock  clock.Clock
 	log    *slog.Logger
-	// cursors holds the consumer state machine's rules.
-	cursors cursorMachine
+	// core runs the consumer state machine's transitions.
+	core cursorCore
 	// x makes delivery attempts.
 	x   *executor
 	tel *telemetry
@@ -136,7 +136,17 @@ func New(store Store, source StreamSource, opts ...Option) (*Engine, error) {
 		cfg:    cfg,
 		clock:  cfg.clock,
 		log:    cfg.logger,
-		cursors: cursorMachine{
+		tel:    tel,
+		kick:   make(chan struct{}, 1),
+		done:   make(chan struct{}),
+	}
+	e.core = cursorCore{
+		store:  store,
+		source: source,
+		clock:  cfg.clock,
+		log:    cfg.logger,
+		tel:    tel,
+		rules: cursorMachine{
 			wakingTimeout:   cfg.wakingTimeout,
 			livenessTimeout: cfg.livenessTimeout,
 			requestTimeout:  cfg.requestTimeout,
@@ -144,13 +154,13 @@ func New(store Store, source StreamSource, opts ...Option) (*Engine, error) {
 			backoff:         cfg.backoff,
 			maxRetryAfter:   cfg.maxRetryAfter,
 		},
-		tel:  tel,
-		kick: make(chan struct{}, 1),
-		done: make(chan struct{}),
+		started:  e.sendStarted,
+		deadline: e.kickScheduler,
+		written:  e.signals.consumerWritten.Send,
 	}
 	e.x = &executor{
 		clock:          cfg.clock,
-		cursors:        &e.cursors,
+		cursors:        &e.core.rules,
 		source:         source,
 		callbackPrefix: cfg.callbackBase.String() + callbackSegment,
 		client: &http.Client{
@@ -373,15 +383,15 @@ func (e *Engine) startIfPending(ctx context.Context, id, subID string) error {
 	if err != nil {
 		return err
 	}
-	_, err = e.update(ctx, id, func(c *Consumer) (change, error) {
+	_, err = e.core.update(ctx, id, func(c *Consumer) (change, error) {
 		if c.State != StateIdle {
 			return noChange, nil
 		}
-		t, err := e.readTails(ctx, streamPaths(c))
+		t, err := e.core.readTails(ctx, streamPaths(c))
 		if err != nil {
 			return noChange, err
 		}
-		return e.cursors.start(c, sub, t, e.clock.Now()), nil
+		return e.core.rules.start(c, sub, t, e.clock.Now()), nil
 	})
 	if errors.Is(err, ErrConsumerNotFound) {
 		return nil
@@ -451,8 +461,8 @@ func (e *Engine) removeStream(ctx context.Context, path string, before time.Time
 	}
 	var errs []error
 	for _, c := range consumers {
-		_, err := e.update(ctx, c.ID, func(c *Consumer) (change, error) {
-			return e.cursors.removeStream(c, path, before), nil
+		_, err := e.core.update(ctx, c.ID, func(c *Consumer) (change, error) {
+			return e.core.rules.removeStream(c, path, before), nil
 		})
 		if err != nil && !errors.Is(err, ErrConsumerNotFound) {
 			errs = append(errs, fmt.Errorf("webhooks: removing %s from consumer %s: %w", path, c.ID, err))
