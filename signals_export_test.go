@@ -26,9 +26,10 @@ func SignalProgress(e *Engine, ch chan<- struct{}) {
 // armed after the clock's time and no kick pending: it acts again only when
 // the clock passes its timer or a transition kicks it.
 func SchedulerParked(e *Engine) bool {
-	e.parkMu.Lock()
-	defer e.parkMu.Unlock()
-	return e.parked && e.armed.Load() > e.clock.Now().UnixNano()
+	s := e.sched
+	s.parkMu.Lock()
+	defer s.parkMu.Unlock()
+	return s.parked && s.armed.Load() > e.clock.Now().UnixNano()
 }
 
 // DeliveriesRunning is how many delivery attempts e has started and not

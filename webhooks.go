@@ -62,16 +62,10 @@ type Engine struct {
 	metrics *lease
 	// signals tell a test what the engine did, by purpose.
 	signals signals
-	// attempts counts the delivery attempts started and not ended, and
-	// parked is set while the scheduler waits for its timer or a kick: a
-	// test moves a mock clock only while the engine is idle (see
-	// kickScheduler).
+	// attempts counts the delivery attempts started and not ended.
 	attempts atomic.Int64
-	parkMu   sync.Mutex
-	parked   bool
-	// beat is the UnixNano at which the scheduler began its current step
-	// (Live).
-	beat atomic.Int64
+	// sched runs the deadlines.
+	sched *scheduler
 
 	// loaded is set once Start has set tokens, subs and stored, which are
 	// read only after it.
@@ -83,8 +77,6 @@ type Engine struct {
 	stored map[string]*Pattern
 
 	missed     missedStreams
-	kick       chan struct{}
-	armed      atomic.Int64 // UnixNano the scheduler's timer waits for; 0 while it works
 	lanes      *lanes
 	deliveries sync.WaitGroup
 
@@ -137,8 +129,17 @@ func New(store Store, source StreamSource, opts ...Option) (*Engine, error) {
 		clock:  cfg.clock,
 		log:    cfg.logger,
 		tel:    tel,
-		kick:   make(chan struct{}, 1),
 		done:   make(chan struct{}),
+	}
+	e.sched = &scheduler{
+		clock:        cfg.clock,
+		store:        store,
+		log:          cfg.logger,
+		pollInterval: cfg.pollInterval,
+		catchUp:      e.retryMissed,
+		due:          e.handleDue,
+		parkedSignal: e.signals.schedulerParked.Send,
+		kick:         make(chan struct{}, 1),
 	}
 	e.core = cursorCore{
 		store:  store,
@@ -155,7 +156,7 @@ func New(store Store, source StreamSource, opts ...Option) (*Engine, error) {
 			maxRetryAfter:   cfg.maxRetryAfter,
 		},
 		started:  e.sendStarted,
-		deadline: e.kickScheduler,
+		deadline: e.sched.kickAt,
 		written:  e.signals.consumerWritten.Send,
 	}
 	e.x = &executor{
@@ -203,7 +204,7 @@ func (e *Engine) Start(ctx context.Context) error {
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	e.cancel, e.runCtx = cancel, runCtx
 	e.running = true
-	e.heartbeat()
+	e.sched.beat.Store(e.clock.Now().UnixNano())
 	e.metrics.start(ctx, runCtx, &e.deliveries)
 	// Stop waits for the start-up sweep as it does for deliveries.
 	e.deliveries.Add(1)
@@ -219,7 +220,7 @@ func (e *Engine) Start(ctx context.Context) error {
 	}()
 	go func() {
 		defer close(e.done)
-		e.schedule(runCtx)
+		e.sched.run(runCtx)
 		e.deliveries.Wait()
 		// Kept-alive webhook connections would otherwise hold up the
 		// receivers' graceful shutdown.
