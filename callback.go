@@ -207,10 +207,13 @@ func (m *cursorMachine) callback(c *Consumer, sub *Subscription, req *CallbackRe
 // ack moves one stream's acked offset forward. An older offset is accepted
 // and changes nothing, so retried acks are idempotent and offsets never move
 // backwards (S4). The offset must be one the source could have produced.
+// An ack of a stream the consumer does not hold, as one it has just
+// unsubscribed from, is ignored as the reference servers do: it moves no
+// cursor, and spec 001 names no error for it.
 func (m *cursorMachine) ack(c *Consumer, a StreamOffset, t tails, source StreamSource) error {
 	i := streamIndex(c.Streams, a.Path)
 	if i < 0 {
-		return invalidOffset("acks", "cannot ack %s: the consumer is not subscribed to it", a.Path)
+		return nil
 	}
 	if a.Offset == OffsetNone {
 		return nil
@@ -349,11 +352,14 @@ func (e *Engine) writeError(w http.ResponseWriter, r *http.Request, err error) {
 }
 
 // callbackPaths lists the streams whose tails a callback needs: those it
-// acks or subscribes to, and all of them if it may finish the cycle.
+// subscribes to or acks of its own, and all of them if it may finish the
+// cycle.
 func callbackPaths(c *Consumer, req *CallbackRequest) []string {
 	paths := slices.Clone(req.Subscribe)
 	for _, a := range req.Acks {
-		paths = append(paths, a.Path)
+		if streamIndex(c.Streams, a.Path) >= 0 {
+			paths = append(paths, a.Path)
+		}
 	}
 	if req.Done {
 		paths = append(paths, streamPaths(c)...)

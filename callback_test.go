@@ -126,9 +126,28 @@ func TestAcksMoveForwardOnly(t *testing.T) {
 	require.Equal(t, http.StatusOK, r.status, r.raw)
 	requireError(t, ackTo(offset(11)), http.StatusConflict, webhooks.CodeInvalidOffset)
 	requireError(t, ackTo("zzz"), http.StatusConflict, webhooks.CodeInvalidOffset)
-	r = h.callback(agentAID, d.n.Token, webhooks.CallbackRequest{Epoch: epoch(1), Acks: streamOffsets("/not/subscribed", offset(1))})
-	requireError(t, r, http.StatusConflict, webhooks.CodeInvalidOffset)
 	require.Equal(t, streamOffsets(agentA, offset(10)), h.consumer(agentAID).Streams)
+}
+
+// An ack of a stream the consumer does not hold, as one it has just
+// unsubscribed from, is accepted and ignored, as the reference servers do:
+// it moves no cursor and adds no stream, whatever its offset.
+func TestAckOfAStreamNotHeldIsIgnored(t *testing.T) {
+	h := newHarness(t)
+	d := h.live()
+	h.create("/tools/a", 10)
+	r := h.callback(agentAID, d.n.Token, webhooks.CallbackRequest{Epoch: epoch(1), Subscribe: []string{"/tools/a"}})
+	require.Equal(t, http.StatusOK, r.status, r.raw)
+	r = h.callback(agentAID, r.body.Token, webhooks.CallbackRequest{Epoch: epoch(1), Unsubscribe: []string{"/tools/a"}})
+	require.Equal(t, http.StatusOK, r.status, r.raw)
+	for _, o := range []string{offset(5), offset(99), "zzz", webhooks.OffsetNone} {
+		r = h.callback(agentAID, r.body.Token, webhooks.CallbackRequest{
+			Epoch: epoch(1), Acks: streamOffsets("/tools/a", o, "/never/held", o, agentA, offset(3)),
+		})
+		require.Equal(t, http.StatusOK, r.status, r.raw)
+		require.Equal(t, streamOffsets(agentA, offset(3)), r.body.Streams)
+	}
+	require.Equal(t, streamOffsets(agentA, offset(3)), h.consumer(agentAID).Streams)
 }
 
 func TestSubscribeStartsAtTailAndMayBeLazy(t *testing.T) {

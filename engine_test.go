@@ -64,26 +64,38 @@ func TestEmptyStreamCreatedAfterSubscriptionWakes(t *testing.T) {
 	require.Empty(t, h.recv.deliveries)
 }
 
-// A consumer of an empty stream that says done without acking its tail
-// still has pending work, and is woken again (L3); acking the zero offset
-// it read ends the work (L2).
-func TestEmptyStreamDoneWithoutAckRewakes(t *testing.T) {
+// A new stream wakes its consumer once, even empty (RFC); a consumer that
+// never acks is not woken again for events the stream does not have (spec
+// 001, Pending Work), but is for events it has (L3).
+func TestEmptyStreamIsWokenOnlyAtItsCreation(t *testing.T) {
 	h := newHarness(t)
 	h.subscribe("s1", "/agents/*")
 	h.create(agentA, 0)
 	d := h.nextDelivery()
+	require.Equal(t, int64(1), d.n.Epoch, "the wake at creation")
+	require.Equal(t, []string{agentA}, d.n.TriggeredBy)
 	h.waitConsumer(agentAID, func(c *webhooks.Consumer) bool { return c.State == webhooks.StateLive })
 	r := h.callback(agentAID, d.n.Token, webhooks.CallbackRequest{Epoch: epoch(1), Done: true})
 	require.Equal(t, http.StatusOK, r.status, r.raw)
-	d = h.nextDelivery()
-	require.Equal(t, int64(2), d.n.Epoch, "L3")
-	h.waitConsumer(agentAID, func(c *webhooks.Consumer) bool { return c.State == webhooks.StateLive })
-	r = h.callback(agentAID, d.n.Token, webhooks.CallbackRequest{Epoch: epoch(2), Acks: streamOffsets(agentA, offset(0)), Done: true})
-	require.Equal(t, http.StatusOK, r.status, r.raw)
 	c := h.consumer(agentAID)
-	require.Equal(t, webhooks.StateIdle, c.State, "L2")
-	require.Equal(t, int64(2), c.Epoch)
-	require.Empty(t, h.recv.deliveries)
+	require.Equal(t, webhooks.StateIdle, c.State, "L2: an empty stream has no pending work")
+	require.Equal(t, int64(1), c.Epoch)
+	// Nor does a change that adds no event make any.
+	require.NoError(t, h.engine.StreamAppended(context.Background(), agentA))
+	c = h.consumer(agentAID)
+	require.Equal(t, webhooks.StateIdle, c.State)
+	require.Equal(t, int64(1), c.Epoch)
+	require.Equal(t, streamOffsets(agentA, webhooks.OffsetNone), c.Streams)
+
+	// Events are work: they wake it, and a done without an ack wakes it again.
+	h.appendTo(agentA, 3)
+	d = h.nextDelivery()
+	require.Equal(t, int64(2), d.n.Epoch)
+	h.waitConsumer(agentAID, func(c *webhooks.Consumer) bool { return c.State == webhooks.StateLive })
+	r = h.callback(agentAID, d.n.Token, webhooks.CallbackRequest{Epoch: epoch(2), Done: true})
+	require.Equal(t, http.StatusOK, r.status, r.raw)
+	d = h.nextDelivery()
+	require.Equal(t, int64(3), d.n.Epoch, "L3")
 }
 
 // An empty stream that existed before the subscription is adopted at its

@@ -58,7 +58,7 @@ func (s *fakeSource) Stream(_ context.Context, path string) (webhooks.StreamInfo
 	if !ok {
 		return webhooks.StreamInfo{}, webhooks.ErrStreamNotFound
 	}
-	return webhooks.StreamInfo{Path: path, Tail: offset(n)}, nil
+	return webhooks.StreamInfo{Path: path, Tail: offset(n), Empty: n == 0}, nil
 }
 
 func (s *fakeSource) MatchStreams(_ context.Context, p *webhooks.Pattern) ([]webhooks.StreamInfo, error) {
@@ -67,7 +67,7 @@ func (s *fakeSource) MatchStreams(_ context.Context, p *webhooks.Pattern) ([]web
 	var out []webhooks.StreamInfo
 	for path, n := range s.streams {
 		if p.Match(path) {
-			out = append(out, webhooks.StreamInfo{Path: path, Tail: offset(n)})
+			out = append(out, webhooks.StreamInfo{Path: path, Tail: offset(n), Empty: n == 0})
 		}
 	}
 	return out, nil

@@ -111,12 +111,14 @@ type cluster struct {
 	stores   []sharedStore
 	engines  []*webhooks.Engine
 	handlers []http.Handler
+	// progressed is signalled by every engine's progress (SignalProgress).
+	progressed chan struct{}
 }
 
 // newCluster creates an engine on each store; none is started.
 func newCluster(t *testing.T, stores []sharedStore, opts ...webhooks.Option) *cluster {
 	t.Helper()
-	c := &cluster{t: t, clock: newMockClock(), source: newFakeSource(), stores: stores}
+	c := &cluster{t: t, clock: newMockClock(), source: newFakeSource(), stores: stores, progressed: make(chan struct{}, 1)}
 	for _, s := range stores {
 		e, err := webhooks.New(s, c.source, append([]webhooks.Option{
 			webhooks.WithClock(c.clock),
@@ -125,6 +127,7 @@ func newCluster(t *testing.T, stores []sharedStore, opts ...webhooks.Option) *cl
 			webhooks.WithPollInterval(testPollInterval),
 		}, opts...)...)
 		require.NoError(t, err)
+		webhooks.SignalProgress(e, c.progressed)
 		c.engines = append(c.engines, e)
 		c.handlers = append(c.handlers, e.Handler(http.NotFoundHandler()))
 	}
@@ -143,12 +146,22 @@ func (c *cluster) crash(i int) {
 	c.stores[i].close()
 }
 
-// stepTo moves the clock to t a second at a time. A scheduler that arms
-// its timer just as one big jump ends may arm it for a time the jump has
-// passed, which no later tick would fire; the steps after it do.
-func (c *cluster) stepTo(t time.Time) {
+// stepTo moves the clock to t a second at a time, and after each step
+// waits for engine i to act on it: its scheduler parked and no delivery
+// running. Moved on at once, the clock could pass a POST's timeouts while
+// a slow Store still sends it, and cancel it before it arrives.
+func (c *cluster) stepTo(i int, t time.Time) {
+	c.t.Helper()
 	for c.clock.Now().Before(t) {
 		c.clock.Add(min(time.Second, t.Sub(c.clock.Now())))
+		timeout := time.After(waitFor)
+		for !webhooks.SchedulerParked(c.engines[i]) || webhooks.DeliveriesRunning(c.engines[i]) > 0 {
+			select {
+			case <-c.progressed:
+			case <-timeout:
+				c.t.Fatalf("engine %d did not settle at %v", i, c.clock.Now())
+			}
+		}
 	}
 }
 
@@ -537,18 +550,18 @@ func TestInstancesTakeOverDeadlines(t *testing.T) {
 		c.crash(0)
 
 		// The POST that got no answer: failed at its WAKING timeout.
-		c.stepTo(t0.Add(waking + poll))
+		c.stepTo(1, t0.Add(waking+poll))
 		c.waitConsumer(1, hangID, func(cs *webhooks.Consumer) bool {
 			return cs.State == webhooks.StateWaking && cs.Failures == 1 && !cs.InFlight
 		})
 		// The failed attempt: retried at its backoff, in its cycle.
-		c.stepTo(t0.Add(backoff + poll))
+		c.stepTo(1, t0.Add(backoff+poll))
 		p := hooks.next(t).n
 		require.Equal(t, retry, p.PrimaryStream)
 		require.Equal(t, first[retry].WakeID, p.WakeID, "a retry keeps its cycle's wake_id (S2)")
 		// The silent LIVE cycle: ended at its liveness timeout, and the
 		// consumer woken again from the offset it acked.
-		c.stepTo(t0.Add(liveness + poll))
+		c.stepTo(1, t0.Add(liveness+poll))
 		var again, hangRetry webhooks.Notification
 		for again.ConsumerID == "" || hangRetry.ConsumerID == "" {
 			switch n := hooks.next(t).n; n.PrimaryStream {

@@ -290,26 +290,36 @@ func modelPos(off string) int {
 	return v
 }
 
-// pendingPaths lists the subscribed streams whose tail is past the acked
-// offset (spec, Pending Work). "-1" is below every tail, the zero offset of
-// an empty stream included.
+// pendingPaths lists the subscribed streams with pending work.
 func (m *model) pendingPaths(c *modelConsumer) []string {
 	var out []string
 	for _, s := range c.streams {
-		if n, ok := m.streams[s.Path]; ok && n > modelPos(s.Offset) {
+		if n, ok := m.streams[s.Path]; ok && modelPending(c.events, c.epoch, c.primary, s, n) {
 			out = append(out, s.Path)
 		}
 	}
 	return out
 }
 
+// modelPending reports whether stream s, n bytes long, is pending work of
+// a consumer (spec, Pending Work): its tail is past the acked offset. "-1"
+// is below every tail, the zero offset of an empty stream included, but a
+// wake consumer has no work in an empty stream, only the wake at its
+// creation: that of its primary stream before its first wake.
+func modelPending(events bool, epoch int64, primary string, s webhooks.StreamOffset, n int) bool {
+	if n == 0 && s.Offset == webhooks.OffsetNone && !events {
+		return epoch == 0 && s.Path == primary
+	}
+	return n > modelPos(s.Offset)
+}
+
 // wake is IDLE → WAKING (or LIVE → WAKING on done with pending work):
 // epoch++, a new wake_id, and a POST due at once.
 func (m *model) wake(c *modelConsumer) {
+	c.triggeredBy = m.pendingPaths(c)
 	c.state = webhooks.StateWaking
 	c.epoch++
 	c.wakeID = ""
-	c.triggeredBy = m.pendingPaths(c)
 	c.wakeTails = map[string]int{}
 	for _, s := range c.streams {
 		if n, ok := m.streams[s.Path]; ok {
@@ -2106,7 +2116,7 @@ func (r *modelRig) checkInvariants(c *webhooks.Consumer, inc int) {
 		if ok && modelPos(s.Offset) > n {
 			r.failf("acks never pass the tail", "consumer %s acked %s at %s beyond its tail %d", c.ID, s.Path, s.Offset, n)
 		}
-		pending = pending || (ok && n > modelPos(s.Offset))
+		pending = pending || (ok && modelPending(r.m.subs[c.SubscriptionID].events, c.Epoch, c.PrimaryStream, s, n))
 	}
 	switch c.State {
 	case webhooks.StateIdle:

@@ -308,7 +308,7 @@ func TestPushSubscriptionAPI(t *testing.T) {
 		"retry":                     map[string]any{"max_attempts": 5.0, "max_age_ms": 0.0},
 		"filter":                    map[string]any{"field": "type", "patterns": []any{"a.*"}},
 		"signature":                 "streamhooks",
-		"max_deliveries_per_minute": 1000.0,
+		"max_deliveries_per_minute": 60000.0,
 		"consecutive_failures":      0.0,
 		"failing_since":             nil,
 		"last_success_at":           nil,

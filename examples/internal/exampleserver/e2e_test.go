@@ -150,9 +150,9 @@ func TestEndToEnd(t *testing.T) {
 	require.True(t, strings.HasPrefix(sub.Secret, "whsec_"), "secret %q", sub.Secret)
 
 	// Create the stream and append two events.
-	resp, body = c.do(t, http.MethodPut, stream, "application/json", "", nil)
+	resp, body = c.do(t, http.MethodPut, stream, "application/json", e2eToken, nil)
 	require.Equal(t, http.StatusCreated, resp.StatusCode, "%s", body)
-	resp, body = c.do(t, http.MethodPost, stream, "application/json", "", []byte(`[{"n":1},{"n":2}]`))
+	resp, body = c.do(t, http.MethodPost, stream, "application/json", e2eToken, []byte(`[{"n":1},{"n":2}]`))
 	require.Equal(t, http.StatusNoContent, resp.StatusCode, "%s", body)
 	tail1 := resp.Header.Get("Stream-Next-Offset")
 	require.NotEmpty(t, tail1)
@@ -179,7 +179,7 @@ func TestEndToEnd(t *testing.T) {
 	token := cb.Token
 
 	// Read over the ordinary stream protocol, from the start.
-	resp, body = c.do(t, http.MethodGet, stream+"?offset=-1", "", "", nil)
+	resp, body = c.do(t, http.MethodGet, stream+"?offset=-1", "", e2eToken, nil)
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	require.JSONEq(t, `[{"n":1},{"n":2}]`, string(body))
 	next := resp.Header.Get("Stream-Next-Offset")
@@ -206,7 +206,7 @@ func TestEndToEnd(t *testing.T) {
 	require.EqualValues(t, 1, idle.Epoch)
 
 	// A new event wakes the consumer again, at epoch 2, from the acked offset.
-	resp, body = c.do(t, http.MethodPost, stream, "application/json", "", []byte(`{"n":3}`))
+	resp, body = c.do(t, http.MethodPost, stream, "application/json", e2eToken, []byte(`{"n":3}`))
 	require.Equal(t, http.StatusNoContent, resp.StatusCode, "%s", body)
 	n2 := verify(t, rc.next(t), sub.Secret)
 	require.EqualValues(t, 2, n2.Epoch)
@@ -224,7 +224,7 @@ func TestEndToEnd(t *testing.T) {
 	status, cb = c.callback(t, n2.Callback, n2.Token, map[string]any{"epoch": 2, "wake_id": n2.WakeID})
 	require.Equal(t, http.StatusOK, status, "%+v", cb.Error)
 	rc.release <- struct{}{}
-	resp, body = c.do(t, http.MethodGet, stream+"?offset="+next, "", "", nil)
+	resp, body = c.do(t, http.MethodGet, stream+"?offset="+next, "", e2eToken, nil)
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	require.JSONEq(t, `[{"n":3}]`, string(body))
 	next = resp.Header.Get("Stream-Next-Offset")
