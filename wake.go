@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
+	"github.com/streamhooks/webhooks/receiver"
 )
 
 // The wake-up delivery mechanism (spec 001): a signed POST that tells a
@@ -55,7 +57,7 @@ func (wakeMechanism) prepare(_ context.Context, x *executor, c *Consumer, sub *S
 	if err != nil {
 		return nil, &failedStep{"building notification", err}
 	}
-	body, err := json.Marshal(Notification{
+	body, err := json.Marshal(receiver.Notification{
 		ConsumerID:    c.ID,
 		Epoch:         c.Epoch,
 		WakeID:        c.WakeID,

@@ -11,6 +11,8 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/streamhooks/webhooks/receiver"
 )
 
 // The webhook transport: a signed POST to a subscription's webhook URL,
@@ -140,7 +142,7 @@ func (x *executor) post(ctx context.Context, url string, header http.Header, bod
 	// auto-acking on it could lose events.
 	data, err := io.ReadAll(io.LimitReader(resp.Body, MaxWebhookResponseBytes+1))
 	r.preview = responsePreview(data)
-	var d DoneResponse
+	var d receiver.DoneResponse
 	if err == nil && len(data) <= MaxWebhookResponseBytes && json.Unmarshal(data, &d) == nil && d.Done {
 		r.outcome = outcomeDone
 		return r

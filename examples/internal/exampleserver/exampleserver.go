@@ -129,9 +129,10 @@ type Running struct {
 }
 
 // Start listens on cfg.Addr and serves the stream protocol with the engine
-// mounted: subscription requests and callbacks go to the engine, with
-// cfg.Inbox deliveries to /inbox/{provider} to the inbox, and all other
-// requests to the stream server, which tells the engine about every change.
+// mounted: the operator's screen is at UIPrefix, behind cfg.APIToken;
+// subscription requests and callbacks go to the engine, with cfg.Inbox
+// deliveries to /inbox/{provider} to the inbox, and all other requests to
+// the stream server, which tells the engine about every change.
 // ctx is used only while starting.
 func Start(ctx context.Context, cfg Config) (*Running, error) {
 	log := cfg.Logger
@@ -208,13 +209,23 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 			return nil, err
 		}
 	}
+	handler, err := withUI(engine, engine.Handler(next), cfg.APIToken, uiInbox(providers, streams, processor))
+	if err != nil {
+		_ = ln.Close()
+		streams.Close()
+		err = errors.Join(err, engine.Stop(ctx))
+		if owned != nil {
+			err = errors.Join(err, owned.Close())
+		}
+		return nil, err
+	}
 	r := &Running{
 		URL:     url,
 		Store:   store,
 		streams: streams,
 		owned:   owned,
 		engine:  engine,
-		http:    newHTTPServer(opsHandler(engine, log, engine.Handler(next)), log),
+		http:    newHTTPServer(opsHandler(engine, log, handler), log),
 		served:  make(chan error, 1),
 	}
 	r.Problems = problems

@@ -15,8 +15,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	webhooks "github.com/streamhooks/webhooks"
 	"github.com/streamhooks/webhooks/examples/internal/exampleserver"
+	"github.com/streamhooks/webhooks/receiver"
 )
 
 // startServer starts the example server with cfg on a free loopback port.
@@ -44,10 +44,10 @@ func requireRefused(t *testing.T, resp *http.Response, body []byte) {
 	t.Helper()
 	require.Equal(t, http.StatusUnauthorized, resp.StatusCode, "%s", body)
 	require.Equal(t, "Bearer", resp.Header.Get("WWW-Authenticate"))
-	var out webhooks.CallbackResponse
+	var out receiver.CallbackResponse
 	require.NoError(t, json.Unmarshal(body, &out), "%s", body)
 	require.NotNil(t, out.Error, "%s", body)
-	require.Equal(t, webhooks.ErrorCode("UNAUTHORIZED"), out.Error.Code)
+	require.Equal(t, receiver.ErrorCode("UNAUTHORIZED"), out.Error.Code)
 }
 
 func TestAPITokenGuardsTheSubscriptionAPI(t *testing.T) {

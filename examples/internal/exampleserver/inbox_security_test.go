@@ -15,16 +15,17 @@ import (
 	"github.com/streamhooks/webhooks/examples/internal/exampleserver"
 	"github.com/streamhooks/webhooks/inbox"
 	"github.com/streamhooks/webhooks/memstore"
+	"github.com/streamhooks/webhooks/receiver"
 )
 
 // requireForbidden checks a 403 in the one JSON error shape.
 func requireForbidden(t *testing.T, resp *http.Response, body []byte) {
 	t.Helper()
 	require.Equal(t, http.StatusForbidden, resp.StatusCode, "%s", body)
-	var out webhooks.CallbackResponse
+	var out receiver.CallbackResponse
 	require.NoError(t, json.Unmarshal(body, &out), "%s", body)
 	require.NotNil(t, out.Error, "%s", body)
-	require.Equal(t, webhooks.ErrorCode("FORBIDDEN"), out.Error.Code)
+	require.Equal(t, receiver.ErrorCode("FORBIDDEN"), out.Error.Code)
 }
 
 // No client writes the inbox's streams, with the API token or without: a

@@ -12,9 +12,9 @@ import (
 
 // The codes of the engine's one error shape that these routes answer.
 const (
-	codeUnauthorized       webhooks.ErrorCode = "UNAUTHORIZED"
-	codeForbidden          webhooks.ErrorCode = "FORBIDDEN"
-	codeServiceUnavailable webhooks.ErrorCode = "SERVICE_UNAVAILABLE"
+	codeUnauthorized       string = "UNAUTHORIZED"
+	codeForbidden          string = "FORBIDDEN"
+	codeServiceUnavailable string = "SERVICE_UNAVAILABLE"
 )
 
 // inboxPrefix is the inbox's part of the stream namespace. The public
@@ -73,12 +73,12 @@ func refuse(w http.ResponseWriter, message string) {
 }
 
 // writeAPIError answers in the engine's one JSON error shape.
-func writeAPIError(w http.ResponseWriter, status int, code webhooks.ErrorCode, message string) {
+func writeAPIError(w http.ResponseWriter, status int, code string, message string) {
 	var body struct {
 		OK    bool `json:"ok"`
 		Error struct {
-			Code    webhooks.ErrorCode `json:"code"`
-			Message string             `json:"message"`
+			Code    string `json:"code"`
+			Message string `json:"message"`
 		} `json:"error"`
 	}
 	body.Error.Code, body.Error.Message = code, message
