@@ -100,6 +100,10 @@ func (handlerTransport) testable() error {
 	return invalid("delivery", "a %q subscription has no webhook to test", DeliveryHandler)
 }
 
+// offeredOverHTTP is false: a handler is the host's Go function, so its
+// subscriptions are created in Go only.
+func (handlerTransport) offeredOverHTTP() bool { return false }
+
 // callHandler calls the handler of sub with b, within timeout, and
 // classifies what it came to as a POST's response is classified.
 func (x *executor) callHandler(ctx context.Context, sub *Subscription, b *Batch, timeout time.Duration) (r response) {

@@ -52,6 +52,9 @@ type mechanism interface {
 	// and options how the API shows them.
 	eventOptions() bool
 	options(s *Subscription) pushJSON
+	// configure gives sub, being created through the API with the event
+	// options req, its mode's defaults and those options, or refuses them.
+	configure(sub *Subscription, req *pushJSON, source StreamSource) error
 }
 
 // The mechanisms, one per delivery mode.
@@ -100,6 +103,9 @@ type transport interface {
 	// testable refuses a test delivery (SendTestDelivery) to a
 	// destination that cannot take one.
 	testable() error
+	// offeredOverHTTP reports whether the subscription API may create
+	// subscriptions that use it.
+	offeredOverHTTP() bool
 }
 
 // failedStep is an error of the named step of an attempt, as the log

@@ -143,6 +143,18 @@ func (pushMechanism) eventOptions() bool { return true }
 
 func (pushMechanism) options(s *Subscription) pushJSON { return pushView(s.Events) }
 
+// configure gives sub the default events options, retry policy and rate
+// limit of event push, then req's options; the source must read events.
+func (pushMechanism) configure(sub *Subscription, req *pushJSON, source StreamSource) error {
+	if _, ok := source.(EventReader); !ok {
+		return errNoEventReader()
+	}
+	sub.Events = defaultEventsOptions()
+	sub.Retry = &RetryPolicy{MaxAttempts: DefaultMaxAttempts}
+	sub.RateLimit = DefaultEventsRateLimit
+	return req.applyTo(sub.Events)
+}
+
 func newDeliveryID() string {
 	id := uuid.New()
 	return "msg_" + hex.EncodeToString(id[:])

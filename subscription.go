@@ -265,24 +265,12 @@ func (e *Engine) createSubscription(ctx context.Context, pattern *Pattern, id st
 	}
 	sub := &Subscription{ID: id, Pattern: pattern.String(), Webhook: req.Webhook, Description: req.Description,
 		Delivery: req.Delivery.orDefault(), Signature: req.Signature}
-	switch sub.Delivery {
-	case DeliveryWake:
-		if !req.pushJSON.empty() {
-			return 0, nil, invalid(req.pushJSON.field(),
-				"batch, headers, timeout_ms and filter apply only to delivery %q", DeliveryEvents)
-		}
-	case DeliveryEvents:
-		if _, ok := e.source.(EventReader); !ok {
-			return 0, nil, errNoEventReader()
-		}
-		sub.Events = defaultEventsOptions()
-		sub.Retry = &RetryPolicy{MaxAttempts: DefaultMaxAttempts}
-		sub.RateLimit = DefaultEventsRateLimit
-		if err := req.pushJSON.applyTo(sub.Events); err != nil {
-			return 0, nil, err
-		}
-	default:
+	mech, ok := mechanismFor(sub.Delivery)
+	if !ok || !mech.transport().offeredOverHTTP() {
 		return 0, nil, invalid("delivery", "unknown delivery %q; use %q or %q", req.Delivery, DeliveryWake, DeliveryEvents)
+	}
+	if err := mech.configure(sub, &req.pushJSON, e.source); err != nil {
+		return 0, nil, err
 	}
 	if req.Retry != nil && sub.Retry == nil {
 		sub.Retry = &RetryPolicy{MaxAge: e.cfg.failureGCAfter}

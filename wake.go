@@ -87,6 +87,14 @@ func (wakeMechanism) eventOptions() bool { return false }
 
 func (wakeMechanism) options(*Subscription) pushJSON { return pushJSON{} }
 
+// configure refuses event options: a wake carries no events.
+func (wakeMechanism) configure(_ *Subscription, req *pushJSON, _ StreamSource) error {
+	if !req.empty() {
+		return invalid(req.field(), "batch, headers, timeout_ms and filter apply only to delivery %q", DeliveryEvents)
+	}
+	return nil
+}
+
 func newWakeID() string {
 	id := uuid.New()
 	return "w_" + hex.EncodeToString(id[:])

@@ -70,6 +70,8 @@ func (webhookTransport) validate(x *executor, sub *Subscription) error {
 
 func (webhookTransport) testable() error { return nil }
 
+func (webhookTransport) offeredOverHTTP() bool { return true }
+
 // signedHeader returns the headers of a POST of JSON body, delivery id,
 // to sub's webhook, signed at now by its scheme. It fails only for a
 // subscription whose secret or scheme is not one the engine made.
