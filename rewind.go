@@ -3,7 +3,6 @@ package webhooks
 import (
 	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"time"
 )
@@ -116,9 +115,9 @@ type rewindRequest struct {
 	Consumer string    `json:"consumer"`
 }
 
-func (e *Engine) rewindRequest(ctx context.Context, sub *Subscription, body io.Reader) (int, any, error) {
+func (e *Engine) rewindRequest(ctx context.Context, r *http.Request, sub *Subscription) (int, any, error) {
 	var req rewindRequest
-	if err := readRequest(body, &req); err != nil {
+	if err := readRequest(r.Body, &req); err != nil {
 		return 0, nil, err
 	}
 	if _, ok := e.source.(OffsetFinder); !req.At.IsZero() && !ok {

@@ -2,7 +2,6 @@ package webhooks
 
 import (
 	"context"
-	"io"
 	"net/http"
 	"time"
 )
@@ -55,9 +54,9 @@ type rotateRequest struct {
 	OverlapMS *int64 `json:"overlap_ms"`
 }
 
-func (e *Engine) rotateRequest(ctx context.Context, sub *Subscription, body io.Reader) (int, any, error) {
+func (e *Engine) rotateRequest(ctx context.Context, r *http.Request, sub *Subscription) (int, any, error) {
 	var req rotateRequest
-	if err := readOptionalRequest(body, &req); err != nil {
+	if err := readOptionalRequest(r.Body, &req); err != nil {
 		return 0, nil, err
 	}
 	overlap := DefaultRotationOverlap
