@@ -110,7 +110,7 @@ func (e *Engine) consumerViews(ctx context.Context, cs []*Consumer) ([]consumerJ
 
 // ListConsumers returns a page of the consumers of subscription
 // p.SubscriptionID, as Store.ListConsumers does; StateFailed lists its
-// dead letters.
+// dead letters. A limit below 1 is a *ValidationError.
 func (e *Engine) ListConsumers(ctx context.Context, p *ListConsumersParams) ([]*Consumer, error) {
 	if err := e.checkLoaded(); err != nil {
 		return nil, err

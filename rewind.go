@@ -30,8 +30,8 @@ var errNoOffsetFinder = invalid("at", "this server's streams cannot map a time t
 // Rewind sets cursors back, or forward, to p.Offset, so that what follows
 // it is delivered again: replay. A consumer's delivery in progress ends,
 // its callbacks and late outcomes fenced, and its failures are forgotten; a dead letter keeps its state until it is revived. An
-// offset past a stream's tail is refused, for that consumer, with an
-// error. It returns how many consumers it rewound.
+// offset past a stream's tail is refused, for that consumer, with a
+// *ValidationError of "offset". It returns how many consumers it rewound.
 func (e *Engine) Rewind(ctx context.Context, p *RewindParams) (int, error) {
 	if err := e.checkLoaded(); err != nil {
 		return 0, err

@@ -20,7 +20,8 @@ const (
 // signing beside it, a second signature in the same header, for overlap,
 // so that receivers can switch over without downtime; a rotation during
 // an overlap ends that one. The API never shows the previous secret. It
-// returns ErrSubscriptionNotFound if there is no such subscription.
+// returns ErrSubscriptionNotFound if there is no such subscription, and a
+// *ValidationError for an overlap outside 0 to MaxRotationOverlap.
 func (e *Engine) RotateSecret(ctx context.Context, id string, overlap time.Duration) (string, error) {
 	if err := e.checkLoaded(); err != nil {
 		return "", err
