@@ -302,7 +302,8 @@ func (e *Engine) createSubscription(ctx context.Context, r *http.Request, at tar
 //
 // If sub's ID is taken by a subscription configured alike, it returns that
 // one, so that a host may create its subscriptions at every start; if by
-// one configured otherwise, an error wrapping ErrSubscriptionExists.
+// one configured otherwise, an error wrapping ErrSubscriptionExists. An
+// invalid field is a *ValidationError naming it.
 func (e *Engine) CreateSubscription(ctx context.Context, sub *Subscription, from string) (*Subscription, error) {
 	if err := e.checkLoaded(); err != nil {
 		return nil, err
