@@ -17,6 +17,9 @@ var ErrStreamNotFound = errors.New("webhooks: stream not found")
 // StreamCreated, StreamAppended or StreamDeleted.
 type StreamSource interface {
 	// Stream describes the stream at path, or returns ErrStreamNotFound.
+	// The engine takes any other error for a passing one, as it takes
+	// ErrStoreUnavailable: it retries the stream event that needed the
+	// read, and its APIs answer 503.
 	Stream(ctx context.Context, path string) (StreamInfo, error)
 	// MatchStreams returns every existing stream whose path matches pattern.
 	MatchStreams(ctx context.Context, pattern *Pattern) ([]StreamInfo, error)

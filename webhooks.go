@@ -76,6 +76,9 @@ type Engine struct {
 	attempts atomic.Int64
 	parkMu   sync.Mutex
 	parked   bool
+	// beat is the UnixNano at which the scheduler began its current step
+	// (Live).
+	beat atomic.Int64
 
 	// loaded is set once Start has set tokens, subs and stored, which are
 	// read only after it.
@@ -190,6 +193,7 @@ func (e *Engine) Start(ctx context.Context) error {
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	e.cancel, e.runCtx = cancel, runCtx
 	e.running = true
+	e.heartbeat()
 	e.metrics.start(ctx, runCtx, &e.deliveries)
 	// Stop waits for the start-up sweep as it does for deliveries.
 	e.deliveries.Add(1)

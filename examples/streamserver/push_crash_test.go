@@ -259,7 +259,8 @@ func (pw *pushWorld) waitCaughtUp() {
 		pw.mu.Lock()
 		defer pw.mu.Unlock()
 		for path, tail := range tails {
-			if pw.cursor[path] != tail {
+			// A stream the writer never reached has nothing to push.
+			if len(pw.appended[path]) > 0 && pw.cursor[path] != tail {
 				return false
 			}
 		}

@@ -206,7 +206,7 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 		streams: streams,
 		owned:   owned,
 		engine:  engine,
-		http:    newHTTPServer(engine.Handler(next), log),
+		http:    newHTTPServer(opsHandler(engine, log, engine.Handler(next)), log),
 		served:  make(chan error, 1),
 	}
 	go func() { r.served <- r.http.Serve(ln) }()

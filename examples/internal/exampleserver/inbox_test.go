@@ -77,6 +77,11 @@ func TestInboxConfigRefused(t *testing.T) {
 		_, err := exampleserver.Start(ctx, cfg)
 		require.Error(t, err, name)
 	}
+	// A Standard Webhooks secret that could verify nothing is refused at
+	// start-up, not found out record by record.
+	_, err := exampleserver.Start(ctx, exampleserver.Config{Addr: "127.0.0.1:0", Dev: true, Inbox: true,
+		InboxSecrets: map[string]string{"standard": "whsec_not-base64!"}})
+	require.ErrorContains(t, err, `provider "standard": its secret is not base64 after whsec_`)
 }
 
 // TestInboxProcessing: the server's processor checks each record, and
