@@ -24,16 +24,25 @@ func (e *Engine) Authorize(r *http.Request, op Operation, id string) error {
 // ErrSubscriptionNotFound. It holds the secrets that the subscription API
 // never shows: the caller must not show them either.
 func (e *Engine) Subscription(ctx context.Context, id string) (*Subscription, error) {
+	if err := e.checkLoaded(); err != nil {
+		return nil, err
+	}
 	return e.store.GetSubscription(ctx, id)
 }
 
 // Subscriptions returns every subscription as stored, ordered by ID, with
 // the secrets Subscription warns of.
 func (e *Engine) Subscriptions(ctx context.Context) ([]*Subscription, error) {
+	if err := e.checkLoaded(); err != nil {
+		return nil, err
+	}
 	return e.store.ListSubscriptions(ctx)
 }
 
 // Consumer returns consumer id as stored, or ErrConsumerNotFound.
 func (e *Engine) Consumer(ctx context.Context, id string) (*Consumer, error) {
+	if err := e.checkLoaded(); err != nil {
+		return nil, err
+	}
 	return e.store.GetConsumer(ctx, id)
 }
