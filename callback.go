@@ -10,6 +10,8 @@ import (
 	"slices"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/streamhooks/webhooks/receiver"
 )
 
 // Limits on callbacks and consumers, so that no request can grow memory
@@ -74,14 +76,14 @@ func (e *Engine) callback(ctx context.Context, r *http.Request) (*successRespons
 	}
 	raw, ok := bearerToken(r)
 	if !ok {
-		return nil, refuse(CodeTokenInvalid, "missing bearer token")
+		return nil, refuse(receiver.CodeTokenInvalid, "missing bearer token")
 	}
 	claims, terr := e.tokens.verify(raw)
 	if errors.Is(terr, errTokenInvalid) {
-		return nil, refuse(CodeTokenInvalid, "%v", terr)
+		return nil, refuse(receiver.CodeTokenInvalid, "%v", terr)
 	}
 	if claims.Subject != id {
-		return nil, refuse(CodeTokenInvalid, "token was not issued for this consumer")
+		return nil, refuse(receiver.CodeTokenInvalid, "token was not issued for this consumer")
 	}
 	req, err := decodeCallbackRequest(http.MaxBytesReader(nil, r.Body, MaxCallbackBodyBytes))
 	if err != nil {
@@ -92,7 +94,7 @@ func (e *Engine) callback(ctx context.Context, r *http.Request) (*successRespons
 		return e.applyCallback(ctx, c, claims, expired, req)
 	})
 	if errors.Is(err, ErrConsumerNotFound) {
-		return nil, refuse(CodeConsumerGone, "consumer %s no longer exists", id)
+		return nil, refuse(receiver.CodeConsumerGone, "consumer %s no longer exists", id)
 	}
 	if err != nil {
 		return nil, err
@@ -110,41 +112,41 @@ func (e *Engine) callback(ctx context.Context, r *http.Request) (*successRespons
 
 // applyCallback is the transition a callback makes, atomic in one
 // UpdateConsumer: it fails as a whole or applies as a whole.
-func (e *Engine) applyCallback(ctx context.Context, c *Consumer, claims *tokenClaims, expired bool, req *CallbackRequest) (change, error) {
+func (e *Engine) applyCallback(ctx context.Context, c *Consumer, claims *tokenClaims, expired bool, req *receiver.CallbackRequest) (change, error) {
 	if c.State == StateFailed {
 		// A dead letter is removed from the wake cycle, as spec 001's
 		// failure GC removes the consumer; only its cursor is kept.
-		return noChange, refuse(CodeConsumerGone, "consumer %s is a dead letter after continuous delivery failure", c.ID)
+		return noChange, refuse(receiver.CodeConsumerGone, "consumer %s is a dead letter after continuous delivery failure", c.ID)
 	}
 	// A token is bound to the epoch it was issued at, as the request is:
 	// either of another epoch is a zombie's (S6), whatever else it claims.
 	// Its signature is valid, so this is STALE_EPOCH, not TOKEN_INVALID,
 	// and the consumer learns to stop.
 	if claims.Epoch != c.Epoch {
-		return noChange, refuse(CodeStaleEpoch, "token was issued for epoch %d; current epoch is %d", claims.Epoch, c.Epoch)
+		return noChange, refuse(receiver.CodeStaleEpoch, "token was issued for epoch %d; current epoch is %d", claims.Epoch, c.Epoch)
 	}
 	if *req.Epoch < c.Epoch {
-		return noChange, refuse(CodeStaleEpoch, "epoch %d is stale; current epoch is %d", *req.Epoch, c.Epoch)
+		return noChange, refuse(receiver.CodeStaleEpoch, "epoch %d is stale; current epoch is %d", *req.Epoch, c.Epoch)
 	}
 	if *req.Epoch > c.Epoch {
-		return noChange, refuse(CodeStaleEpoch, "epoch %d is ahead of the current epoch %d", *req.Epoch, c.Epoch)
+		return noChange, refuse(receiver.CodeStaleEpoch, "epoch %d is ahead of the current epoch %d", *req.Epoch, c.Epoch)
 	}
 	if claims.WakeID != c.WakeID {
 		// Same ID and epoch, another wake: the consumer was removed and
 		// spawned again, and this token is of the earlier one.
-		return noChange, refuse(CodeStaleEpoch, "token is of an earlier consumer with this ID")
+		return noChange, refuse(receiver.CodeStaleEpoch, "token is of an earlier consumer with this ID")
 	}
 	if expired {
 		token, err := e.tokens.issue(c.ID, c.Epoch, c.WakeID)
 		if err != nil {
 			return noChange, err
 		}
-		pe := refuse(CodeTokenExpired, "token has expired; retry with the new token")
+		pe := refuse(receiver.CodeTokenExpired, "token has expired; retry with the new token")
 		pe.token = token
 		return noChange, pe
 	}
 	if req.WakeID != "" && req.WakeID != c.WakeID {
-		return noChange, refuse(CodeAlreadyClaimed, "wake_id %q is not the current wake", req.WakeID)
+		return noChange, refuse(receiver.CodeAlreadyClaimed, "wake_id %q is not the current wake", req.WakeID)
 	}
 	t, err := e.readTails(ctx, callbackPaths(c, req))
 	if err != nil {
@@ -192,10 +194,13 @@ func (e *Engine) applyCallback(ctx context.Context, c *Consumer, claims *tokenCl
 // ack moves one stream's acked offset forward. An older offset is accepted
 // and changes nothing, so retried acks are idempotent and offsets never move
 // backwards (S4). The offset must be one the source could have produced.
+// An ack of a stream the consumer does not hold, as one it has just
+// unsubscribed from, is ignored as the reference servers do: it moves no
+// cursor, and spec 001 names no error for it.
 func ack(c *Consumer, a StreamOffset, t tails, source StreamSource) error {
 	i := streamIndex(c.Streams, a.Path)
 	if i < 0 {
-		return invalidOffset("acks", "cannot ack %s: the consumer is not subscribed to it", a.Path)
+		return nil
 	}
 	if a.Offset == OffsetNone {
 		return nil
@@ -218,7 +223,7 @@ func ack(c *Consumer, a StreamOffset, t tails, source StreamSource) error {
 
 // decodeCallbackRequest decodes a callback body strictly: one JSON object,
 // no unknown fields, epoch present, every list and string within limits.
-func decodeCallbackRequest(body io.Reader) (*CallbackRequest, error) {
+func decodeCallbackRequest(body io.Reader) (*receiver.CallbackRequest, error) {
 	data, err := io.ReadAll(body)
 	if err != nil {
 		var tooBig *http.MaxBytesError
@@ -227,7 +232,7 @@ func decodeCallbackRequest(body io.Reader) (*CallbackRequest, error) {
 		}
 		return nil, invalid("body", "cannot read request body")
 	}
-	var req CallbackRequest
+	var req receiver.CallbackRequest
 	if err := decodeStrict(data, &req); err != nil {
 		return nil, err
 	}
@@ -240,7 +245,7 @@ func decodeCallbackRequest(body io.Reader) (*CallbackRequest, error) {
 	return &req, nil
 }
 
-func validateCallbackRequest(req *CallbackRequest) error {
+func validateCallbackRequest(req *receiver.CallbackRequest) error {
 	for name, n := range map[string]int{"acks": len(req.Acks), "subscribe": len(req.Subscribe), "unsubscribe": len(req.Unsubscribe)} {
 		if n > MaxCallbackListLength {
 			return invalid(name, "%s has %d entries; at most %d are allowed", name, n, MaxCallbackListLength)
@@ -278,7 +283,7 @@ func validateStreamPath(p string) error {
 // decodeStrict decodes a request body: one JSON value, no unknown fields.
 // Its error is a ValidationError of the body.
 func decodeStrict(data []byte, v any) error {
-	if err := decodeJSON(data, v, true); err != nil {
+	if err := decodeJSON(data, v); err != nil {
 		return invalid("body", "malformed JSON body: %v", err)
 	}
 	return nil
@@ -330,15 +335,18 @@ func (e *Engine) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	for k, v := range we.header {
 		w.Header()[k] = v
 	}
-	writeJSON(w, we.status, CallbackResponse{OK: false, Error: &ErrorBody{Code: we.code, Message: we.message}, Token: we.token})
+	writeJSON(w, we.status, receiver.CallbackResponse{OK: false, Error: &receiver.ErrorBody{Code: we.code, Message: we.message}, Token: we.token})
 }
 
 // callbackPaths lists the streams whose tails a callback needs: those it
-// acks or subscribes to, and all of them if it may finish the cycle.
-func callbackPaths(c *Consumer, req *CallbackRequest) []string {
+// subscribes to or acks of its own, and all of them if it may finish the
+// cycle.
+func callbackPaths(c *Consumer, req *receiver.CallbackRequest) []string {
 	paths := slices.Clone(req.Subscribe)
 	for _, a := range req.Acks {
-		paths = append(paths, a.Path)
+		if streamIndex(c.Streams, a.Path) >= 0 {
+			paths = append(paths, a.Path)
+		}
 	}
 	if req.Done {
 		paths = append(paths, streamPaths(c)...)

@@ -6,6 +6,8 @@ import (
 	"net/http"
 	"strconv"
 	"time"
+
+	"github.com/streamhooks/webhooks/receiver"
 )
 
 // The errors of the Go API. Every exported Engine method returns errors that
@@ -93,7 +95,7 @@ var errNotDeadLetter = errors.New("webhooks: consumer is not a dead letter")
 // protocolError is an error of the callback protocol, which only a
 // callback request can meet: its code is spec 001's.
 type protocolError struct {
-	code    ErrorCode
+	code    receiver.ErrorCode
 	message string
 	token   string // the new token of TOKEN_EXPIRED
 }
@@ -101,7 +103,7 @@ type protocolError struct {
 func (e *protocolError) Error() string { return string(e.code) + ": " + e.message }
 
 // refuse returns a protocolError.
-func refuse(code ErrorCode, format string, args ...any) *protocolError {
+func refuse(code receiver.ErrorCode, format string, args ...any) *protocolError {
 	return &protocolError{code: code, message: fmt.Sprintf(format, args...)}
 }
 
@@ -114,40 +116,40 @@ func (e *methodError) Error() string { return "method not allowed; use " + e.all
 // The codes of the subscription API, where the spec gives only statuses.
 // Go callers match errors, not these; the README lists them.
 const (
-	codeSubscriptionNotFound ErrorCode = "SUBSCRIPTION_NOT_FOUND" // 404
-	codeSubscriptionConflict ErrorCode = "SUBSCRIPTION_CONFLICT"  // 409
-	codeConsumerNotFound     ErrorCode = "CONSUMER_NOT_FOUND"     // 404
-	codeUnauthorized         ErrorCode = "UNAUTHORIZED"           // 401, see WithAuthorizer
-	codeForbidden            ErrorCode = "FORBIDDEN"              // 403, see WithAuthorizer
-	codeInternal             ErrorCode = "INTERNAL_ERROR"         // 500
+	codeSubscriptionNotFound receiver.ErrorCode = "SUBSCRIPTION_NOT_FOUND" // 404
+	codeSubscriptionConflict receiver.ErrorCode = "SUBSCRIPTION_CONFLICT"  // 409
+	codeConsumerNotFound     receiver.ErrorCode = "CONSUMER_NOT_FOUND"     // 404
+	codeUnauthorized         receiver.ErrorCode = "UNAUTHORIZED"           // 401, see WithAuthorizer
+	codeForbidden            receiver.ErrorCode = "FORBIDDEN"              // 403, see WithAuthorizer
+	codeInternal             receiver.ErrorCode = "INTERNAL_ERROR"         // 500
 	// codeServiceUnavailable answers requests to either API that arrive
 	// before Start has loaded the engine's state, or while the Store
 	// cannot be reached, with a Retry-After header.
-	codeServiceUnavailable ErrorCode = "SERVICE_UNAVAILABLE" // 503
+	codeServiceUnavailable receiver.ErrorCode = "SERVICE_UNAVAILABLE" // 503
 )
 
 // statusOf is the HTTP status of each code, as its spec writes it.
-var statusOf = map[ErrorCode]int{
-	CodeInvalidRequest:       http.StatusBadRequest,
-	CodeTokenExpired:         http.StatusUnauthorized,
-	CodeTokenInvalid:         http.StatusUnauthorized,
-	CodeAlreadyClaimed:       http.StatusConflict,
-	CodeInvalidOffset:        http.StatusConflict,
-	CodeStaleEpoch:           http.StatusConflict,
-	CodeConsumerGone:         http.StatusGone,
-	codeSubscriptionNotFound: http.StatusNotFound,
-	codeSubscriptionConflict: http.StatusConflict,
-	codeConsumerNotFound:     http.StatusNotFound,
-	codeUnauthorized:         http.StatusUnauthorized,
-	codeForbidden:            http.StatusForbidden,
-	codeInternal:             http.StatusInternalServerError,
-	codeServiceUnavailable:   http.StatusServiceUnavailable,
+var statusOf = map[receiver.ErrorCode]int{
+	receiver.CodeInvalidRequest: http.StatusBadRequest,
+	receiver.CodeTokenExpired:   http.StatusUnauthorized,
+	receiver.CodeTokenInvalid:   http.StatusUnauthorized,
+	receiver.CodeAlreadyClaimed: http.StatusConflict,
+	receiver.CodeInvalidOffset:  http.StatusConflict,
+	receiver.CodeStaleEpoch:     http.StatusConflict,
+	receiver.CodeConsumerGone:   http.StatusGone,
+	codeSubscriptionNotFound:    http.StatusNotFound,
+	codeSubscriptionConflict:    http.StatusConflict,
+	codeConsumerNotFound:        http.StatusNotFound,
+	codeUnauthorized:            http.StatusUnauthorized,
+	codeForbidden:               http.StatusForbidden,
+	codeInternal:                http.StatusInternalServerError,
+	codeServiceUnavailable:      http.StatusServiceUnavailable,
 }
 
 // wireError is an error as a client sees it.
 type wireError struct {
 	status  int
-	code    ErrorCode
+	code    receiver.ErrorCode
 	message string
 	token   string // only for TOKEN_EXPIRED
 	// header is set on the response: Allow of a 405, WWW-Authenticate of
@@ -180,13 +182,13 @@ func httpError(err error) *wireError {
 	case errors.As(err, &pe):
 		w.code, w.message, w.token = pe.code, pe.message, pe.token
 	case errors.As(err, &me):
-		w.code, w.message = CodeInvalidRequest, me.Error()
+		w.code, w.message = receiver.CodeInvalidRequest, me.Error()
 		w.header = http.Header{"Allow": {me.allow}}
 		w.status = http.StatusMethodNotAllowed
 	case errors.As(err, &ve):
-		w.code, w.message = CodeInvalidRequest, ve.Reason
+		w.code, w.message = receiver.CodeInvalidRequest, ve.Reason
 		if ve.offset {
-			w.code = CodeInvalidOffset
+			w.code = receiver.CodeInvalidOffset
 		}
 	case errors.Is(err, ErrUnauthorized):
 		w.code, w.message = codeUnauthorized, "authentication required"
@@ -194,7 +196,7 @@ func httpError(err error) *wireError {
 	case errors.Is(err, ErrForbidden):
 		w.code, w.message = codeForbidden, "not allowed"
 	case errors.Is(err, errNotDeadLetter):
-		w.code, w.message = CodeInvalidRequest, message("consumer is not a dead letter")
+		w.code, w.message = receiver.CodeInvalidRequest, message("consumer is not a dead letter")
 		w.status = http.StatusConflict
 	case errors.Is(err, ErrSubscriptionNotFound):
 		w.code, w.message = codeSubscriptionNotFound, message("no such subscription")

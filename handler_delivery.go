@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+
+	"github.com/streamhooks/webhooks/receiver"
 )
 
 // Handler delivery (DeliveryHandler) is event push to a Go function in the
@@ -34,7 +36,7 @@ type BatchHandler func(ctx context.Context, b *Batch) error
 // Batch is what a BatchHandler gets: the batch an event-push POST would
 // carry, and which attempt this is.
 type Batch struct {
-	EventsPayload
+	receiver.EventsPayload
 	// Attempt counts the attempts of this batch, from 1.
 	Attempt int
 	// MaxAttempts is how many attempts the subscription's retry policy

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	webhooks "github.com/streamhooks/webhooks"
+	"github.com/streamhooks/webhooks/receiver"
 )
 
 // Liveness across instances (issue 27, L1): an acknowledged append always
@@ -71,7 +72,7 @@ func TestFailedStreamReadIsRetried(t *testing.T) {
 	requireRetryLater(t, rec.Code, rec.Header(), rec.Body.String())
 
 	src.down.Store(false)
-	r := h.callback(agentAID, d.n.Token, webhooks.CallbackRequest{Epoch: epoch(1), Acks: streamOffsets(agentA, offset(10)), Done: true})
+	r := h.callback(agentAID, d.n.Token, receiver.CallbackRequest{Epoch: epoch(1), Acks: streamOffsets(agentA, offset(10)), Done: true})
 	require.Equal(t, http.StatusOK, r.status, r.raw)
 	h.waitConsumer(agentAID, func(c *webhooks.Consumer) bool { return c.State == webhooks.StateIdle })
 

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/streamhooks/webhooks/receiver"
 )
 
 // Event-push options in the subscription API: their JSON, defaults and
@@ -148,7 +150,7 @@ func validateEventsOptions(ev *EventsOptions) error {
 var reservedHeaders = []string{
 	"Connection", "Content-Encoding", "Content-Length", "Content-Type", "Expect", "Host",
 	"Keep-Alive", "Proxy-Connection", "Te", "Trailer", "Transfer-Encoding", "Upgrade", "User-Agent",
-	DeliveryIDHeader, TimestampHeader, SignatureHeader,
+	receiver.IDHeader, receiver.TimestampHeader, receiver.SignatureHeader,
 }
 
 // customHeaders validates a subscription's custom headers and returns

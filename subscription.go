@@ -251,7 +251,7 @@ func (e *Engine) createSubscription(ctx context.Context, r *http.Request, at tar
 		return 0, nil, invalid("webhook", "webhook is required")
 	}
 	sub := &Subscription{ID: id, Pattern: pattern.String(), Webhook: req.Webhook, Description: req.Description,
-		Delivery: req.Delivery.orDefault(), Signature: req.Signature, RateLimit: DefaultRateLimit}
+		Delivery: req.Delivery.orDefault(), Signature: req.Signature}
 	switch sub.Delivery {
 	case DeliveryWake:
 		if !req.pushJSON.empty() {
@@ -264,6 +264,7 @@ func (e *Engine) createSubscription(ctx context.Context, r *http.Request, at tar
 		}
 		sub.Events = defaultEventsOptions()
 		sub.Retry = &RetryPolicy{MaxAttempts: DefaultMaxAttempts}
+		sub.RateLimit = DefaultEventsRateLimit
 		if err := req.pushJSON.applyTo(sub.Events); err != nil {
 			return 0, nil, err
 		}

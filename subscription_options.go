@@ -9,9 +9,14 @@ import (
 // are signed, retried and rate limited. In the API their JSON sits beside
 // the event-push options.
 
-// DefaultRateLimit is the default of max_deliveries_per_minute, as seed
-// 002 has it.
-const DefaultRateLimit = 1000
+// DefaultEventsRateLimit is the default max_deliveries_per_minute of an
+// event-push subscription created through the API: a safety net a receiver
+// in normal use does not reach, since each host's lane already bounds the
+// POSTs in flight. Wake subscriptions have no limit by default (spec 001
+// has none): one consumer per stream, under a per-subscription limit, would
+// wake a pattern's streams a few a second. Handler subscriptions, created
+// in Go, have the limit they are given.
+const DefaultEventsRateLimit = 60_000
 
 // Limits on the options; a request past one is refused with 400
 // INVALID_REQUEST and a message naming the limit.

@@ -85,9 +85,13 @@ type Record struct {
 	// received, and the Handler's deduplication is only per process and
 	// within a window, so a processor must also skip ids it has processed.
 	DeliveryID string `json:"delivery_id,omitempty"`
-	// ReceivedAt is when the Handler received the delivery. Verification
-	// checks signed timestamps against it, not against the time of
-	// processing, so that a record still verifies after a processor outage.
+	// ReceivedAt is when the Handler received the delivery, by the
+	// server's clock. Verification checks signed timestamps against it,
+	// not against the time of processing, so that a record still verifies
+	// after a processor outage. The Processor trusts it, as every field:
+	// the host must let no one but the Handler and Replay append to a
+	// provider's stream, or anyone could have an old, captured delivery
+	// processed by appending it with a fresh ReceivedAt.
 	ReceivedAt time.Time `json:"received_at"`
 	// Header holds the request's Content-Type and the headers the Scheme
 	// names, under canonical keys; never credentials such as Authorization

@@ -67,6 +67,9 @@ func (h *Handler) failed(w http.ResponseWriter, r *http.Request, err error) {
 		h.fail(w, r, http.StatusNotFound, "There is no such subscription.")
 	case errors.Is(err, webhooks.ErrConsumerNotFound):
 		h.fail(w, r, http.StatusNotFound, "There is no such consumer.")
+	case errors.Is(err, webhooks.ErrNotStarted):
+		w.Header().Set("Retry-After", "1")
+		h.fail(w, r, http.StatusServiceUnavailable, "The engine is starting; retry shortly.")
 	default:
 		h.log.ErrorContext(r.Context(), "ui: request failed", "path", r.URL.Path, "error", err)
 		h.fail(w, r, http.StatusInternalServerError, "Something failed; it is logged.")
@@ -261,8 +264,8 @@ type consumerData struct {
 
 // attemptRow is one delivery attempt.
 type attemptRow struct {
-	At, DeliveryID, ErrorClass, Error, Duration string
-	Attempt, StatusCode                         int
+	At, DeliveryID, ErrorClass, Error, Duration, Response string
+	Attempt, StatusCode                                   int
 }
 
 // consumerQuery reads the consumer of a consumer page or live read, and
@@ -304,7 +307,7 @@ func (h *Handler) consumerPage(w http.ResponseWriter, r *http.Request) {
 		Dead: c.State == webhooks.StateFailed}
 	for _, a := range attempts {
 		d.Log = append(d.Log, attemptRow{At: when(a.At), DeliveryID: a.DeliveryID, ErrorClass: a.ErrorClass, Error: a.Error,
-			Duration: a.Latency.Round(100_000).String(), Attempt: a.Attempt, StatusCode: a.StatusCode})
+			Duration: a.Latency.Round(100_000).String(), Response: a.ResponseBody, Attempt: a.Attempt, StatusCode: a.StatusCode})
 	}
 	h.renderPage(w, r, http.StatusOK, "consumer", page{Title: "Consumer " + c.ID, Data: d,
 		Live: h.prefix + "/consumer/live?" + r.URL.RawQuery})

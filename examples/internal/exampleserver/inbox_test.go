@@ -94,7 +94,9 @@ func TestInboxProcessing(t *testing.T) {
 	require.Equal(t, http.StatusAccepted, c.post(t, "/inbox/github", []byte(`{}`),
 		"X-GitHub-Delivery", "forged-1", "X-Hub-Signature-256", "sha256=00").StatusCode)
 
-	resp, data := c.do(t, http.MethodGet, "/inbox/github/dead?offset=-1&live=long-poll", "", "", nil)
+	resp, data := c.do(t, http.MethodGet, "/inbox/github/dead?offset=-1", "", "", nil)
+	requireRefused(t, resp, data)
+	resp, data = c.do(t, http.MethodGet, "/inbox/github/dead?offset=-1&live=long-poll", "", token, nil)
 	require.Equal(t, http.StatusOK, resp.StatusCode, "%s", data)
 	var dead []inbox.DeadLetter
 	require.NoError(t, json.Unmarshal(data, &dead))
@@ -115,7 +117,7 @@ func TestInboxProcessing(t *testing.T) {
 	require.Equal(t, http.StatusUnauthorized, resp.StatusCode, "%s", data)
 	resp, data = c.do(t, http.MethodPost, "/inbox/github/dead?replay", "application/json", token, letter)
 	require.Equal(t, http.StatusOK, resp.StatusCode, "%s", data)
-	resp, data = c.do(t, http.MethodGet, "/inbox/github/dead?live=long-poll&offset="+after, "", "", nil)
+	resp, data = c.do(t, http.MethodGet, "/inbox/github/dead?live=long-poll&offset="+after, "", token, nil)
 	require.Equal(t, http.StatusOK, resp.StatusCode, "%s", data)
 	require.NoError(t, json.Unmarshal(data, &dead))
 	require.Len(t, dead, 1, "replayed, verified again, and dead again")
