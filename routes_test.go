@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	webhooks "github.com/streamhooks/webhooks"
+	"github.com/streamhooks/webhooks/receiver"
 )
 
 // routeTarget is a request target that asks for rt on subscription id.
@@ -69,11 +70,11 @@ func TestEveryRouteIsRefusedByARefusingAuthorizer(t *testing.T) {
 		target := routeTarget(rt, "s1")
 		resp, body := authSend(t, srv, rt.Method, target, routeBody(rt, h))
 		if rt.Shape == "callback" {
-			subRequireError(t, http.StatusUnauthorized, webhooks.CodeTokenInvalid, resp.StatusCode, body, resp.Header.Get("Content-Type"))
+			subRequireError(t, http.StatusUnauthorized, receiver.CodeTokenInvalid, resp.StatusCode, body, resp.Header.Get("Content-Type"))
 			require.Empty(t, rec.taken(), "a callback asked the Authorizer")
 			continue
 		}
-		subRequireError(t, http.StatusUnauthorized, webhooks.ErrorCode("UNAUTHORIZED"), resp.StatusCode, body, resp.Header.Get("Content-Type"))
+		subRequireError(t, http.StatusUnauthorized, receiver.ErrorCode("UNAUTHORIZED"), resp.StatusCode, body, resp.Header.Get("Content-Type"))
 		path, _, _ := strings.Cut(target, "?")
 		id := "s1"
 		if rt.Op == webhooks.OpList {
