@@ -35,9 +35,10 @@ import (
 // Engine delivers webhooks for one host stream server. Create it with New,
 // mount its handlers, and call Start, which loads the token signing key and
 // the subscriptions from the Store. Until Start has loaded them, the
-// handlers answer 503 SERVICE_UNAVAILABLE and StreamCreated and
-// StreamAppended return ErrNotStarted; StreamDeleted needs only the Store
-// and works at any time. Its methods are safe for concurrent use.
+// handlers answer 503 SERVICE_UNAVAILABLE and every method but Start, Stop,
+// StreamDeleted and Authorize returns ErrNotStarted; StreamDeleted needs only the
+// Store and works at any time. Errors are typed (see ErrNotStarted and
+// ValidationError). Its methods are safe for concurrent use.
 type Engine struct {
 	store  Store
 	source StreamSource
