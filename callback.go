@@ -68,8 +68,8 @@ func (e *Engine) callback(ctx context.Context, r *http.Request) (*successRespons
 	if err := e.checkLoaded(); err != nil {
 		return nil, err
 	}
-	if r.Method != http.MethodPost {
-		return nil, &methodError{allow: http.MethodPost}
+	if rt, allow := findRoute(shapeCallback, "", r.Method); rt == nil {
+		return nil, &methodError{allow: allow}
 	}
 	id, err := callbackConsumerID(r.URL.EscapedPath())
 	if err != nil {

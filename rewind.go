@@ -3,7 +3,6 @@ package webhooks
 import (
 	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"time"
 )
@@ -31,8 +30,8 @@ var errNoOffsetFinder = invalid("at", "this server's streams cannot map a time t
 // Rewind sets cursors back, or forward, to p.Offset, so that what follows
 // it is delivered again: replay. A consumer's delivery in progress ends,
 // its callbacks and late outcomes fenced, and its failures are forgotten; a dead letter keeps its state until it is revived. An
-// offset past a stream's tail is refused, for that consumer, with an
-// error. It returns how many consumers it rewound.
+// offset past a stream's tail is refused, for that consumer, with a
+// *ValidationError of "offset". It returns how many consumers it rewound.
 func (e *Engine) Rewind(ctx context.Context, p *RewindParams) (int, error) {
 	if err := e.checkLoaded(); err != nil {
 		return 0, err
@@ -116,9 +115,9 @@ type rewindRequest struct {
 	Consumer string    `json:"consumer"`
 }
 
-func (e *Engine) rewindRequest(ctx context.Context, sub *Subscription, body io.Reader) (int, any, error) {
+func (e *Engine) rewindRequest(ctx context.Context, r *http.Request, sub *Subscription) (int, any, error) {
 	var req rewindRequest
-	if err := readRequest(body, &req); err != nil {
+	if err := readRequest(r.Body, &req); err != nil {
 		return 0, nil, err
 	}
 	if _, ok := e.source.(OffsetFinder); !req.At.IsZero() && !ok {

@@ -93,18 +93,6 @@ type createRequest struct {
 	pushJSON
 }
 
-// isSubscriptionRequest reports whether r is for the subscription API: its
-// path is a pattern and its query names a subscription or asks for a list.
-func isSubscriptionRequest(r *http.Request) bool {
-	// Most requests a host routes through Handler are stream reads; skip
-	// parsing their query unless it can name the subscription API.
-	if !strings.Contains(r.URL.RawQuery, "subscription") {
-		return false
-	}
-	q := r.URL.Query()
-	return q.Has("subscription") || q.Has("subscriptions")
-}
-
 // SubscriptionHandler returns the handler of the subscription API. The
 // request path is the glob pattern, and the query says what to do:
 //
@@ -114,7 +102,10 @@ func isSubscriptionRequest(r *http.Request) bool {
 //	GET    {pattern}?subscriptions       list those whose pattern matches
 //
 // GET and DELETE find a subscription only if the request pattern matches
-// its pattern, so "/**" reaches every subscription.
+// its pattern, so "/**" reaches every subscription. The operator routes
+// add one query parameter (see the README). Every request passes the
+// Authorizer first, one whose method no route serves too; that one is then
+// answered 405 with an Allow header.
 func (e *Engine) SubscriptionHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx, span := e.tel.tracer.Start(r.Context(), "webhooks.subscription."+strings.ToLower(r.Method))
@@ -135,8 +126,20 @@ func (e *Engine) SubscriptionHandler() http.Handler {
 	})
 }
 
+// serveSubscription finds the route r asks for in the table, asks the
+// Authorizer, and serves it: a method that no route serves at r's shape is
+// answered 405 only once the Authorizer allowed the request, and without
+// looking the subscription up.
 func (e *Engine) serveSubscription(ctx context.Context, r *http.Request) (int, any, error) {
-	if err := e.authorize(r); err != nil {
+	q := r.URL.Query()
+	s := shapeOf(q)
+	name := operationName(s, q)
+	if s == shapeSubscription && name != "" {
+		trace.SpanFromContext(ctx).SetAttributes(attribute.String("webhooks.operation", name))
+	}
+	rt, allow := findRoute(s, name, r.Method)
+	at := target{id: q.Get("subscription")}
+	if err := e.authorize(r, s, rt, at.id); err != nil {
 		return 0, nil, err
 	}
 	if err := e.checkLoaded(); err != nil {
@@ -146,41 +149,25 @@ func (e *Engine) serveSubscription(ctx context.Context, r *http.Request) (int, a
 	if err != nil {
 		return 0, nil, asInvalid("pattern", err)
 	}
-	q := r.URL.Query()
-	if !q.Has("subscription") {
-		if r.Method != http.MethodGet {
-			return 0, nil, methodNotAllowed(http.MethodGet)
+	at.pattern = pattern
+	if s == shapeSubscription {
+		if err := ValidateSubscriptionID(at.id); err != nil {
+			return 0, nil, err
 		}
-		return e.listSubscriptions(ctx, pattern)
 	}
-	id := q.Get("subscription")
-	if err := ValidateSubscriptionID(id); err != nil {
+	if rt == nil {
+		return 0, nil, &methodError{allow: allow}
+	}
+	return rt.serve(e, ctx, r, at)
+}
+
+// getSubscription answers with the subscription as the API shows it.
+func (e *Engine) getSubscription(ctx context.Context, _ *http.Request, at target) (int, any, error) {
+	sub, err := e.findSubscription(ctx, at.pattern, at.id)
+	if err != nil {
 		return 0, nil, err
 	}
-	if op := operation(q); op != "" {
-		trace.SpanFromContext(ctx).SetAttributes(attribute.String("webhooks.operation", op))
-		sub, err := e.findSubscription(ctx, pattern, id)
-		if err != nil {
-			return 0, nil, err
-		}
-		return e.serveOperation(ctx, r, sub, op)
-	}
-	switch r.Method {
-	case http.MethodPut:
-		return e.createSubscription(ctx, pattern, id, r.Body)
-	case http.MethodGet:
-		sub, err := e.findSubscription(ctx, pattern, id)
-		if err != nil {
-			return 0, nil, err
-		}
-		return http.StatusOK, e.view(sub), nil
-	case http.MethodPatch:
-		return e.patchSubscription(ctx, pattern, id, r.Body)
-	case http.MethodDelete:
-		return e.deleteSubscription(ctx, pattern, id)
-	default:
-		return 0, nil, methodNotAllowed("GET, PUT, PATCH, DELETE")
-	}
+	return http.StatusOK, e.view(sub), nil
 }
 
 // patchRequest is the body of a PATCH: the fields to change, every one
@@ -196,9 +183,10 @@ type patchRequest struct {
 // patchSubscription changes a subscription's status or mutable fields.
 // A status change is applied after the fields, so that a PATCH that
 // resumes a subscription and fixes its webhook delivers to the new one.
-func (e *Engine) patchSubscription(ctx context.Context, pattern *Pattern, id string, body io.Reader) (int, any, error) {
+func (e *Engine) patchSubscription(ctx context.Context, r *http.Request, at target) (int, any, error) {
+	pattern, id := at.pattern, at.id
 	var req patchRequest
-	if err := readRequest(body, &req); err != nil {
+	if err := readRequest(r.Body, &req); err != nil {
 		return 0, nil, err
 	}
 	if req.Status != nil && *req.Status != StatusActive && *req.Status != StatusPaused {
@@ -251,13 +239,10 @@ func (e *Engine) patchSubscription(ctx context.Context, pattern *Pattern, id str
 	return http.StatusOK, e.view(sub), nil
 }
 
-func methodNotAllowed(allow string) error {
-	return &methodError{allow: allow}
-}
-
-func (e *Engine) createSubscription(ctx context.Context, pattern *Pattern, id string, body io.Reader) (int, any, error) {
+func (e *Engine) createSubscription(ctx context.Context, r *http.Request, at target) (int, any, error) {
+	pattern, id := at.pattern, at.id
 	var req createRequest
-	if err := readRequest(body, &req); err != nil {
+	if err := readRequest(r.Body, &req); err != nil {
 		return 0, nil, err
 	}
 	if req.Webhook == "" {
@@ -304,7 +289,8 @@ func (e *Engine) createSubscription(ctx context.Context, pattern *Pattern, id st
 //
 // If sub's ID is taken by a subscription configured alike, it returns that
 // one, so that a host may create its subscriptions at every start; if by
-// one configured otherwise, an error wrapping ErrSubscriptionExists.
+// one configured otherwise, an error wrapping ErrSubscriptionExists. An
+// invalid field is a *ValidationError naming it.
 func (e *Engine) CreateSubscription(ctx context.Context, sub *Subscription, from string) (*Subscription, error) {
 	if err := e.checkLoaded(); err != nil {
 		return nil, err
@@ -509,7 +495,8 @@ func (e *Engine) findSubscription(ctx context.Context, pattern *Pattern, id stri
 	return sub, err
 }
 
-func (e *Engine) deleteSubscription(ctx context.Context, pattern *Pattern, id string) (int, any, error) {
+func (e *Engine) deleteSubscription(ctx context.Context, _ *http.Request, at target) (int, any, error) {
+	pattern, id := at.pattern, at.id
 	sub, err := e.findSubscription(ctx, pattern, id)
 	if err != nil {
 		return 0, nil, err
@@ -526,7 +513,8 @@ func (e *Engine) deleteSubscription(ctx context.Context, pattern *Pattern, id st
 	return http.StatusNoContent, nil, nil
 }
 
-func (e *Engine) listSubscriptions(ctx context.Context, pattern *Pattern) (int, any, error) {
+func (e *Engine) listSubscriptions(ctx context.Context, _ *http.Request, at target) (int, any, error) {
+	pattern := at.pattern
 	subs, err := e.store.ListSubscriptions(ctx)
 	if err != nil {
 		return 0, nil, err

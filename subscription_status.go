@@ -13,8 +13,8 @@ import (
 // with no deadline, and deliveries already in flight finish. Resuming it
 // resumes each consumer from its cursor.
 
-// errImmutable refuses a change to a field no update may make.
-var errImmutable = errors.New("delivery, signature, secret and status cannot be changed by an update; delete and re-create the subscription, rotate its secret, or pause or resume it")
+// immutable says why a change to a field no update may make is refused.
+const immutable = "delivery, signature, secret and status cannot be changed by an update; delete and re-create the subscription, rotate its secret, or pause or resume it"
 
 // PauseSubscription pauses subscription id: its consumers start no new
 // delivery until ResumeSubscription. It returns the subscription as
@@ -94,7 +94,7 @@ func (e *Engine) UpdateSubscription(ctx context.Context, id string, fn func(s *S
 			s.Secret != before.Secret || s.PreviousSecret != before.PreviousSecret ||
 			!s.PreviousSecretExpiresAt.Equal(before.PreviousSecretExpiresAt) || s.status() != before.status() ||
 			(s.Events == nil) != (before.Events == nil) {
-			return invalid(immutableField(before, s), "%v", errImmutable)
+			return invalid(immutableField(before, s), "%s", immutable)
 		}
 		return e.validate(s)
 	})

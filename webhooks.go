@@ -34,9 +34,10 @@ import (
 // Engine delivers webhooks for one host stream server. Create it with New,
 // mount its handlers, and call Start, which loads the token signing key and
 // the subscriptions from the Store. Until Start has loaded them, the
-// handlers answer 503 SERVICE_UNAVAILABLE and StreamCreated and
-// StreamAppended return ErrNotStarted; StreamDeleted needs only the Store
-// and works at any time. Its methods are safe for concurrent use.
+// handlers answer 503 SERVICE_UNAVAILABLE and every method but Start, Stop,
+// StreamDeleted and Authorize returns ErrNotStarted; StreamDeleted needs only the
+// Store and works at any time. Errors are typed (see ErrNotStarted and
+// ValidationError). Its methods are safe for concurrent use.
 type Engine struct {
 	store  Store
 	source StreamSource
@@ -111,7 +112,7 @@ func New(store Store, source StreamSource, opts ...Option) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("webhooks: setting up telemetry: %w", err)
 	}
-	policy := netguard.Policy{AllowLoopback: cfg.webhookPolicy.AllowLoopback}
+	policy := cfg.webhookPolicy.netguard()
 	transport := cfg.transport
 	if transport == nil {
 		t := policy.Transport()
@@ -121,6 +122,12 @@ func New(store Store, source StreamSource, opts ...Option) (*Engine, error) {
 		t.MaxIdleConns = cfg.maxConcurrentDeliveries
 		t.MaxIdleConnsPerHost = cfg.maxConcurrentDeliveries
 		transport = t
+	}
+	if cfg.transport != nil || policy.Proxy != nil {
+		// Another transport, or the proxy, dials the webhook, past the
+		// default transport's checks at dial: the engine checks each
+		// POST's URL before handing it over.
+		transport = policy.Guard(transport)
 	}
 	e := &Engine{
 		store:  store,
