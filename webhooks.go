@@ -27,8 +27,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/benbjohnson/clock"
-
-	"github.com/streamhooks/webhooks/internal/netguard"
 )
 
 // Engine delivers webhooks for one host stream server. Create it with New,
