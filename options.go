@@ -86,6 +86,7 @@ type config struct {
 	deliveryLogKeep         int
 	maxRetryAfter           time.Duration
 	handlers                map[string]BatchHandler
+	subscriptionMetrics     int
 }
 
 // breakerConfig is when the circuit breaker disables a subscription; a
@@ -399,6 +400,21 @@ func WithMaxRetryAfter(d time.Duration) Option {
 			return fmt.Errorf("WithMaxRetryAfter: %v is negative", d)
 		}
 		c.maxRetryAfter = d
+		return nil
+	}
+}
+
+// WithSubscriptionMetrics labels the delivery metrics (attempts, their
+// duration, retries and batch sizes) with a subscription_id attribute for
+// the first max subscriptions that deliver, and with OtherSubscriptions
+// for the rest, so that the number of series stays bounded. Without it
+// the metrics carry no subscription. max must be positive.
+func WithSubscriptionMetrics(max int) Option {
+	return func(c *config) error {
+		if max <= 0 {
+			return fmt.Errorf("WithSubscriptionMetrics: max %d is not positive", max)
+		}
+		c.subscriptionMetrics = max
 		return nil
 	}
 }

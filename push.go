@@ -182,6 +182,7 @@ func (pushMechanism) deliver(ctx context.Context, e *Engine, c *Consumer, sub *S
 		cut:        batch.Next != c.Batch.Until,
 	}
 	span.SetAttributes(attribute.Int("webhooks.events", len(events)))
+	e.tel.batchSent(ctx, c, len(events))
 	if len(events) == 0 {
 		e.recordPush(ctx, c, sub, result, response{})
 		return ""
@@ -206,7 +207,7 @@ func (pushMechanism) deliver(ctx context.Context, e *Engine, c *Consumer, sub *S
 	if ctx.Err() != nil {
 		return ""
 	}
-	e.tel.delivered(ctx, span, resp.outcome, resp.failure, resp.latency)
+	e.tel.delivered(ctx, span, c, resp.outcome, resp.failure, resp.latency)
 	result.failure = resp.failure
 	e.recordPush(ctx, c, sub, result, resp)
 	return resp.outcome

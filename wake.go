@@ -129,7 +129,7 @@ func (e *Engine) deliver(ctx context.Context, c *Consumer, sub *Subscription) (o
 		// out like any other after a restart.
 		return
 	}
-	e.tel.delivered(ctx, span, resp.outcome, resp.failure, resp.latency)
+	e.tel.delivered(ctx, span, c, resp.outcome, resp.failure, resp.latency)
 	switch resp.outcome {
 	case outcomeOK:
 		// Recorded when the status arrived.

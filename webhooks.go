@@ -129,7 +129,7 @@ func New(store Store, source StreamSource, opts ...Option) (*Engine, error) {
 		return nil, errors.New("webhooks: WithCallbackBaseURL is required")
 	}
 	metrics := newLease(store, metricsLease, &cfg)
-	tel, err := newTelemetry(cfg.tracerProvider, cfg.meterProvider, store, metrics)
+	tel, err := newTelemetry(cfg.tracerProvider, cfg.meterProvider, store, metrics, cfg.subscriptionMetrics, cfg.clock)
 	if err != nil {
 		return nil, fmt.Errorf("webhooks: setting up telemetry: %w", err)
 	}
@@ -246,6 +246,8 @@ func (e *Engine) load(ctx context.Context) error {
 		return fmt.Errorf("webhooks: %w", errs[0])
 	}
 	e.tokens, e.subs, e.stored = newTokens(key, e.cfg.tokenTTL, e.clock), set, set.patterns()
+	count := set.countByStatus
+	e.tel.subscriptionsByStatus.Store(&count)
 	e.loaded.Store(true)
 	return nil
 }

@@ -16,8 +16,9 @@ const (
 
 // opsHandler serves the operator routes and passes every other request to
 // next. They are exact paths, so streams may still live under them.
-func opsHandler(engine *webhooks.Engine, log *slog.Logger, next http.Handler) http.Handler {
+func opsHandler(engine *webhooks.Engine, metrics http.Handler, log *slog.Logger, next http.Handler) http.Handler {
 	routes := map[string]http.Handler{
+		MetricsPath: metrics,
 		HealthzPath: probe(log, "liveness", func(r *http.Request) error { return engine.Live() }),
 		ReadyzPath:  probe(log, "readiness", func(r *http.Request) error { return engine.Ready(r.Context()) }),
 	}
