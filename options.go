@@ -12,6 +12,7 @@ import (
 	"github.com/benbjohnson/clock"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -87,6 +88,7 @@ type config struct {
 	maxRetryAfter           time.Duration
 	handlers                map[string]BatchHandler
 	subscriptionMetrics     int
+	propagator              propagation.TextMapPropagator
 }
 
 // breakerConfig is when the circuit breaker disables a subscription; a
@@ -102,6 +104,7 @@ func defaultConfig() config {
 		logger:                  slog.Default(),
 		tracerProvider:          otel.GetTracerProvider(),
 		meterProvider:           otel.GetMeterProvider(),
+		propagator:              globalPropagator{},
 		wakingTimeout:           DefaultWakingTimeout,
 		livenessTimeout:         DefaultLivenessTimeout,
 		requestTimeout:          DefaultRequestTimeout,
@@ -418,3 +421,30 @@ func WithSubscriptionMetrics(max int) Option {
 		return nil
 	}
 }
+
+// WithPropagator sets the propagator that injects the trace context of the
+// span sending each webhook POST into its headers (W3C traceparent and
+// tracestate with propagation.TraceContext), so that a receiver can join
+// the trace. The default is the global propagator
+// (otel.GetTextMapPropagator) as it is at each POST, which sends nothing
+// until the host sets one; nil sends no trace context.
+func WithPropagator(p propagation.TextMapPropagator) Option {
+	return func(c *config) error {
+		c.propagator = p
+		return nil
+	}
+}
+
+// globalPropagator is the global propagator at each use, so that a host
+// may set it after New.
+type globalPropagator struct{}
+
+func (globalPropagator) Inject(ctx context.Context, carrier propagation.TextMapCarrier) {
+	otel.GetTextMapPropagator().Inject(ctx, carrier)
+}
+
+func (globalPropagator) Extract(ctx context.Context, carrier propagation.TextMapCarrier) context.Context {
+	return otel.GetTextMapPropagator().Extract(ctx, carrier)
+}
+
+func (globalPropagator) Fields() []string { return otel.GetTextMapPropagator().Fields() }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -238,6 +239,9 @@ func (e *Engine) post(ctx context.Context, url string, header http.Header, body 
 		return r
 	}
 	req.Header = header
+	if e.cfg.propagator != nil {
+		e.cfg.propagator.Inject(ctx, propagation.HeaderCarrier(header))
+	}
 	resp, err := e.client.Do(req)
 	if err != nil {
 		if errors.Is(context.Cause(ctx), errRequestTimeout) {
