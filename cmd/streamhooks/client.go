@@ -17,6 +17,9 @@ type client struct {
 	hc    http.Client
 }
 
+// transport carries the client's requests; a test checks them on the way.
+var transport = http.DefaultTransport
+
 // apiError is an error the API answered, in its one JSON error shape.
 type apiError struct {
 	Status  int

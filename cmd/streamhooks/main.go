@@ -18,6 +18,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net/http"
 	"os"
 	"strings"
 	"time"
@@ -80,7 +81,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, getenv fu
 		fmt.Fprintf(stderr, "streamhooks: -o %q: want table or json\n", *format)
 		return 2
 	}
-	c := &cli{api: &client{base: strings.TrimRight(*base, "/"), token: *token}, out: stdout, json: *format == "json", now: now}
+	c := &cli{api: &client{base: strings.TrimRight(*base, "/"), token: *token, hc: http.Client{Transport: transport}}, out: stdout, json: *format == "json", now: now}
 	err := c.dispatch(ctx, fs.Args())
 	var apiErr *apiError
 	switch {

@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	webhooks "github.com/streamhooks/webhooks"
+	"github.com/streamhooks/webhooks/internal/openapitest"
 )
 
 // serverBinary is examples/streamserver, built once by TestMain.
@@ -78,6 +79,8 @@ func startServer(t *testing.T) string {
 func cliRun(t *testing.T, base string, args ...string) (int, string, string) {
 	t.Helper()
 	var stdout, stderr bytes.Buffer
+	// Every exchange is checked against the OpenAPI document.
+	transport = openapitest.NewTransport(t, http.DefaultTransport)
 	env := map[string]string{urlEnv: base, tokenEnv: token}
 	code := run(context.Background(), args, &stdout, &stderr, func(k string) string { return env[k] }, time.Now)
 	return code, stdout.String(), stderr.String()

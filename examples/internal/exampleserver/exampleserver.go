@@ -321,7 +321,9 @@ func mountInbox(ctx context.Context, engine *webhooks.Engine, streams *dstream.S
 			// An operator's replay of a dead letter, with the API's token.
 			if !authorized(r) {
 				w.Header().Set("WWW-Authenticate", "Bearer")
-				http.Error(w, `{"ok":false,"error":{"code":"UNAUTHORIZED","message":"the replay needs the API token"}}`, http.StatusUnauthorized)
+				w.Header().Set("Content-Type", "application/json")
+				w.WriteHeader(http.StatusUnauthorized)
+				_, _ = w.Write([]byte(`{"ok":false,"error":{"code":"UNAUTHORIZED","message":"the replay needs the API token"}}` + "\n"))
 				return
 			}
 			replay.ServeHTTP(w, r)

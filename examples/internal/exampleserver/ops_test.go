@@ -17,6 +17,7 @@ import (
 	webhooks "github.com/streamhooks/webhooks"
 	"github.com/streamhooks/webhooks/examples/internal/exampleserver"
 	"github.com/streamhooks/webhooks/internal/pgtest"
+	"github.com/streamhooks/webhooks/openapi"
 )
 
 // pgProxy forwards TCP connections to a PostgreSQL server until cut, which
@@ -183,4 +184,14 @@ var wanted = []string{
 	`webhooks_subscriptions{otel_scope_name="github.com/streamhooks/webhooks",otel_scope_schema_url="",otel_scope_version="",status="active"} 1`,
 	`webhooks_consumers{otel_scope_name="github.com/streamhooks/webhooks",otel_scope_schema_url="",otel_scope_version="",state="IDLE"} 1`,
 	`webhooks_pending_oldest_age_seconds{`,
+}
+
+// TestOpenAPIServed: /openapi.json is the committed document, without a
+// token.
+func TestOpenAPIServed(t *testing.T) {
+	c, _ := startServer(t, exampleserver.Config{APIToken: "secret-token"})
+	resp, body := c.do(t, http.MethodGet, exampleserver.OpenAPIPath, "", "", nil)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Equal(t, "application/json", resp.Header.Get("Content-Type"))
+	require.Equal(t, openapi.Document, body)
 }
