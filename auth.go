@@ -64,18 +64,10 @@ func (e *Engine) authorize(r *http.Request) error {
 		return nil
 	}
 	err := e.cfg.authorizer(r, op, id)
-	switch {
-	case err == nil:
-		return nil
-	case errors.Is(err, ErrUnauthorized):
-		ae := newAPIError(http.StatusUnauthorized, CodeUnauthorized, "authentication required")
-		ae.authenticate = "Bearer"
-		return ae
-	case errors.Is(err, ErrForbidden):
-		return newAPIError(http.StatusForbidden, CodeForbidden, "not allowed")
-	default:
+	if err != nil {
 		return fmt.Errorf("authorizing %s: %w", op, err)
 	}
+	return nil
 }
 
 // subscriptionOperation maps a subscription API request to its operation

@@ -147,8 +147,11 @@ func (e *Engine) consumerViews(ctx context.Context, cs []*Consumer) ([]consumerJ
 // p.SubscriptionID, as Store.ListConsumers does; StateFailed lists its
 // dead letters.
 func (e *Engine) ListConsumers(ctx context.Context, p *ListConsumersParams) ([]*Consumer, error) {
+	if err := e.checkLoaded(); err != nil {
+		return nil, err
+	}
 	if p.Limit < 1 {
-		return nil, errors.New("webhooks: ListConsumers: limit must be at least 1")
+		return nil, invalid("limit", "limit must be at least 1")
 	}
 	return e.store.ListConsumers(ctx, p)
 }
@@ -157,7 +160,7 @@ func (e *Engine) listConsumers(ctx context.Context, sub *Subscription, state Con
 	switch state {
 	case "", StateIdle, StateWaking, StateLive, StateFailed:
 	default:
-		return 0, nil, newAPIError(http.StatusBadRequest, CodeInvalidRequest, "unknown state %q; use IDLE, WAKING, LIVE or FAILED", q.Get("state"))
+		return 0, nil, invalid("state", "unknown state %q; use IDLE, WAKING, LIVE or FAILED", q.Get("state"))
 	}
 	limit, err := pageLimit(q)
 	if err != nil {
@@ -165,7 +168,7 @@ func (e *Engine) listConsumers(ctx context.Context, sub *Subscription, state Con
 	}
 	after, err := base64.RawURLEncoding.DecodeString(q.Get("cursor"))
 	if err != nil {
-		return 0, nil, newAPIError(http.StatusBadRequest, CodeInvalidRequest, "cursor is not one a listing returned")
+		return 0, nil, invalid("cursor", "cursor is not one a listing returned")
 	}
 	page, err := e.ListConsumers(ctx, &ListConsumersParams{SubscriptionID: sub.ID, State: state, After: string(after), Limit: limit})
 	if err != nil {
@@ -190,14 +193,14 @@ func pageLimit(q url.Values) (int, error) {
 	}
 	n, err := strconv.Atoi(q.Get("limit"))
 	if err != nil || n < 1 || n > maxConsumerPage {
-		return 0, newAPIError(http.StatusBadRequest, CodeInvalidRequest, "limit must be 1 to %d", maxConsumerPage)
+		return 0, invalid("limit", "limit must be 1 to %d", maxConsumerPage)
 	}
 	return n, nil
 }
 
-// consumerOf returns consumer id of sub, or a 404.
+// consumerOf returns consumer id of sub, or ErrConsumerNotFound.
 func (e *Engine) consumerOf(ctx context.Context, sub *Subscription, id string) (*Consumer, error) {
-	notFound := newAPIError(http.StatusNotFound, CodeConsumerNotFound, "subscription %s has no consumer %q", sub.ID, id)
+	notFound := detail(ErrConsumerNotFound, "subscription %s has no consumer %q", sub.ID, id)
 	if subID, _, err := ParseConsumerID(id); err != nil || subID != sub.ID {
 		return nil, notFound
 	}
@@ -211,6 +214,9 @@ func (e *Engine) consumerOf(ctx context.Context, sub *Subscription, id string) (
 // DeliveryLog returns up to limit of the latest delivery attempts of
 // consumer id, newest first: none if the Store keeps no DeliveryLog.
 func (e *Engine) DeliveryLog(ctx context.Context, id string, limit int) ([]*DeliveryAttempt, error) {
+	if err := e.checkLoaded(); err != nil {
+		return nil, err
+	}
 	if e.attemptLog.store == nil {
 		return nil, nil
 	}
@@ -265,7 +271,7 @@ func (e *Engine) reviveRequest(ctx context.Context, sub *Subscription, body io.R
 		return 0, nil, err
 	}
 	if c.State != StateFailed {
-		return 0, nil, newAPIError(http.StatusConflict, CodeInvalidRequest, "consumer %s is %s, not a dead letter", c.ID, c.State)
+		return 0, nil, detail(errNotDeadLetter, "consumer %s is %s, not a dead letter", c.ID, c.State)
 	}
 	if err := e.ResumeConsumer(ctx, c.ID); err != nil {
 		return 0, nil, err

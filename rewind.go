@@ -2,7 +2,6 @@ package webhooks
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -27,7 +26,7 @@ type RewindParams struct {
 
 // errNoOffsetFinder refuses a rewind to a time on a host whose streams
 // cannot map one to an offset.
-var errNoOffsetFinder = errors.New("webhooks: this server's streams cannot map a time to an offset (OffsetFinder)")
+var errNoOffsetFinder = invalid("at", "this server's streams cannot map a time to an offset (OffsetFinder)")
 
 // Rewind sets cursors back, or forward, to p.Offset, so that what follows
 // it is delivered again: replay. A consumer's delivery in progress ends,
@@ -42,10 +41,10 @@ func (e *Engine) Rewind(ctx context.Context, p *RewindParams) (int, error) {
 	switch {
 	case p.At.IsZero():
 		if err := validateOffset(p.Offset); err != nil {
-			return 0, err
+			return 0, asInvalid("offset", err)
 		}
 	case p.Offset != "":
-		return 0, errors.New("webhooks: Rewind: give Offset or At, not both")
+		return 0, invalid("offset", "give offset or at, not both")
 	case finder == nil:
 		return 0, errNoOffsetFinder
 	}
@@ -68,7 +67,7 @@ func (e *Engine) Rewind(ctx context.Context, p *RewindParams) (int, error) {
 				}
 			}
 			if info, ok := t[c.PrimaryStream]; ok && compareOffsets(offset, info.Tail) > 0 {
-				return noChange, newAPIError(http.StatusConflict, CodeInvalidOffset, "offset %s is past the tail %s of %s", offset, info.Tail, c.PrimaryStream)
+				return noChange, invalidOffset("offset", "offset %s is past the tail %s of %s", offset, info.Tail, c.PrimaryStream)
 			}
 			return e.m.rewind(c, sub, offset, t, e.clock.Now()), nil
 		})
@@ -83,7 +82,7 @@ func (e *Engine) Rewind(ctx context.Context, p *RewindParams) (int, error) {
 			return 0, err
 		}
 		if c.SubscriptionID != sub.ID {
-			return 0, ErrConsumerNotFound
+			return 0, detail(ErrConsumerNotFound, "subscription %s has no consumer %q", sub.ID, p.Consumer)
 		}
 		return n, rewind(c)
 	}
@@ -123,14 +122,14 @@ func (e *Engine) rewindRequest(ctx context.Context, sub *Subscription, body io.R
 		return 0, nil, err
 	}
 	if _, ok := e.source.(OffsetFinder); !req.At.IsZero() && !ok {
-		return 0, nil, newAPIError(http.StatusBadRequest, CodeInvalidRequest, "%v", errNoOffsetFinder)
+		return 0, nil, errNoOffsetFinder
 	}
 	if (req.Offset == "") == req.At.IsZero() {
-		return 0, nil, newAPIError(http.StatusBadRequest, CodeInvalidRequest, "give offset or at, not both")
+		return 0, nil, invalid("offset", "give offset or at, not both")
 	}
 	if req.At.IsZero() {
 		if err := validateOffset(req.Offset); err != nil {
-			return 0, nil, newAPIError(http.StatusBadRequest, CodeInvalidRequest, "%v", err)
+			return 0, nil, err
 		}
 	}
 	if req.Consumer != "" {

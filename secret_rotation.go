@@ -2,7 +2,6 @@ package webhooks
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"net/http"
 	"time"
@@ -28,7 +27,7 @@ func (e *Engine) RotateSecret(ctx context.Context, id string, overlap time.Durat
 		return "", err
 	}
 	if overlap < 0 || overlap > MaxRotationOverlap {
-		return "", fmt.Errorf("webhooks: RotateSecret: overlap %v is not 0 to %v", overlap, MaxRotationOverlap)
+		return "", invalid("overlap_ms", "overlap %v is not 0 to %v", overlap, MaxRotationOverlap)
 	}
 	now := e.clock.Now()
 	var secret string
@@ -64,7 +63,7 @@ func (e *Engine) rotateRequest(ctx context.Context, sub *Subscription, body io.R
 	overlap := DefaultRotationOverlap
 	if req.OverlapMS != nil {
 		if *req.OverlapMS < 0 || *req.OverlapMS > MaxRotationOverlap.Milliseconds() {
-			return 0, nil, newAPIError(http.StatusBadRequest, CodeInvalidRequest, "overlap_ms must be 0 to %d", MaxRotationOverlap.Milliseconds())
+			return 0, nil, invalid("overlap_ms", "overlap_ms must be 0 to %d", MaxRotationOverlap.Milliseconds())
 		}
 		overlap = time.Duration(*req.OverlapMS) * time.Millisecond
 	}

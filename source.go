@@ -17,6 +17,9 @@ var ErrStreamNotFound = errors.New("webhooks: stream not found")
 // StreamCreated, StreamAppended or StreamDeleted.
 type StreamSource interface {
 	// Stream describes the stream at path, or returns ErrStreamNotFound.
+	// The engine takes any other error for a passing one, as it takes
+	// ErrStoreUnavailable: it retries the stream event that needed the
+	// read, and its APIs answer 503.
 	Stream(ctx context.Context, path string) (StreamInfo, error)
 	// MatchStreams returns every existing stream whose path matches pattern.
 	MatchStreams(ctx context.Context, pattern *Pattern) ([]StreamInfo, error)
@@ -29,6 +32,12 @@ type StreamInfo struct {
 	// fixed-width strings that sort in stream order. An empty stream has a
 	// tail too, its first offset, which a consumer acks after reading it.
 	Tail string
+	// Empty is true for a stream with no events yet. A consumer that has
+	// acked nothing of an empty stream has no pending work in it (spec 001,
+	// Pending Work), so only its creation wakes it. A source that leaves
+	// Empty false has such a consumer woken again after every wake cycle
+	// while the stream stays empty.
+	Empty bool
 }
 
 // OffsetValidator is an optional capability of a StreamSource: a source that

@@ -7,6 +7,7 @@ import (
 	"go.opentelemetry.io/otel/propagation"
 
 	webhooks "github.com/streamhooks/webhooks"
+	"github.com/streamhooks/webhooks/receiver"
 )
 
 // A wake and a batch carry the W3C traceparent of the span that sent them.
@@ -35,7 +36,7 @@ func TestTraceContextOff(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			th := newTelHarness(t, opts...)
 			d := th.wake("s1", "/agents/*", "/agents/t1")
-			require.NotEmpty(t, d.header.Get(webhooks.SignatureHeader))
+			require.NotEmpty(t, d.header.Get(receiver.SignatureHeader))
 			require.Empty(t, d.header.Get("Traceparent"))
 			require.Empty(t, d.header.Values("Tracestate"))
 		})

@@ -32,14 +32,6 @@ import (
 	"github.com/streamhooks/webhooks/internal/testsignal"
 )
 
-// ErrStopped is returned by Start after Stop.
-var ErrStopped = errors.New("webhooks: engine stopped")
-
-// ErrNotStarted is returned by StreamCreated and StreamAppended before Start
-// has loaded the subscriptions. Nothing is lost: Start's sweep gives every
-// matching stream its consumers and wakes those with pending work.
-var ErrNotStarted = errors.New("webhooks: engine not started")
-
 // Engine delivers webhooks for one host stream server. Create it with New,
 // mount its handlers, and call Start, which loads the token signing key and
 // the subscriptions from the Store. Until Start has loaded them, the
@@ -252,13 +244,14 @@ func (e *Engine) load(ctx context.Context) error {
 	return nil
 }
 
-// checkLoaded refuses an API request that arrives before Start has loaded
-// the signing key and the subscriptions; the client may retry.
+// checkLoaded refuses a call that arrives before Start has loaded the
+// signing key and the subscriptions: ErrNotStarted, which the handlers
+// answer 503 so that the client retries.
 func (e *Engine) checkLoaded() error {
 	if e.loaded.Load() {
 		return nil
 	}
-	return newAPIError(http.StatusServiceUnavailable, CodeServiceUnavailable, "the webhook engine has not started; retry later")
+	return ErrNotStarted
 }
 
 // Stop stops the engine and waits, until ctx ends, for its goroutines to

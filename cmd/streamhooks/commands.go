@@ -47,7 +47,7 @@ func (c *cli) dispatch(ctx context.Context, args []string) error {
 	case "rotate":
 		return c.rotate(ctx, args)
 	case "verify":
-		return c.verify(args)
+		return c.verify(ctx, args)
 	}
 	return usageError("unknown command %q", cmd)
 }

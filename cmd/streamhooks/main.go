@@ -53,7 +53,8 @@ Commands:
 --url and --token default to $STREAMHOOKS_URL and $STREAMHOOKS_API_TOKEN.
 A subscription is found by its ID under --pattern (default /**).
 verify checks the signature of a webhook request saved as raw HTTP
-(headers, blank line, body), in the scheme of spec 001.
+(headers, blank line, body), in either scheme (spec 001 or Standard
+Webhooks), with the whole webhook_secret the API returned.
 `
 
 func main() {

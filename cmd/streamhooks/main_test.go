@@ -4,6 +4,10 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/hmac"
+	"crypto/sha256"
+	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -20,6 +24,7 @@ import (
 
 	webhooks "github.com/streamhooks/webhooks"
 	"github.com/streamhooks/webhooks/internal/openapitest"
+	"github.com/streamhooks/webhooks/receiver"
 )
 
 // serverBinary is examples/streamserver, built once by TestMain.
@@ -100,6 +105,7 @@ func put(t *testing.T, base, method, path, body string) {
 	req, err := http.NewRequest(method, base+path, strings.NewReader(body))
 	require.NoError(t, err)
 	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+token)
 	resp, err := http.DefaultClient.Do(req)
 	require.NoError(t, err)
 	resp.Body.Close()
@@ -115,7 +121,7 @@ func TestCLIAgainstTheExampleServer(t *testing.T) {
 	failing.Store(true)
 	hits := make(chan string, 16)
 	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		hits <- r.Header.Get(webhooks.DeliveryIDHeader)
+		hits <- r.Header.Get(receiver.IDHeader)
 		if failing.Load() {
 			w.WriteHeader(http.StatusInternalServerError)
 		}
@@ -190,25 +196,34 @@ func TestCLIAgainstTheExampleServer(t *testing.T) {
 	require.NotContains(t, mustRun(t, base, "subscriptions", "list"), "orders")
 }
 
-// verify accepts a saved request signed with the whole secret, and refuses
-// one whose body changed.
+// verify accepts a saved request signed, in either scheme, with the key
+// that scheme takes, and refuses one whose body changed.
 func TestCLIVerify(t *testing.T) {
-	secret := "whsec_" + strings.Repeat("A", 43)
-	body := `{"n":1}`
+	raw := []byte("0123456789abcdef0123456789abcdef")
+	secret := "whsec_" + base64.StdEncoding.EncodeToString(raw)
 	at := time.Unix(1_700_000_000, 0)
-	save := func(body string) string {
-		req := "POST /hook HTTP/1.1\r\nHost: example\r\n" + webhooks.SignatureHeader + ": " +
-			webhooks.SignPayload(secret, at, []byte(`{"n":1}`)) + "\r\nContent-Length: " +
-			strconv.Itoa(len(body)) + "\r\n\r\n" + body
+	ts := strconv.FormatInt(at.Unix(), 10)
+	signed := []byte(`{"n":1}`)
+	// Spec 001 keys the HMAC with the whole secret, prefix included.
+	m := hmac.New(sha256.New, []byte(secret))
+	m.Write([]byte(ts + "." + string(signed)))
+	spec := "Webhook-Signature: t=" + ts + ",sha256=" + hex.EncodeToString(m.Sum(nil)) + "\r\n"
+	// Standard Webhooks keys it with the base64 after whsec_, decoded.
+	m = hmac.New(sha256.New, raw)
+	m.Write([]byte("msg_1." + ts + "." + string(signed)))
+	standard := "Webhook-Id: msg_1\r\nWebhook-Timestamp: " + ts + "\r\nWebhook-Signature: v1," + base64.StdEncoding.EncodeToString(m.Sum(nil)) + "\r\n"
+	save := func(headers, body string) string {
+		req := "POST /hook HTTP/1.1\r\nHost: example\r\n" + headers + "Content-Length: " + strconv.Itoa(len(body)) + "\r\n\r\n" + body
 		f := filepath.Join(t.TempDir(), "req.http")
 		require.NoError(t, os.WriteFile(f, []byte(req), 0o600))
 		return f
 	}
-	require.Contains(t, mustRun(t, "", "verify", "--secret", secret, save(body)), "signature valid")
-	code, _, errOut := cliRun(t, "", "verify", "--secret", secret, save(`{"n":2}`))
-	require.Equal(t, 1, code)
-	require.Contains(t, errOut, "signature")
-	code, _, errOut = cliRun(t, "", "verify", "--secret", secret, "--max-age", "5m", save(body))
-	require.Equal(t, 1, code, "signed long ago")
-	require.Contains(t, errOut, "too old")
+	for name, headers := range map[string]string{"spec": spec, "standard": standard} {
+		require.Contains(t, mustRun(t, "", "verify", "--secret", secret, save(headers, `{"n":1}`)), "signature valid", name)
+		code, _, errOut := cliRun(t, "", "verify", "--secret", secret, save(headers, `{"n":2}`))
+		require.Equal(t, 1, code, name)
+		require.Contains(t, errOut, "signature", name)
+		code, _, _ = cliRun(t, "", "verify", "--secret", secret, "--max-age", "5m", save(headers, `{"n":1}`))
+		require.Equal(t, 1, code, "%s: signed long ago", name)
+	}
 }

@@ -152,10 +152,10 @@ func TestMetricsCountDeliveries(t *testing.T) {
 	resp, body := c.do(t, http.MethodPut, "/orders/*?subscription=orders", "application/json", token,
 		[]byte(`{"webhook":"`+hook.URL+`","delivery":"events","batch":{"max_wait_ms":0}}`))
 	require.Equal(t, http.StatusCreated, resp.StatusCode, "%s", body)
-	resp, body = c.do(t, http.MethodPut, "/orders/1", "application/json", "", []byte(`[{"n":1},{"n":2}]`))
+	resp, body = c.do(t, http.MethodPut, "/orders/1", "application/json", token, []byte(`[{"n":1},{"n":2}]`))
 	require.Equal(t, http.StatusCreated, resp.StatusCode, "%s", body)
 	<-batches
-	resp, body = c.do(t, http.MethodPost, "/orders/1", "application/json", "", []byte(`{"n":3}`))
+	resp, body = c.do(t, http.MethodPost, "/orders/1", "application/json", token, []byte(`{"n":3}`))
 	require.Equal(t, http.StatusNoContent, resp.StatusCode, "%s", body)
 	<-batches
 
