@@ -245,8 +245,8 @@ func TestUIInBrowser(t *testing.T) {
 // TestInboxEndToEnd.
 const inboxSecret = "e2e-github-secret"
 
-// awaitEvent waits, by long-polls carrying token, until the stream at path holds an
-// event.
+// awaitEvent waits, by long-polls with the API token, until the stream at
+// path holds an event.
 func (c *client) awaitEvent(t *testing.T, path, token string) {
 	t.Helper()
 	offset := "-1"
