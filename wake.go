@@ -204,6 +204,10 @@ func (e *Engine) signedHeader(sub *Subscription, id string, body []byte, now tim
 		"Content-Type": {"application/json"},
 		"User-Agent":   {"streamhooks"},
 	}
+	if sub.Signature == SignatureEd25519 {
+		e.keys.signEd25519(h, id, now, body)
+		return h, nil
+	}
 	if err := signDelivery(h, sub, id, now, body); err != nil {
 		return nil, err
 	}

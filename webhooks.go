@@ -62,6 +62,8 @@ type Engine struct {
 	attemptLog *attemptLog
 	// metrics is this instance's claim to report the Store-wide gauge.
 	metrics *lease
+	// keys are the Ed25519 webhook signing keys.
+	keys *webhookKeyring
 	// callbackPrefix is every callback URL but the consumer ID.
 	callbackPrefix string
 	// progressed tells a test that the engine has written, or tried to
@@ -165,6 +167,7 @@ func New(store Store, source StreamSource, opts ...Option) (*Engine, error) {
 	e.failures = newFailureLog(cfg.logger, cfg.clock)
 	e.outages = newOutageLog(cfg.logger, cfg.clock)
 	e.metrics = metrics
+	e.keys = newWebhookKeyring(store, &cfg)
 	e.attemptLog = newAttemptLog(store, cfg.deliveryLogKeep, tel, cfg.clock, e.progressed.Send)
 	e.lanes = newLanes(e.clock, cfg.maxConcurrentDeliveries, cfg.maxDeliveriesPerHost, e.startDelivery)
 	return e, nil
@@ -194,6 +197,7 @@ func (e *Engine) Start(ctx context.Context) error {
 	e.running = true
 	e.heartbeat()
 	e.metrics.start(ctx, runCtx, &e.deliveries)
+	e.keys.start(runCtx, &e.deliveries)
 	// Stop waits for the start-up sweep as it does for deliveries.
 	e.deliveries.Add(1)
 	go func() {
@@ -217,8 +221,8 @@ func (e *Engine) Start(ctx context.Context) error {
 	return nil
 }
 
-// load reads the token signing key, creating it if the Store has none, and
-// the subscriptions, and then lets the handlers and stream methods use them.
+// load reads the token signing key and the webhook signing keys, creating
+// them if the Store has none, and the subscriptions, and then lets the handlers and stream methods use them.
 func (e *Engine) load(ctx context.Context) error {
 	key := e.cfg.tokenKey
 	if key == nil {
@@ -228,6 +232,9 @@ func (e *Engine) load(ctx context.Context) error {
 		if key, err = e.store.LoadOrStoreSigningKey(ctx, fresh); err != nil {
 			return fmt.Errorf("webhooks: loading the token signing key: %w", err)
 		}
+	}
+	if err := e.keys.load(ctx); err != nil {
+		return err
 	}
 	subs, err := e.store.ListSubscriptions(ctx)
 	if err != nil {
