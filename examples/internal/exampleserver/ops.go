@@ -8,10 +8,14 @@ import (
 )
 
 // Operator routes, served without the API token: probes and scrapers
-// carry none.
+// carry none, and webhook receivers fetch the JWKS.
 const (
 	HealthzPath = "/healthz"
 	ReadyzPath  = "/readyz"
+	// JWKSPath serves the public keys of Ed25519 webhook signatures, at
+	// the stream root's reserved "__ds" prefix, where the Durable Streams
+	// protocol puts it: this server's streams live at the root.
+	JWKSPath = "/__ds/jwks.json"
 )
 
 // opsHandler serves the operator routes and passes every other request to
@@ -20,6 +24,7 @@ func opsHandler(engine *webhooks.Engine, log *slog.Logger, next http.Handler) ht
 	routes := map[string]http.Handler{
 		HealthzPath: probe(log, "liveness", func(r *http.Request) error { return engine.Live() }),
 		ReadyzPath:  probe(log, "readiness", func(r *http.Request) error { return engine.Ready(r.Context()) }),
+		JWKSPath:    engine.JWKSHandler(),
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		h, ok := routes[r.URL.Path]
