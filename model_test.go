@@ -735,7 +735,7 @@ func (m *model) callback(call modelCall) modelAnswer {
 	for _, a := range call.req.Acks {
 		i := slices.IndexFunc(next.streams, func(s webhooks.StreamOffset) bool { return s.Path == a.Path })
 		if i < 0 {
-			return modelAnswer{status: http.StatusConflict, code: receiver.CodeInvalidOffset}
+			continue // an ack of a stream the consumer does not hold moves nothing
 		}
 		if a.Offset == webhooks.OffsetNone {
 			continue

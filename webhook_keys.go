@@ -14,7 +14,6 @@ import (
 
 	"github.com/benbjohnson/clock"
 
-	"github.com/streamhooks/webhooks/internal/testsignal"
 	"github.com/streamhooks/webhooks/internal/webhooksig"
 	"github.com/streamhooks/webhooks/receiver"
 )
@@ -70,17 +69,17 @@ type webhookKeyring struct {
 	store WebhookKeyStore // nil: the keys are this engine's own
 	clock clock.Clock
 	log   *slog.Logger
-	// refreshed tells a test that the ring reread the Store.
-	refreshed testsignal.Signal
+	// reread tells a test that a periodic reread of the Store ended.
+	reread func()
 
 	mu   sync.RWMutex
 	keys []webhookKey // oldest first; never empty once loaded
 	own  []byte       // the encoded set of a ring without a Store
 }
 
-func newWebhookKeyring(store Store, cfg *config) *webhookKeyring {
+func newWebhookKeyring(store Store, cfg *config, reread func()) *webhookKeyring {
 	ks, _ := store.(WebhookKeyStore)
-	return &webhookKeyring{store: ks, clock: cfg.clock, log: cfg.logger}
+	return &webhookKeyring{store: ks, clock: cfg.clock, log: cfg.logger, reread: reread}
 }
 
 // load reads the key set, creating its first key if none is stored.
@@ -188,7 +187,7 @@ func (r *webhookKeyring) start(run context.Context, wg *sync.WaitGroup) {
 				if err := r.reload(run); err != nil && run.Err() == nil {
 					r.log.ErrorContext(run, "webhooks: rereading the webhook signing keys", "error", err)
 				}
-				r.refreshed.Send()
+				r.reread()
 			}
 		}
 	}()

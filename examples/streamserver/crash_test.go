@@ -119,9 +119,8 @@ func TestCrashRecovery(t *testing.T) {
 	}
 	require.NotEmpty(t, before, "no consumer was LIVE at the kill")
 	w.stall.Store(false)
-	restarted := time.Now()
 	w.start()
-	w.waitRewoken(before, restarted)
+	w.waitRewoken(before, time.Now())
 
 	stopWriter()
 	w.waitCaughtUp()
@@ -782,8 +781,10 @@ func (w *crashWorld) appendEventsAndWait(before map[string]int64) error {
 }
 
 // waitRewoken checks that every consumer, LIVE with an expired deadline
-// when the server came back, is woken again well within one liveness
-// timeout of the restart.
+// when the server came back, is woken again within one liveness timeout of
+// the server answering at restarted. An engine that let the overdue
+// deadlines wait would take a liveness timeout at least; the bound leaves
+// a busy machine all the rest.
 func (w *crashWorld) waitRewoken(before map[string]int64, restarted time.Time) {
 	w.t.Helper()
 	require.Eventually(w.t, func() bool {
@@ -796,7 +797,7 @@ func (w *crashWorld) waitRewoken(before map[string]int64, restarted time.Time) {
 		return true
 	}, 30*time.Second, 10*time.Millisecond, "not every consumer was woken after the restart")
 	took := time.Since(restarted)
-	require.Less(w.t, took, crashLiveness/2,
+	require.Less(w.t, took, crashLiveness,
 		"overdue deadlines took %v to fire after the restart; they must fire at start-up", took)
 }
 

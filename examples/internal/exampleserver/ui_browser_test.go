@@ -149,9 +149,9 @@ func TestUIInBrowser(t *testing.T) {
 		chromedp.WaitVisible(chromedp.CSS(`#health[data-value="healthy"]`)),
 	))
 	const stream = "/orders/1"
-	resp, body = c.do(t, http.MethodPut, stream, "application/json", "", nil)
+	resp, body = c.do(t, http.MethodPut, stream, "application/json", token, nil)
 	require.Equal(t, http.StatusCreated, resp.StatusCode, "%s", body)
-	resp, body = c.do(t, http.MethodPost, stream, "application/json", "", []byte(`[{"type":"order.created","id":1}]`))
+	resp, body = c.do(t, http.MethodPost, stream, "application/json", token, []byte(`[{"type":"order.created","id":1}]`))
 	require.Equal(t, http.StatusNoContent, resp.StatusCode, "%s", body)
 	tail := resp.Header.Get("Stream-Next-Offset")
 	require.NoError(t, chromedp.Do(ctx,
@@ -224,7 +224,7 @@ func TestUIInBrowser(t *testing.T) {
 		"X-GitHub-Delivery", "d-1", "X-GitHub-Event", "issues", "X-Hub-Signature-256", signature).StatusCode)
 	require.Equal(t, http.StatusAccepted, c.post(t, "/inbox/github", body, "Content-Type", "application/json",
 		"X-GitHub-Delivery", "d-2", "X-GitHub-Event", "issues", "X-Hub-Signature-256", "sha256=00").StatusCode)
-	c.awaitEvent(t, "/inbox/github/dead")
+	c.awaitEvent(t, "/inbox/github/dead", token)
 	require.NoError(t, chromedp.Do(ctx,
 		chromedp.Navigate(ui+"/inbox?provider=github"),
 		chromedp.WaitVisible(chromedp.CSS(`#inbox code.body`)),
@@ -245,9 +245,9 @@ func TestUIInBrowser(t *testing.T) {
 // TestInboxEndToEnd.
 const inboxSecret = "e2e-github-secret"
 
-// awaitEvent waits, by long-polls, until the stream at path holds an
-// event.
-func (c *client) awaitEvent(t *testing.T, path string) {
+// awaitEvent waits, by long-polls with the API token, until the stream at
+// path holds an event.
+func (c *client) awaitEvent(t *testing.T, path, token string) {
 	t.Helper()
 	offset := "-1"
 	for {
@@ -255,7 +255,7 @@ func (c *client) awaitEvent(t *testing.T, path string) {
 		if offset != "-1" {
 			q += "&live=long-poll"
 		}
-		resp, data := c.do(t, http.MethodGet, path+q, "", "", nil)
+		resp, data := c.do(t, http.MethodGet, path+q, "", token, nil)
 		require.Contains(t, []int{http.StatusOK, http.StatusNoContent}, resp.StatusCode, "%s", data)
 		if len(data) > 0 && string(data) != "[]" {
 			return
