@@ -100,6 +100,15 @@ type Record struct {
 	// Body is the request body exactly as received, base64 in JSON so that
 	// any bytes survive.
 	Body []byte `json:"body"`
+	// Path is the request's URL path below the provider's segment, e.g.
+	// "/org/acme" for a delivery to /inbox/github/org/acme; empty for one
+	// to the provider's own URL. It is routing metadata, such as a user or
+	// a webhook's name, that the sender put in the URL.
+	Path string `json:"path,omitempty"`
+	// Query is the request's raw query, without '?', as received. Senders
+	// that sign a URL, or put a token in it, have it recorded too: the
+	// inbox's streams must be as private as its secrets.
+	Query string `json:"query,omitempty"`
 	// Replay is empty for a record the Handler appended, and a fresh id for
 	// one that Processor.Replay appended again: a new record, which the
 	// processor's note of the one it replays never covers.
@@ -110,8 +119,11 @@ type Record struct {
 var credentialHeaders = []string{"Authorization", "Proxy-Authorization", "Cookie"}
 
 // Handler is the inbox's HTTP front door. It serves every provider given to
-// New, each at a URL path ending in "/{Name}", so it is mounted once, e.g.
-// under "/inbox/"; other paths get 404. Each POST whose body is within the
+// New, each at a URL path with the segment "/{Name}", so it is mounted
+// once, e.g. under "/inbox/"; paths with no provider's segment get 404.
+// The leftmost segment that names a provider picks it, and the rest of the
+// path, and the query, are the record's Path and Query: so the mount's own
+// segments must name no provider. Each POST whose body is within the
 // limit is appended to the provider's stream as a Record and answered with
 // the provider's Status; a duplicate of a delivery appended within the
 // dedup window gets that answer without being appended again. Duplicates
@@ -276,8 +288,8 @@ func validName(s string) bool {
 
 // ServeHTTP receives one delivery.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	p, ok := h.providers[r.URL.Path[strings.LastIndexByte(r.URL.Path, '/')+1:]]
-	if !ok {
+	p, below := h.route(r.URL.Path)
+	if p == nil {
 		writeError(w, http.StatusNotFound, codeProviderNotFound, "no inbox provider at this path")
 		return
 	}
@@ -310,6 +322,8 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		ReceivedAt: h.clock.Now().UTC(),
 		Header:     header,
 		Body:       body,
+		Path:       below,
+		Query:      r.URL.RawQuery,
 	})
 	if err == nil {
 		err = h.appender.Append(r.Context(), p.stream, record)
@@ -325,6 +339,22 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.seen.add(p.name, id, h.clock.Now())
 	}
 	w.WriteHeader(p.status)
+}
+
+// route returns the provider of the leftmost segment of path that names
+// one, and the rest of path after that segment, or nil.
+func (h *Handler) route(path string) (*provider, string) {
+	for rest := path; rest != ""; {
+		var seg string
+		seg, rest, _ = strings.Cut(strings.TrimPrefix(rest, "/"), "/")
+		if p := h.providers[seg]; p != nil {
+			if rest != "" {
+				rest = "/" + rest
+			}
+			return p, rest
+		}
+	}
+	return nil, ""
 }
 
 // readBody reads the body within the limit, or returns the status to
