@@ -397,6 +397,8 @@ const (
 	codeInvalidRequest     = "INVALID_REQUEST"
 	codeProviderNotFound   = "PROVIDER_NOT_FOUND"
 	codeServiceUnavailable = "SERVICE_UNAVAILABLE"
+	codeDeadLetterNotFound = "DEAD_LETTER_NOT_FOUND"
+	codeInternal           = "INTERNAL_ERROR"
 )
 
 // errorResponse is the one JSON error shape, the webhook engine's:

@@ -23,11 +23,18 @@ var inboxStreams = []string{"records", "dead"}
 // processor's subscription, and returns the handler of the inbox's routes,
 // which passes every other request to next, and the problems it worked
 // around. The routes are
-//   - /inbox/{provider}: deliveries;
+//   - /inbox/{provider}, and POST to /inbox/{provider}/{path...} but for
+//     the stream paths below: deliveries, whose path below the provider
+//     and query are the record's (inbox.Record.Path, Query);
 //   - GET and HEAD of /inbox/{provider}/records and /dead, with the API
 //     token: the stream protocol's reads;
-//   - POST /inbox/{provider}/dead?replay, with the API token: an
-//     operator's replay of a dead letter.
+//   - GET /inbox/{provider}?status=pending|done|dead[&from][&limit], with
+//     the API token: an operator's listing (inbox.Admin);
+//   - POST /inbox/{provider}/dead?replay={delivery_id}, or
+//     ?replay&offset={offset}, with the API token: an operator's replay of
+//     the dead letter the dead-letter stream holds. A body is never read,
+//     so a forged dead letter, whatever its received_at, is never
+//     replayed.
 //
 // Nothing else writes the inbox's streams, so a record's fields, its
 // ReceivedAt among them, are the inbox's own. The engine's handler sees
@@ -86,28 +93,68 @@ func mountInbox(ctx context.Context, engine *webhooks.Engine, streams *dstream.S
 	if err != nil {
 		return nil, nil, err
 	}
-	replay := processor.ReplayHandler()
+	admin := processor.Admin(streams, inboxCursor(engine))
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		rest, ok := strings.CutPrefix(r.URL.Path, inboxPrefix)
-		name, kind, nested := strings.Cut(rest, "/")
+		name, below, nested := strings.Cut(rest, "/")
+		kind, _, _ := strings.Cut(below, "/")
+		stream := kind == "records" || kind == "dead"
 		switch {
 		case !ok:
 			next.ServeHTTP(w, r)
-		case !nested && known[name] && !slices.ContainsFunc(usable, func(p inbox.Provider) bool { return p.Name == name }):
+		case !known[name] && !nested:
+			h.ServeHTTP(w, r) // 404, in the inbox's words
+		case known[name] && !nested && (r.Method == http.MethodGet || r.Method == http.MethodHead):
+			if guarded(w, r, apiToken) {
+				admin.Handler(name).ServeHTTP(w, r)
+			}
+		case known[name] && !stream && (!nested || r.Method == http.MethodPost) && !slices.ContainsFunc(usable, func(p inbox.Provider) bool { return p.Name == name }):
 			w.Header().Set("Retry-After", "60")
 			writeAPIError(w, http.StatusServiceUnavailable, codeServiceUnavailable, "this inbox cannot store deliveries now; retry later")
-		case !nested:
+		case known[name] && !stream && (!nested || r.Method == http.MethodPost):
 			h.ServeHTTP(w, r)
-		case !known[name] || (kind != "records" && kind != "dead"):
+		case !known[name] || !stream:
 			next.ServeHTTP(w, r)
-		case apiToken != "" && !hasToken(r, apiToken):
-			refuse(w, "the inbox's streams need the API token")
-		case kind == "dead" && r.Method == http.MethodPost && r.URL.Query().Has("replay"):
-			replay.ServeHTTP(w, r)
+		case below == "dead" && r.Method == http.MethodPost && r.URL.Query().Has("replay"):
+			if guarded(w, r, apiToken) {
+				admin.Handler(name).ServeHTTP(w, r)
+			}
 		case r.Method == http.MethodGet || r.Method == http.MethodHead:
-			streams.ServeHTTP(w, r)
+			if guarded(w, r, apiToken) {
+				streams.ServeHTTP(w, r)
+			}
 		default:
 			writeAPIError(w, http.StatusForbidden, codeForbidden, "the inbox's streams are written only by the inbox")
 		}
 	}), problems, nil
+}
+
+// guarded reports whether r may reach the inbox's operator routes, and
+// answers it if not.
+func guarded(w http.ResponseWriter, r *http.Request, apiToken string) bool {
+	if apiToken != "" && !hasToken(r, apiToken) {
+		refuse(w, "the inbox's streams need the API token")
+		return false
+	}
+	return true
+}
+
+// inboxCursor is the processor subscription's acknowledged offset of a
+// records stream: where the inbox's records stop being pending.
+func inboxCursor(engine *webhooks.Engine) inbox.Cursor {
+	return func(ctx context.Context, stream string) (string, error) {
+		c, err := engine.Consumer(ctx, webhooks.ConsumerID(inboxHandler, stream))
+		if errors.Is(err, webhooks.ErrConsumerNotFound) {
+			return webhooks.OffsetNone, nil
+		}
+		if err != nil {
+			return "", err
+		}
+		for _, s := range c.Streams {
+			if s.Path == stream {
+				return s.Offset, nil
+			}
+		}
+		return webhooks.OffsetNone, nil
+	}
 }
