@@ -129,11 +129,11 @@ func TestAdminReplaysByID(t *testing.T) {
 	forged, err := json.Marshal(inbox.DeadLetter{Record: inbox.Record{Provider: "github", DeliveryID: "forged", Body: []byte("{}")}, Reason: "x"})
 	require.NoError(t, err)
 	for query, status := range map[string]int{
-		"replay=forged":               http.StatusNotFound,
-		"replay":                      http.StatusBadRequest,
-		"replay=d1":                   http.StatusNotFound,   // processed, never dead
-		"offset=00000000000000000099": http.StatusBadRequest, // past the tail
-		"offset=00000000000000000001": http.StatusNotFound,   // the tail
+		"replay=forged":  http.StatusNotFound,
+		"replay":         http.StatusBadRequest,
+		"replay=d1":      http.StatusNotFound,   // processed, never dead
+		"at=bm9uc2Vuc2U": http.StatusBadRequest, // not a position
+		"offset=x":       http.StatusBadRequest,
 	} {
 		w := post(query, string(forged))
 		assert.Equal(t, status, w.Code, query)
@@ -146,7 +146,7 @@ func TestAdminReplaysByID(t *testing.T) {
 	require.Equal(t, 4, count())
 	dead, err := admin.List(context.Background(), "github", inbox.StatusDead, "", 1)
 	require.NoError(t, err)
-	w = post("offset="+dead.Entries[0].Offset, "")
+	w = post("at="+dead.Entries[0].At, "")
 	require.Equal(t, http.StatusOK, w.Code, w.Body.String())
 	h.mu.Lock()
 	got := h.streams[records][3:]

@@ -137,6 +137,7 @@ type Handler struct {
 	clock     clock.Clock
 	log       *slog.Logger
 	seen      *dedup
+	daily     bool
 }
 
 // provider is a Provider with its defaults resolved.
@@ -158,6 +159,7 @@ type options struct {
 	log         *slog.Logger
 	dedupWindow time.Duration
 	dedupCap    int
+	daily       bool
 }
 
 // WithMaxBodyBytes bounds a delivery's body; a larger one gets 413.
@@ -178,6 +180,16 @@ func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = l } }
 func WithDedup(window time.Duration, capacity int) Option {
 	return func(o *options) { o.dedupWindow, o.dedupCap = window, capacity }
 }
+
+// WithDailyPartitions appends records, and a Processor's dead letters,
+// to daily partitions of their streams, "{Stream}/{yyyy-mm-dd}" by the
+// clock's UTC day, so that a Sweep can delete whole partitions past their
+// retention. The Appender then creates a missing partition, as a JSON
+// stream, on its first append, and the engine's subscription must match
+// the partitions, e.g. "/inbox/*/records/**", which matches an
+// unpartitioned stream too: a Processor reads both, so a host can turn
+// partitions on over existing streams.
+func WithDailyPartitions() Option { return func(o *options) { o.daily = true } }
 
 // New returns a Handler that appends deliveries to appender, for the
 // providers given. It refuses a provider without a valid Name or a Scheme,
@@ -209,6 +221,7 @@ func New(appender Appender, providers []Provider, opts ...Option) (*Handler, err
 		maxBody:   o.maxBody,
 		clock:     o.clock,
 		log:       o.log,
+		daily:     o.daily,
 	}
 	if o.dedupWindow > 0 && o.dedupCap > 0 {
 		h.seen = newDedup(o.dedupWindow, o.dedupCap)
@@ -308,6 +321,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id := p.scheme.DeliveryID(r.Header, body)
+	now := h.clock.Now()
 	if id != "" && h.seen != nil && h.seen.has(p.name, id, h.clock.Now()) {
 		w.WriteHeader(p.status)
 		return
@@ -319,18 +333,22 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	record, err := json.Marshal(Record{
 		Provider:   p.name,
 		DeliveryID: id,
-		ReceivedAt: h.clock.Now().UTC(),
+		ReceivedAt: now.UTC(),
 		Header:     header,
 		Body:       body,
 		Path:       below,
 		Query:      r.URL.RawQuery,
 	})
+	stream := p.stream
+	if h.daily {
+		stream = partition(stream, now)
+	}
 	if err == nil {
-		err = h.appender.Append(r.Context(), p.stream, record)
+		err = h.appender.Append(r.Context(), stream, record)
 	}
 	if err != nil {
 		h.log.ErrorContext(r.Context(), "inbox: appending a delivery failed",
-			"provider", p.name, "delivery_id", id, "stream", p.stream, "error", err)
+			"provider", p.name, "delivery_id", id, "stream", stream, "error", err)
 		w.Header().Set("Retry-After", retryAfter)
 		writeError(w, http.StatusServiceUnavailable, codeServiceUnavailable, "the delivery could not be stored; retry later")
 		return
