@@ -8,7 +8,10 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"time"
+
+	"github.com/benbjohnson/clock"
 
 	webhooks "github.com/streamhooks/webhooks"
 	"github.com/streamhooks/webhooks/examples/internal/dstream"
@@ -48,7 +51,8 @@ var inboxStreams = []string{"records", "dead"}
 // stored but unprocessed, until an operator deletes it and restarts the
 // server. Each is logged and returned; neither fails the start.
 func mountInbox(ctx context.Context, engine *webhooks.Engine, streams *dstream.Server, next http.Handler,
-	providers []inbox.Provider, processor *inbox.Processor, apiToken string, log *slog.Logger) (http.Handler, []string, error) {
+	providers []inbox.Provider, processor *inbox.Processor, cfg Config, log *slog.Logger) (http.Handler, []string, error) {
+	apiToken := cfg.APIToken
 	var problems []string
 	report := func(format string, args ...any) {
 		problems = append(problems, fmt.Sprintf(format, args...))
@@ -78,18 +82,24 @@ func mountInbox(ctx context.Context, engine *webhooks.Engine, streams *dstream.S
 	// from the streams' start, so that no record is skipped. Processing is
 	// in process and quick: a batch a crash left in flight is retried
 	// after 5 s, not after a webhook's 30.
-	_, err := engine.CreateSubscription(ctx, &webhooks.Subscription{
-		ID: inboxHandler, Pattern: "/inbox/*/records", Delivery: webhooks.DeliveryHandler, Handler: inboxHandler,
-		Events: &webhooks.EventsOptions{MaxBatchEvents: 1, MaxBatchBytes: webhooks.DefaultMaxBatchBytes, Timeout: 5 * time.Second},
-		Retry:  &webhooks.RetryPolicy{MaxAttempts: webhooks.DefaultMaxAttempts},
-	}, webhooks.OffsetNone)
-	switch {
-	case errors.Is(err, webhooks.ErrSubscriptionExists):
-		report("the subscription %q exists with another configuration, created before its ID was reserved; records are stored but not processed until an operator deletes it and restarts the server", inboxHandler)
-	case err != nil:
-		return nil, nil, fmt.Errorf("creating the inbox's subscription: %w", err)
+	for _, sub := range inboxSubscriptions {
+		_, err := engine.CreateSubscription(ctx, &webhooks.Subscription{
+			ID: sub.id, Pattern: sub.pattern, Delivery: webhooks.DeliveryHandler, Handler: inboxHandler,
+			Events: &webhooks.EventsOptions{MaxBatchEvents: 1, MaxBatchBytes: webhooks.DefaultMaxBatchBytes, Timeout: 5 * time.Second},
+			Retry:  &webhooks.RetryPolicy{MaxAttempts: webhooks.DefaultMaxAttempts},
+		}, webhooks.OffsetNone)
+		switch {
+		case errors.Is(err, webhooks.ErrSubscriptionExists):
+			report("the subscription %q exists with another configuration, created before its ID was reserved; records are stored but not processed until an operator deletes it and restarts the server", sub.id)
+		case err != nil:
+			return nil, nil, fmt.Errorf("creating the inbox's subscription: %w", err)
+		}
 	}
-	h, err := inbox.New(streams, usable, inbox.WithLogger(log))
+	opts := []inbox.Option{inbox.WithLogger(log)}
+	if cfg.InboxRetention {
+		opts = append(opts, inbox.WithDailyPartitions())
+	}
+	h, err := inbox.New(newInboxAppender(streams), usable, opts...)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -143,7 +153,11 @@ func guarded(w http.ResponseWriter, r *http.Request, apiToken string) bool {
 // records stream: where the inbox's records stop being pending.
 func inboxCursor(engine *webhooks.Engine) inbox.Cursor {
 	return func(ctx context.Context, stream string) (string, error) {
-		c, err := engine.Consumer(ctx, webhooks.ConsumerID(inboxHandler, stream))
+		id := inboxHandler
+		if strings.Count(stream, "/") > 3 { // /inbox/{provider}/records/{day}
+			id = inboxPartitions
+		}
+		c, err := engine.Consumer(ctx, webhooks.ConsumerID(id, stream))
 		if errors.Is(err, webhooks.ErrConsumerNotFound) {
 			return webhooks.OffsetNone, nil
 		}
@@ -156,5 +170,67 @@ func inboxCursor(engine *webhooks.Engine) inbox.Cursor {
 			}
 		}
 		return webhooks.OffsetNone, nil
+	}
+}
+
+// inboxSubscriptions are the processor's: one of the unpartitioned
+// records streams, as data directories written before partitions have it,
+// and one of their daily partitions (Config.InboxRetention). Two, not one
+// wider pattern, because a subscription's pattern cannot be widened in
+// place: the engine matches new streams by the pattern it started with.
+var inboxSubscriptions = []struct{ id, pattern string }{
+	{inboxHandler, "/inbox/*/records"},
+	{inboxPartitions, "/inbox/*/records/*"},
+}
+
+// inboxPartitions is the ID of the subscription of the records'
+// partitions.
+const inboxPartitions = "inbox-partitions"
+
+// inboxAppender appends to the inbox's streams, creating a day's partition
+// (inbox.WithDailyPartitions) on its first append.
+type inboxAppender struct {
+	streams *dstream.Server
+	created sync.Map // the streams known to exist
+}
+
+func newInboxAppender(streams *dstream.Server) *inboxAppender {
+	return &inboxAppender{streams: streams}
+}
+
+// Append implements inbox.Appender.
+func (a *inboxAppender) Append(ctx context.Context, stream string, record []byte) error {
+	if _, ok := a.created.Load(stream); !ok {
+		if err := a.streams.Create(ctx, stream, "application/json"); err != nil {
+			return err
+		}
+		a.created.Store(stream, true)
+	}
+	return a.streams.Append(ctx, stream, record)
+}
+
+// sweepInbox runs processor's retention sweep each hour of clk, until the
+// function it returns is called, which waits for a sweep in progress.
+func sweepInbox(engine *webhooks.Engine, streams *dstream.Server, processor *inbox.Processor, clk clock.Clock, log *slog.Logger) func() {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	tick := clk.Ticker(time.Hour)
+	go func() {
+		defer close(done)
+		defer tick.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+				if _, err := processor.Sweep(ctx, streams, inboxCursor(engine), streams, inbox.Retention{}); err != nil {
+					log.ErrorContext(ctx, "inbox: the retention sweep failed; it runs again in an hour", "error", err)
+				}
+			}
+		}
+	}()
+	return func() {
+		cancel()
+		<-done
 	}
 }
