@@ -92,6 +92,7 @@ func parseConfig(args []string, getenv func(string) string) (exampleserver.Confi
 	postgres := fs.String("postgres", "", "keep streams and engine state in this PostgreSQL database, shared with other servers on it: a DSN (default $"+postgresEnv+")")
 	keyFile := fs.String("encryption-key-file", "", "file holding the key that seals secrets in -data or -postgres: 32 bytes, base64 (default $"+encryptionKeyEnv+")")
 	inbox := fs.Bool("inbox", false, "receive github and standard (Standard Webhooks) deliveries at /inbox/{provider} into the stream /inbox/{provider}/records")
+	retention := fs.Bool("inbox-retention", false, "with -inbox, partition the inbox's streams by day and delete, hourly, processed records after 7 days and dead letters after 30")
 	secrets := map[string]string{}
 	fs.Func("inbox-secret", "PROVIDER=SECRET: the secret a provider of -inbox signs with (repeatable)", func(v string) error {
 		provider, secret, ok := strings.Cut(v, "=")
@@ -106,6 +107,9 @@ func parseConfig(args []string, getenv func(string) string) (exampleserver.Confi
 	}
 	if len(secrets) > 0 && !*inbox {
 		return exampleserver.Config{}, errors.New("-inbox-secret needs -inbox")
+	}
+	if *retention && !*inbox {
+		return exampleserver.Config{}, errors.New("-inbox-retention needs -inbox")
 	}
 	if *token == "" {
 		*token = getenv(apiTokenEnv)
@@ -127,17 +131,18 @@ func parseConfig(args []string, getenv func(string) string) (exampleserver.Confi
 		return exampleserver.Config{}, errors.New("an encryption key needs -data or -postgres: the in-memory store keeps nothing")
 	}
 	return exampleserver.Config{
-		Addr:          *addr,
-		CallbackBase:  *callbackBase,
-		Dev:           *dev,
-		DataDir:       *data,
-		Postgres:      *postgres,
-		APIToken:      *token,
-		PublicStreams: *publicStreams,
-		EncryptionKey: key,
-		Inbox:         *inbox,
-		InboxSecrets:  secrets,
-		EngineOptions: []webhooks.Option{webhooks.WithTimeouts(*waking, *liveness, 0)},
+		Addr:           *addr,
+		CallbackBase:   *callbackBase,
+		Dev:            *dev,
+		DataDir:        *data,
+		Postgres:       *postgres,
+		APIToken:       *token,
+		PublicStreams:  *publicStreams,
+		EncryptionKey:  key,
+		Inbox:          *inbox,
+		InboxSecrets:   secrets,
+		InboxRetention: *retention,
+		EngineOptions:  []webhooks.Option{webhooks.WithTimeouts(*waking, *liveness, 0)},
 	}, nil
 }
 
