@@ -13,7 +13,8 @@ import (
 // The errors of the Go API. Every exported Engine method returns errors that
 // a caller matches with errors.Is or errors.As:
 //
-//   - ErrNotStarted before Start has loaded the engine's state;
+//   - ErrNotStarted before Start has loaded the engine's state, and
+//     ErrStopped from Ready and Live after Stop;
 //   - ErrSubscriptionNotFound, ErrSubscriptionExists, ErrConsumerNotFound
 //     and ErrConsumerExists for what a call names, or would create;
 //   - a *ValidationError for an input the engine refuses, naming the field;
@@ -23,9 +24,9 @@ import (
 // The handlers answer each with the status and code of its spec, chosen in
 // one place (httpError), and never with the text of any other error.
 var (
-	// ErrNotStarted is returned by every Engine method but Start, Stop and
-	// StreamDeleted until Start has loaded the subscriptions; the handlers
-	// answer 503 SERVICE_UNAVAILABLE meanwhile. Nothing is lost from
+	// ErrNotStarted is returned by every Engine method but Start, Stop,
+	// StreamDeleted and Authorize until Start has loaded the
+	// subscriptions; the handlers answer 503 SERVICE_UNAVAILABLE meanwhile. Nothing is lost from
 	// StreamCreated and StreamAppended: Start's sweep gives every matching
 	// stream its consumers and wakes those with pending work.
 	ErrNotStarted = errors.New("webhooks: engine not started")

@@ -13,7 +13,7 @@ import (
 )
 
 // engineCalls calls every exported Engine method that returns an error,
-// but Start, Stop and StreamDeleted, on subscription s1 and its consumer of
+// but Start, Stop, StreamDeleted and Authorize, on subscription s1 and its consumer of
 // agentA.
 func engineCalls(e *webhooks.Engine, webhook string) map[string]func(ctx context.Context) error {
 	return map[string]func(ctx context.Context) error{
@@ -53,6 +53,20 @@ func engineCalls(e *webhooks.Engine, webhook string) map[string]func(ctx context
 			_, err := e.DeliveryLog(ctx, agentAID, 10)
 			return err
 		},
+		"Subscription": func(ctx context.Context) error {
+			_, err := e.Subscription(ctx, "s1")
+			return err
+		},
+		"Subscriptions": func(ctx context.Context) error {
+			_, err := e.Subscriptions(ctx)
+			return err
+		},
+		"Consumer": func(ctx context.Context) error {
+			_, err := e.Consumer(ctx, agentAID)
+			return err
+		},
+		"Ready":          func(ctx context.Context) error { return e.Ready(ctx) },
+		"Live":           func(context.Context) error { return e.Live() },
 		"ResumeConsumer": func(ctx context.Context) error { return e.ResumeConsumer(ctx, agentAID) },
 		"StreamCreated":  func(ctx context.Context) error { return e.StreamCreated(ctx, agentA) },
 		"StreamAppended": func(ctx context.Context) error { return e.StreamAppended(ctx, agentA) },

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/base64"
 	"errors"
-	"io"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -12,19 +11,10 @@ import (
 	"time"
 )
 
-// The operator routes of the subscription API. Each is the path of a
-// pattern that matches the subscription's, its id, and one more query
-// parameter naming the operation:
-//
-//	PATCH {pattern}?subscription={id}                        change status or mutable fields
-//	GET   {pattern}?subscription={id}&consumers              list consumers: &state= &limit= &cursor=
-//	GET   {pattern}?subscription={id}&consumer={cid}         get one consumer
-//	GET   {pattern}?subscription={id}&deliveries&consumer={cid}  its latest delivery attempts
-//	POST  {pattern}?subscription={id}&rewind                 {"offset": "-1"|offset, "consumer": cid}
-//	GET   {pattern}?subscription={id}&dead                   list dead letters, paged as consumers
-//	POST  {pattern}?subscription={id}&revive                 {"consumer": cid}
-//	POST  {pattern}?subscription={id}&test                   send a signed test delivery
-//	POST  {pattern}?subscription={id}&rotate                 {"overlap_ms": n}: a new secret
+// The operator routes of the subscription API are in the route table
+// (routes.go): each is the path of a pattern that matches the
+// subscription's, its id, and one more query parameter naming the
+// operation.
 
 // Page sizes of the consumer listings.
 const (
@@ -32,54 +22,29 @@ const (
 	maxConsumerPage     = 1000
 )
 
-// operation names the operator route that q asks for, or "" for none.
-func operation(q url.Values) string {
-	for _, op := range []string{"consumers", "deliveries", "rewind", "dead", "revive", "test", "rotate"} {
-		if q.Has(op) {
-			return op
-		}
-	}
-	if q.Has("consumer") {
-		return "consumer"
-	}
-	return ""
+// listConsumers answers &consumers, of the state &state= names if any.
+func (e *Engine) listConsumers(ctx context.Context, r *http.Request, sub *Subscription) (int, any, error) {
+	q := r.URL.Query()
+	return e.consumerPage(ctx, sub, ConsumerState(strings.ToUpper(q.Get("state"))), q)
 }
 
-// serveOperation answers operator route op on subscription sub.
-func (e *Engine) serveOperation(ctx context.Context, r *http.Request, sub *Subscription, op string) (int, any, error) {
-	q := r.URL.Query()
-	want := http.MethodGet
-	switch op {
-	case "rewind", "revive", "test", "rotate":
-		want = http.MethodPost
+// listDeadLetters answers &dead: the consumers in StateFailed.
+func (e *Engine) listDeadLetters(ctx context.Context, r *http.Request, sub *Subscription) (int, any, error) {
+	return e.consumerPage(ctx, sub, StateFailed, r.URL.Query())
+}
+
+// getConsumer answers &consumer={cid}.
+func (e *Engine) getConsumer(ctx context.Context, r *http.Request, sub *Subscription) (int, any, error) {
+	return e.showConsumer(ctx, sub, r.URL.Query().Get("consumer"))
+}
+
+// testRequest answers &test with a test delivery.
+func (e *Engine) testRequest(ctx context.Context, _ *http.Request, sub *Subscription) (int, any, error) {
+	res, err := e.SendTestDelivery(ctx, sub.ID)
+	if err != nil {
+		return 0, nil, err
 	}
-	if r.Method != want {
-		return 0, nil, methodNotAllowed(want)
-	}
-	switch op {
-	case "consumers", "dead":
-		state := ConsumerState(strings.ToUpper(q.Get("state")))
-		if op == "dead" {
-			state = StateFailed
-		}
-		return e.listConsumers(ctx, sub, state, q)
-	case "consumer":
-		return e.showConsumer(ctx, sub, q.Get("consumer"))
-	case "deliveries":
-		return e.listDeliveries(ctx, sub, q)
-	case "rewind":
-		return e.rewindRequest(ctx, sub, r.Body)
-	case "revive":
-		return e.reviveRequest(ctx, sub, r.Body)
-	case "test":
-		res, err := e.SendTestDelivery(ctx, sub.ID)
-		if err != nil {
-			return 0, nil, err
-		}
-		return http.StatusOK, res, nil
-	default:
-		return e.rotateRequest(ctx, sub, r.Body)
-	}
+	return http.StatusOK, res, nil
 }
 
 // consumerJSON is a consumer as the API shows it.
@@ -119,7 +84,7 @@ type deadLetterJSON struct {
 func (e *Engine) consumerViews(ctx context.Context, cs []*Consumer) ([]consumerJSON, error) {
 	out := make([]consumerJSON, len(cs))
 	for i, c := range cs {
-		t, err := e.readTails(ctx, streamPaths(c))
+		t, err := e.core.readTails(ctx, streamPaths(c))
 		if err != nil {
 			return nil, err
 		}
@@ -129,7 +94,7 @@ func (e *Engine) consumerViews(ctx context.Context, cs []*Consumer) ([]consumerJ
 			Deadline: timeOrNil(c.Deadline), Failures: c.Failures, FailingSince: timeOrNil(c.FailingSince),
 			LastError: c.LastError, UpdatedAt: c.UpdatedAt, Streams: make([]streamJSON, len(c.Streams)),
 		}
-		if c.State == StateWaking && !c.InFlight {
+		if c.State == stateDelivering && !c.InFlight {
 			v.NextAttemptAt = v.Deadline
 		}
 		if c.State == StateFailed {
@@ -145,7 +110,7 @@ func (e *Engine) consumerViews(ctx context.Context, cs []*Consumer) ([]consumerJ
 
 // ListConsumers returns a page of the consumers of subscription
 // p.SubscriptionID, as Store.ListConsumers does; StateFailed lists its
-// dead letters.
+// dead letters. A limit below 1 is a *ValidationError.
 func (e *Engine) ListConsumers(ctx context.Context, p *ListConsumersParams) ([]*Consumer, error) {
 	if err := e.checkLoaded(); err != nil {
 		return nil, err
@@ -156,7 +121,7 @@ func (e *Engine) ListConsumers(ctx context.Context, p *ListConsumersParams) ([]*
 	return e.store.ListConsumers(ctx, p)
 }
 
-func (e *Engine) listConsumers(ctx context.Context, sub *Subscription, state ConsumerState, q url.Values) (int, any, error) {
+func (e *Engine) consumerPage(ctx context.Context, sub *Subscription, state ConsumerState, q url.Values) (int, any, error) {
 	switch state {
 	case "", StateIdle, StateWaking, StateLive, StateFailed:
 	default:
@@ -235,7 +200,8 @@ type attemptJSON struct {
 	ResponseBody string    `json:"response_body,omitempty"`
 }
 
-func (e *Engine) listDeliveries(ctx context.Context, sub *Subscription, q url.Values) (int, any, error) {
+func (e *Engine) listDeliveries(ctx context.Context, r *http.Request, sub *Subscription) (int, any, error) {
+	q := r.URL.Query()
 	c, err := e.consumerOf(ctx, sub, q.Get("consumer"))
 	if err != nil {
 		return 0, nil, err
@@ -261,9 +227,9 @@ type consumerRequest struct {
 	Consumer string `json:"consumer"`
 }
 
-func (e *Engine) reviveRequest(ctx context.Context, sub *Subscription, body io.Reader) (int, any, error) {
+func (e *Engine) reviveRequest(ctx context.Context, r *http.Request, sub *Subscription) (int, any, error) {
 	var req consumerRequest
-	if err := readRequest(body, &req); err != nil {
+	if err := readRequest(r.Body, &req); err != nil {
 		return 0, nil, err
 	}
 	c, err := e.consumerOf(ctx, sub, req.Consumer)

@@ -3,7 +3,6 @@ package webhooks
 import (
 	"context"
 	"fmt"
-	"io"
 	"net/http"
 	"time"
 )
@@ -31,8 +30,8 @@ var errNoOffsetFinder = invalid("at", "this server's streams cannot map a time t
 // Rewind sets cursors back, or forward, to p.Offset, so that what follows
 // it is delivered again: replay. A consumer's delivery in progress ends,
 // its callbacks and late outcomes fenced, and its failures are forgotten; a dead letter keeps its state until it is revived. An
-// offset past a stream's tail is refused, for that consumer, with an
-// error. It returns how many consumers it rewound.
+// offset past a stream's tail is refused, for that consumer, with a
+// *ValidationError of "offset". It returns how many consumers it rewound.
 func (e *Engine) Rewind(ctx context.Context, p *RewindParams) (int, error) {
 	if err := e.checkLoaded(); err != nil {
 		return 0, err
@@ -55,8 +54,8 @@ func (e *Engine) Rewind(ctx context.Context, p *RewindParams) (int, error) {
 	e.tel.operated(ctx, "rewind")
 	n := 0
 	rewind := func(c *Consumer) error {
-		_, err := e.update(ctx, c.ID, func(c *Consumer) (change, error) {
-			t, err := e.readTails(ctx, streamPaths(c))
+		_, err := e.core.update(ctx, c.ID, func(c *Consumer) (change, error) {
+			t, err := e.core.readTails(ctx, streamPaths(c))
 			if err != nil {
 				return noChange, err
 			}
@@ -69,7 +68,7 @@ func (e *Engine) Rewind(ctx context.Context, p *RewindParams) (int, error) {
 			if info, ok := t[c.PrimaryStream]; ok && compareOffsets(offset, info.Tail) > 0 {
 				return noChange, invalidOffset("offset", "offset %s is past the tail %s of %s", offset, info.Tail, c.PrimaryStream)
 			}
-			return e.m.rewind(c, sub, offset, t, e.clock.Now()), nil
+			return e.core.rules.rewind(c, sub, offset, t, e.clock.Now()), nil
 		})
 		if err == nil {
 			n++
@@ -95,7 +94,7 @@ func (e *Engine) Rewind(ctx context.Context, p *RewindParams) (int, error) {
 // ended one's callbacks and outcomes with its new epoch; with no pending
 // work there is none to fence, since an IDLE consumer takes no outcome
 // and no ack below its cursor.
-func (m *machine) rewind(c *Consumer, sub *Subscription, offset string, t tails, now time.Time) change {
+func (m *cursorMachine) rewind(c *Consumer, sub *Subscription, offset string, t tails, now time.Time) change {
 	i := streamIndex(c.Streams, c.PrimaryStream)
 	if i < 0 {
 		return noChange
@@ -116,9 +115,9 @@ type rewindRequest struct {
 	Consumer string    `json:"consumer"`
 }
 
-func (e *Engine) rewindRequest(ctx context.Context, sub *Subscription, body io.Reader) (int, any, error) {
+func (e *Engine) rewindRequest(ctx context.Context, r *http.Request, sub *Subscription) (int, any, error) {
 	var req rewindRequest
-	if err := readRequest(body, &req); err != nil {
+	if err := readRequest(r.Body, &req); err != nil {
 		return 0, nil, err
 	}
 	if _, ok := e.source.(OffsetFinder); !req.At.IsZero() && !ok {

@@ -2,7 +2,6 @@ package webhooks
 
 import (
 	"context"
-	"io"
 	"net/http"
 	"time"
 )
@@ -21,7 +20,8 @@ const (
 // signing beside it, a second signature in the same header, for overlap,
 // so that receivers can switch over without downtime; a rotation during
 // an overlap ends that one. The API never shows the previous secret. It
-// returns ErrSubscriptionNotFound if there is no such subscription.
+// returns ErrSubscriptionNotFound if there is no such subscription, and a
+// *ValidationError for an overlap outside 0 to MaxRotationOverlap.
 func (e *Engine) RotateSecret(ctx context.Context, id string, overlap time.Duration) (string, error) {
 	if err := e.checkLoaded(); err != nil {
 		return "", err
@@ -55,9 +55,9 @@ type rotateRequest struct {
 	OverlapMS *int64 `json:"overlap_ms"`
 }
 
-func (e *Engine) rotateRequest(ctx context.Context, sub *Subscription, body io.Reader) (int, any, error) {
+func (e *Engine) rotateRequest(ctx context.Context, r *http.Request, sub *Subscription) (int, any, error) {
 	var req rotateRequest
-	if err := readOptionalRequest(body, &req); err != nil {
+	if err := readOptionalRequest(r.Body, &req); err != nil {
 		return 0, nil, err
 	}
 	overlap := DefaultRotationOverlap

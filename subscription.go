@@ -73,10 +73,8 @@ func (e *Engine) view(s *Subscription) subscriptionJSON {
 	out := subscriptionJSON{
 		SubscriptionID: s.ID, Pattern: s.Pattern, Webhook: s.Webhook, Handler: s.Handler, Description: s.Description,
 		Delivery: s.Delivery.orDefault(), Status: s.status(),
-		optionsJSON: e.m.optionsView(s), healthJSON: healthView(s.Health),
-	}
-	if s.pushes() {
-		out.pushJSON = pushView(s.Events)
+		optionsJSON: optionsView(s, e.core.rules.retryPolicy(s)), healthJSON: healthView(s.Health),
+		pushJSON: mechanismOf(s).options(s),
 	}
 	return out
 }
@@ -95,18 +93,6 @@ type createRequest struct {
 	pushJSON
 }
 
-// isSubscriptionRequest reports whether r is for the subscription API: its
-// path is a pattern and its query names a subscription or asks for a list.
-func isSubscriptionRequest(r *http.Request) bool {
-	// Most requests a host routes through Handler are stream reads; skip
-	// parsing their query unless it can name the subscription API.
-	if !strings.Contains(r.URL.RawQuery, "subscription") {
-		return false
-	}
-	q := r.URL.Query()
-	return q.Has("subscription") || q.Has("subscriptions")
-}
-
 // SubscriptionHandler returns the handler of the subscription API. The
 // request path is the glob pattern, and the query says what to do:
 //
@@ -116,7 +102,10 @@ func isSubscriptionRequest(r *http.Request) bool {
 //	GET    {pattern}?subscriptions       list those whose pattern matches
 //
 // GET and DELETE find a subscription only if the request pattern matches
-// its pattern, so "/**" reaches every subscription.
+// its pattern, so "/**" reaches every subscription. The operator routes
+// add one query parameter (see the README). Every request passes the
+// Authorizer first, one whose method no route serves too; that one is then
+// answered 405 with an Allow header.
 func (e *Engine) SubscriptionHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx, span := e.tel.tracer.Start(r.Context(), "webhooks.subscription."+strings.ToLower(r.Method))
@@ -137,8 +126,20 @@ func (e *Engine) SubscriptionHandler() http.Handler {
 	})
 }
 
+// serveSubscription finds the route r asks for in the table, asks the
+// Authorizer, and serves it: a method that no route serves at r's shape is
+// answered 405 only once the Authorizer allowed the request, and without
+// looking the subscription up.
 func (e *Engine) serveSubscription(ctx context.Context, r *http.Request) (int, any, error) {
-	if err := e.authorize(r); err != nil {
+	q := r.URL.Query()
+	s := shapeOf(q)
+	name := operationName(s, q)
+	if s == shapeSubscription && name != "" {
+		trace.SpanFromContext(ctx).SetAttributes(attribute.String("webhooks.operation", name))
+	}
+	rt, allow := findRoute(s, name, r.Method)
+	at := target{id: q.Get("subscription")}
+	if err := e.authorize(r, s, rt, at.id); err != nil {
 		return 0, nil, err
 	}
 	if err := e.checkLoaded(); err != nil {
@@ -148,41 +149,25 @@ func (e *Engine) serveSubscription(ctx context.Context, r *http.Request) (int, a
 	if err != nil {
 		return 0, nil, asInvalid("pattern", err)
 	}
-	q := r.URL.Query()
-	if !q.Has("subscription") {
-		if r.Method != http.MethodGet {
-			return 0, nil, methodNotAllowed(http.MethodGet)
+	at.pattern = pattern
+	if s == shapeSubscription {
+		if err := ValidateSubscriptionID(at.id); err != nil {
+			return 0, nil, err
 		}
-		return e.listSubscriptions(ctx, pattern)
 	}
-	id := q.Get("subscription")
-	if err := ValidateSubscriptionID(id); err != nil {
+	if rt == nil {
+		return 0, nil, &methodError{allow: allow}
+	}
+	return rt.serve(e, ctx, r, at)
+}
+
+// getSubscription answers with the subscription as the API shows it.
+func (e *Engine) getSubscription(ctx context.Context, _ *http.Request, at target) (int, any, error) {
+	sub, err := e.findSubscription(ctx, at.pattern, at.id)
+	if err != nil {
 		return 0, nil, err
 	}
-	if op := operation(q); op != "" {
-		trace.SpanFromContext(ctx).SetAttributes(attribute.String("webhooks.operation", op))
-		sub, err := e.findSubscription(ctx, pattern, id)
-		if err != nil {
-			return 0, nil, err
-		}
-		return e.serveOperation(ctx, r, sub, op)
-	}
-	switch r.Method {
-	case http.MethodPut:
-		return e.createSubscription(ctx, pattern, id, r.Body)
-	case http.MethodGet:
-		sub, err := e.findSubscription(ctx, pattern, id)
-		if err != nil {
-			return 0, nil, err
-		}
-		return http.StatusOK, e.view(sub), nil
-	case http.MethodPatch:
-		return e.patchSubscription(ctx, pattern, id, r.Body)
-	case http.MethodDelete:
-		return e.deleteSubscription(ctx, pattern, id)
-	default:
-		return 0, nil, methodNotAllowed("GET, PUT, PATCH, DELETE")
-	}
+	return http.StatusOK, e.view(sub), nil
 }
 
 // patchRequest is the body of a PATCH: the fields to change, every one
@@ -198,9 +183,10 @@ type patchRequest struct {
 // patchSubscription changes a subscription's status or mutable fields.
 // A status change is applied after the fields, so that a PATCH that
 // resumes a subscription and fixes its webhook delivers to the new one.
-func (e *Engine) patchSubscription(ctx context.Context, pattern *Pattern, id string, body io.Reader) (int, any, error) {
+func (e *Engine) patchSubscription(ctx context.Context, r *http.Request, at target) (int, any, error) {
+	pattern, id := at.pattern, at.id
 	var req patchRequest
-	if err := readRequest(body, &req); err != nil {
+	if err := readRequest(r.Body, &req); err != nil {
 		return 0, nil, err
 	}
 	if req.Status != nil && *req.Status != StatusActive && *req.Status != StatusPaused {
@@ -213,7 +199,7 @@ func (e *Engine) patchSubscription(ctx context.Context, pattern *Pattern, id str
 	if req.Signature != "" && req.Signature != sub.signature() {
 		return 0, nil, invalid("signature", "signature cannot be changed; delete and re-create the subscription")
 	}
-	if !req.pushJSON.empty() && !sub.pushes() {
+	if !req.pushJSON.empty() && !mechanismOf(sub).eventOptions() {
 		return 0, nil, invalid(req.pushJSON.field(),
 			"batch, headers, timeout_ms and filter apply only to delivery %q", DeliveryEvents)
 	}
@@ -253,13 +239,10 @@ func (e *Engine) patchSubscription(ctx context.Context, pattern *Pattern, id str
 	return http.StatusOK, e.view(sub), nil
 }
 
-func methodNotAllowed(allow string) error {
-	return &methodError{allow: allow}
-}
-
-func (e *Engine) createSubscription(ctx context.Context, pattern *Pattern, id string, body io.Reader) (int, any, error) {
+func (e *Engine) createSubscription(ctx context.Context, r *http.Request, at target) (int, any, error) {
+	pattern, id := at.pattern, at.id
 	var req createRequest
-	if err := readRequest(body, &req); err != nil {
+	if err := readRequest(r.Body, &req); err != nil {
 		return 0, nil, err
 	}
 	if req.Webhook == "" {
@@ -267,24 +250,12 @@ func (e *Engine) createSubscription(ctx context.Context, pattern *Pattern, id st
 	}
 	sub := &Subscription{ID: id, Pattern: pattern.String(), Webhook: req.Webhook, Description: req.Description,
 		Delivery: req.Delivery.orDefault(), Signature: req.Signature}
-	switch sub.Delivery {
-	case DeliveryWake:
-		if !req.pushJSON.empty() {
-			return 0, nil, invalid(req.pushJSON.field(),
-				"batch, headers, timeout_ms and filter apply only to delivery %q", DeliveryEvents)
-		}
-	case DeliveryEvents:
-		if _, ok := e.source.(EventReader); !ok {
-			return 0, nil, errNoEventReader()
-		}
-		sub.Events = defaultEventsOptions()
-		sub.Retry = &RetryPolicy{MaxAttempts: DefaultMaxAttempts}
-		sub.RateLimit = DefaultEventsRateLimit
-		if err := req.pushJSON.applyTo(sub.Events); err != nil {
-			return 0, nil, err
-		}
-	default:
+	mech, ok := mechanismFor(sub.Delivery)
+	if !ok || !mech.transport().offeredOverHTTP() {
 		return 0, nil, invalid("delivery", "unknown delivery %q; use %q or %q", req.Delivery, DeliveryWake, DeliveryEvents)
+	}
+	if err := mech.configure(sub, &req.pushJSON, e.source); err != nil {
+		return 0, nil, err
 	}
 	if req.Retry != nil && sub.Retry == nil {
 		sub.Retry = &RetryPolicy{MaxAge: e.cfg.failureGCAfter}
@@ -318,7 +289,8 @@ func (e *Engine) createSubscription(ctx context.Context, pattern *Pattern, id st
 //
 // If sub's ID is taken by a subscription configured alike, it returns that
 // one, so that a host may create its subscriptions at every start; if by
-// one configured otherwise, an error wrapping ErrSubscriptionExists.
+// one configured otherwise, an error wrapping ErrSubscriptionExists. An
+// invalid field is a *ValidationError naming it.
 func (e *Engine) CreateSubscription(ctx context.Context, sub *Subscription, from string) (*Subscription, error) {
 	if err := e.checkLoaded(); err != nil {
 		return nil, err
@@ -337,15 +309,16 @@ func (e *Engine) CreateSubscription(ctx context.Context, sub *Subscription, from
 	}
 	s := sub.Clone()
 	s.Pattern, s.Delivery, s.Status, s.Health = pattern.String(), s.Delivery.orDefault(), "", SubscriptionHealth{}
+	mech, ok := mechanismFor(s.Delivery)
 	switch {
-	case s.Delivery != DeliveryWake && !s.pushes():
+	case !ok:
 		return nil, invalid("delivery", "unknown delivery %q", s.Delivery)
-	case s.pushes() && s.Events == nil:
+	case mech.eventOptions() && s.Events == nil:
 		s.Events = defaultEventsOptions()
-	case !s.pushes() && s.Events != nil:
+	case !mech.eventOptions() && s.Events != nil:
 		return nil, invalid("delivery", "Events applies only to batching deliveries")
 	}
-	if _, ok := e.source.(EventReader); s.pushes() && !ok {
+	if _, ok := e.source.(EventReader); mech.eventOptions() && !ok {
 		return nil, errNoEventReader()
 	}
 	s, _, err = e.create(ctx, s, pattern, from)
@@ -415,12 +388,12 @@ func decodeRequest(body io.Reader, v any, optional bool) error {
 }
 
 // validate checks a subscription about to be stored: its description, its
-// destination (validateDestination), and its options.
+// destination (transport.validate), and its options.
 func (e *Engine) validate(sub *Subscription) error {
 	if len(sub.Description) > MaxDescriptionLength {
 		return invalid("description", "description is longer than %d characters", MaxDescriptionLength)
 	}
-	if err := e.validateDestination(sub); err != nil {
+	if err := mechanismOf(sub).transport().validate(e.x, sub); err != nil {
 		return err
 	}
 	return validateOptions(sub)
@@ -499,7 +472,7 @@ func (e *Engine) adoptExistingStreams(ctx context.Context, pattern *Pattern, id,
 			offset = start
 		}
 		err := e.store.CreateConsumer(ctx, newConsumer(id, s.Path, offset, e.clock.Now()))
-		e.progressed.Send()
+		e.signals.consumerWritten.Send()
 		if err != nil && !errors.Is(err, ErrConsumerExists) {
 			return fmt.Errorf("creating consumer for %s: %w", s.Path, err)
 		}
@@ -522,13 +495,14 @@ func (e *Engine) findSubscription(ctx context.Context, pattern *Pattern, id stri
 	return sub, err
 }
 
-func (e *Engine) deleteSubscription(ctx context.Context, pattern *Pattern, id string) (int, any, error) {
+func (e *Engine) deleteSubscription(ctx context.Context, _ *http.Request, at target) (int, any, error) {
+	pattern, id := at.pattern, at.id
 	sub, err := e.findSubscription(ctx, pattern, id)
 	if err != nil {
 		return 0, nil, err
 	}
 	err = e.store.DeleteSubscription(ctx, id)
-	e.progressed.Send() // its consumers went with it
+	e.signals.consumerWritten.Send() // its consumers went with it
 	if err != nil {
 		if errors.Is(err, ErrSubscriptionNotFound) {
 			return 0, nil, detail(ErrSubscriptionNotFound, "no subscription %s under %s", id, pattern)
@@ -539,7 +513,8 @@ func (e *Engine) deleteSubscription(ctx context.Context, pattern *Pattern, id st
 	return http.StatusNoContent, nil, nil
 }
 
-func (e *Engine) listSubscriptions(ctx context.Context, pattern *Pattern) (int, any, error) {
+func (e *Engine) listSubscriptions(ctx context.Context, _ *http.Request, at target) (int, any, error) {
+	pattern := at.pattern
 	subs, err := e.store.ListSubscriptions(ctx)
 	if err != nil {
 		return 0, nil, err

@@ -13,8 +13,8 @@ import (
 // with no deadline, and deliveries already in flight finish. Resuming it
 // resumes each consumer from its cursor.
 
-// errImmutable refuses a change to a field no update may make.
-var errImmutable = errors.New("delivery, signature, secret and status cannot be changed by an update; delete and re-create the subscription, rotate its secret, or pause or resume it")
+// immutable says why a change to a field no update may make is refused.
+const immutable = "delivery, signature, secret and status cannot be changed by an update; delete and re-create the subscription, rotate its secret, or pause or resume it"
 
 // PauseSubscription pauses subscription id: its consumers start no new
 // delivery until ResumeSubscription. It returns the subscription as
@@ -60,15 +60,15 @@ func (e *Engine) ResumeSubscription(ctx context.Context, id string) (*Subscripti
 	e.subs.update(sub)
 	e.tel.operated(ctx, "resume")
 	return sub, e.eachConsumer(ctx, id, "", func(c *Consumer) error {
-		_, err := e.update(ctx, c.ID, func(c *Consumer) (change, error) {
+		_, err := e.core.update(ctx, c.ID, func(c *Consumer) (change, error) {
 			var t tails
 			if c.State == StateIdle { // only a start reads the tails
 				var err error
-				if t, err = e.readTails(ctx, streamPaths(c)); err != nil {
+				if t, err = e.core.readTails(ctx, streamPaths(c)); err != nil {
 					return noChange, err
 				}
 			}
-			return e.m.resume(c, sub, t, e.clock.Now()), nil
+			return e.core.rules.resume(c, sub, t, e.clock.Now()), nil
 		})
 		return err
 	})
@@ -94,7 +94,7 @@ func (e *Engine) UpdateSubscription(ctx context.Context, id string, fn func(s *S
 			s.Secret != before.Secret || s.PreviousSecret != before.PreviousSecret ||
 			!s.PreviousSecretExpiresAt.Equal(before.PreviousSecretExpiresAt) || s.status() != before.status() ||
 			(s.Events == nil) != (before.Events == nil) {
-			return invalid(immutableField(before, s), "%v", errImmutable)
+			return invalid(immutableField(before, s), "%s", immutable)
 		}
 		return e.validate(s)
 	})
@@ -136,9 +136,9 @@ const consumerPage = 500
 // resume restarts consumer c of sub, just resumed: a retry that waited is
 // sent, unless its failures have outlasted the retry policy meanwhile, and
 // an IDLE consumer starts its pending work.
-func (m *machine) resume(c *Consumer, sub *Subscription, t tails, now time.Time) change {
+func (m *cursorMachine) resume(c *Consumer, sub *Subscription, t tails, now time.Time) change {
 	switch {
-	case c.State == StateWaking && !c.InFlight && c.Deadline.IsZero():
+	case c.State == stateDelivering && !c.InFlight && c.Deadline.IsZero():
 		if m.tooOld(c, m.retryPolicy(sub), now) {
 			return m.deadLetter(c)
 		}
