@@ -25,6 +25,10 @@ import (
 // Validator checks exchanges against the document.
 type Validator struct {
 	doc *openapi3.T
+	// providers are the inbox's, as the document's enum names them: a
+	// POST below another name is the stream protocol's, as the example
+	// server routes it.
+	providers map[string]bool
 }
 
 // New loads and validates the document.
@@ -36,7 +40,17 @@ func New() (*Validator, error) {
 	if err := doc.Validate(context.Background()); err != nil {
 		return nil, fmt.Errorf("the OpenAPI document is invalid: %w", err)
 	}
-	return &Validator{doc: doc}, nil
+	v := &Validator{doc: doc, providers: map[string]bool{}}
+	if item := doc.Paths.Value("/inbox/{provider}"); item != nil && item.Post != nil {
+		if p := item.Post.Parameters.GetByInAndName("path", "provider"); p != nil && p.Schema != nil && p.Schema.Value != nil {
+			for _, name := range p.Schema.Value.Enum {
+				if s, ok := name.(string); ok {
+					v.providers[s] = true
+				}
+			}
+		}
+	}
+	return v, nil
 }
 
 // errNotAPI marks a request the document does not cover: the stream
@@ -49,11 +63,13 @@ var operators = []string{"consumers", "deliveries", "rewind", "dead", "revive", 
 
 // route returns the document's key of the route r is for, and its path
 // parameters, classifying r as the engine and the example server route it.
-func route(r *http.Request) (string, map[string]string, error) {
+func (v *Validator) route(r *http.Request) (string, map[string]string, error) {
 	p, q := r.URL.Path, r.URL.Query()
 	switch {
 	case p == "/healthz" || p == "/readyz" || p == "/metrics" || p == "/openapi.json":
 		return p, nil, nil
+	case p == "/__ds/jwks.json" && r.URL.RawQuery == "" && (r.Method == http.MethodGet || r.Method == http.MethodHead):
+		return p, nil, nil // other requests of it are the stream protocol's
 	case strings.HasPrefix(p, "/callback/"):
 		return "/callback/{consumer_id}", map[string]string{"consumer_id": strings.TrimPrefix(p, "/callback/")}, nil
 	case q.Has("subscription") || q.Has("subscriptions"):
@@ -78,6 +94,12 @@ func route(r *http.Request) (string, map[string]string, error) {
 		if provider, ok := strings.CutSuffix(rest, "/dead"); ok && q.Has("replay") {
 			return "/inbox/{provider}/dead?replay", map[string]string{"provider": provider}, nil
 		}
+		// A POST below a provider is a delivery, but for its streams'.
+		provider, below, _ := strings.Cut(rest, "/")
+		kind, _, _ := strings.Cut(below, "/")
+		if r.Method == http.MethodPost && v.providers[provider] && kind != "records" && kind != "dead" {
+			return "/inbox/{provider}/{path}", map[string]string{"provider": provider, "path": below}, nil
+		}
 	}
 	return "", nil, errNotAPI
 }
@@ -87,7 +109,7 @@ func route(r *http.Request) (string, map[string]string, error) {
 // document does not cover (the stream protocol), and an error for an
 // engine route the document lacks or an exchange it does not allow.
 func (v *Validator) Check(r *http.Request, reqBody []byte, status int, header http.Header, body []byte) error {
-	key, params, err := route(r)
+	key, params, err := v.route(r)
 	if errors.Is(err, errNotAPI) {
 		return nil
 	}
@@ -173,7 +195,7 @@ func (tr *Transport) RoundTrip(r *http.Request) (*http.Response, error) {
 	if err != nil {
 		return nil, err
 	}
-	if _, _, rerr := route(r); rerr != nil {
+	if _, _, rerr := tr.Validator.route(r); rerr != nil {
 		return resp, nil // not an engine route: a long-poll may stream
 	}
 	body, err := io.ReadAll(resp.Body)

@@ -54,3 +54,41 @@ func TestValidatorCatchesMismatches(t *testing.T) {
 	err = check(t, v, http.MethodPost, "/**?subscription=s1&rotate", `{}`, 200, `{}`)
 	require.ErrorContains(t, err, "has no POST")
 }
+
+// The route finder classifies the inbox's routes and the JWKS as the
+// example server routes them; what it passes to the stream protocol is
+// not the document's.
+func TestRouteClassifiesTheInboxAndTheJWKS(t *testing.T) {
+	v, err := New()
+	require.NoError(t, err)
+	for target, want := range map[string]string{
+		"GET /inbox/github?status=dead":       "/inbox/{provider}",
+		"POST /inbox/github":                  "/inbox/{provider}",
+		"POST /inbox/github/org/acme?x=1":     "/inbox/{provider}/{path}",
+		"POST /inbox/standard/dead?replay=d1": "/inbox/{provider}/dead?replay",
+		"POST /inbox/github/dead?replay&at=p": "/inbox/{provider}/dead?replay",
+		"GET /__ds/jwks.json":                 "/__ds/jwks.json",
+		"POST /inbox/github/records/x":        "",
+		"POST /inbox/github/dead":             "",
+		"GET /inbox/github/org/acme":          "",
+		"POST /inbox/gitlab/org/acme":         "",
+		"GET /__ds/jwks.json?offset=-1":       "",
+		"POST /__ds/jwks.json":                "",
+	} {
+		method, path, _ := strings.Cut(target, " ")
+		key, _, err := v.route(httptest.NewRequest(method, path, nil))
+		if want == "" {
+			require.ErrorIs(t, err, errNotAPI, target)
+			continue
+		}
+		require.NoError(t, err, target)
+		require.Equal(t, want, key, target)
+	}
+
+	h := http.Header{"Content-Type": {"application/jwk-set+json"}}
+	r := httptest.NewRequest(http.MethodGet, "/__ds/jwks.json", nil)
+	good := `{"keys":[{"kty":"OKP","crv":"Ed25519","kid":"ds_wijOZRM8rMTmRNXhdJcwFkGm7ZevWKt7dfVRMo9x__E","use":"sig","alg":"EdDSA","x":"4Ncd59w3vpxmYlmatB0tufTfwIB9iIL91QCkzAAAAAA"}]}`
+	require.NoError(t, v.Check(r, nil, 200, h, []byte(good)))
+	err = v.Check(r, nil, 200, h, []byte(strings.Replace(good, `"x":`, `"d":"secret","x":`, 1)))
+	require.ErrorContains(t, err, "d", "a private member is never served")
+}

@@ -34,7 +34,7 @@ var inboxStreams = []string{"records", "dead"}
 //   - GET /inbox/{provider}?status=pending|done|dead[&from][&limit], with
 //     the API token: an operator's listing (inbox.Admin);
 //   - POST /inbox/{provider}/dead?replay={delivery_id}, or
-//     ?replay&offset={offset}, with the API token: an operator's replay of
+//     ?replay&at={position}, with the API token: an operator's replay of
 //     the dead letter the dead-letter stream holds. A body is never read,
 //     so a forged dead letter, whatever its received_at, is never
 //     replayed.
