@@ -47,7 +47,9 @@ func newConsumer(sub, path, offset string, now time.Time) *Consumer {
 }
 
 // readTails asks the source about each path once. Paths with no stream are
-// left out.
+// left out. Any other failure of the source is marked ErrStoreUnavailable:
+// the read may succeed later, so the engine retries what needed it, and its
+// APIs answer 503, not 500.
 func (e *Engine) readTails(ctx context.Context, paths []string) (tails, error) {
 	t := make(tails, len(paths))
 	for _, p := range paths {
@@ -59,7 +61,7 @@ func (e *Engine) readTails(ctx context.Context, paths []string) (tails, error) {
 			continue
 		}
 		if err != nil {
-			return nil, fmt.Errorf("reading stream %s: %w", p, err)
+			return nil, fmt.Errorf("reading stream %s: %w: %w", p, ErrStoreUnavailable, err)
 		}
 		t[p] = info
 	}
@@ -478,6 +480,9 @@ const deadLetterMsg = "webhooks: consumer is a dead letter; its cursor is kept u
 // in another state, and returns ErrConsumerNotFound if there is no such
 // consumer.
 func (e *Engine) ResumeConsumer(ctx context.Context, id string) error {
+	if err := e.checkLoaded(); err != nil {
+		return err
+	}
 	subID, _, err := ParseConsumerID(id)
 	if err != nil {
 		return ErrConsumerNotFound

@@ -3,7 +3,6 @@ package webhooks
 import (
 	"context"
 	"errors"
-	"net/http"
 	"strings"
 	"time"
 )
@@ -18,6 +17,9 @@ var ErrStreamNotFound = errors.New("webhooks: stream not found")
 // StreamCreated, StreamAppended or StreamDeleted.
 type StreamSource interface {
 	// Stream describes the stream at path, or returns ErrStreamNotFound.
+	// The engine takes any other error for a passing one, as it takes
+	// ErrStoreUnavailable: it retries the stream event that needed the
+	// read, and its APIs answer 503.
 	Stream(ctx context.Context, path string) (StreamInfo, error)
 	// MatchStreams returns every existing stream whose path matches pattern.
 	MatchStreams(ctx context.Context, pattern *Pattern) ([]StreamInfo, error)
@@ -61,16 +63,16 @@ type OffsetValidator interface {
 // checkOffset checks offset, given for the stream at path whose tail is
 // tail, as an ack's is checked: OffsetNone, or an offset of the tail's
 // length that the source could have produced and that is not past the
-// tail. Acks, rewinds and deliver_policy from_offset all go through it.
-func checkOffset(source StreamSource, path, offset, tail string) error {
+// tail, naming field. Acks, rewinds and deliver_policy from_offset all go through it.
+func checkOffset(source StreamSource, field, path, offset, tail string) error {
 	if offset == OffsetNone {
 		return nil
 	}
 	if len(offset) != len(tail) || !validOffset(source, offset) {
-		return newAPIError(http.StatusConflict, CodeInvalidOffset, "offset %q is not an offset of %s", offset, path)
+		return invalidOffset(field, "offset %q is not an offset of %s", offset, path)
 	}
 	if compareOffsets(offset, tail) > 0 {
-		return newAPIError(http.StatusConflict, CodeInvalidOffset, "offset %q is beyond the tail %q of %s", offset, tail, path)
+		return invalidOffset(field, "offset %q is beyond the tail %q of %s", offset, tail, path)
 	}
 	return nil
 }

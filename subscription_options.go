@@ -1,7 +1,6 @@
 package webhooks
 
 import (
-	"fmt"
 	"math"
 	"slices"
 	"time"
@@ -91,7 +90,7 @@ func (o *optionsJSON) applyTo(s *Subscription) error {
 func millis(field string, ms int64) (time.Duration, error) {
 	const most = math.MaxInt64 / int64(time.Millisecond)
 	if ms > most || ms < -most {
-		return 0, fmt.Errorf("%s %d is out of range", field, ms)
+		return 0, invalid(field, "%s %d is out of range", field, ms)
 	}
 	return time.Duration(ms) * time.Millisecond, nil
 }
@@ -102,23 +101,23 @@ func validateOptions(s *Subscription) error {
 	switch s.Signature {
 	case "", SignatureStreamhooks, SignatureStandard:
 	default:
-		return fmt.Errorf("unknown signature %q; use %q or %q", s.Signature, SignatureStreamhooks, SignatureStandard)
+		return invalid("signature", "unknown signature %q; use %q or %q", s.Signature, SignatureStreamhooks, SignatureStandard)
 	}
 	if s.RateLimit < 0 || s.RateLimit > maxRateLimit {
-		return fmt.Errorf("max_deliveries_per_minute must be 0 (no limit) to %d", maxRateLimit)
+		return invalid("max_deliveries_per_minute", "max_deliveries_per_minute must be 0 (no limit) to %d", maxRateLimit)
 	}
 	if r := s.Retry; r != nil {
 		if len(r.Schedule) > maxRetrySchedule {
-			return fmt.Errorf("retry.schedule_ms has more than %d entries", maxRetrySchedule)
+			return invalid("retry.schedule_ms", "retry.schedule_ms has more than %d entries", maxRetrySchedule)
 		}
 		if slices.ContainsFunc(r.Schedule, func(d time.Duration) bool { return d < time.Millisecond || d > maxRetryWait }) {
-			return fmt.Errorf("retry.schedule_ms entries must be 1 to %d", maxRetryWait.Milliseconds())
+			return invalid("retry.schedule_ms", "retry.schedule_ms entries must be 1 to %d", maxRetryWait.Milliseconds())
 		}
 		if r.MaxAttempts < 0 || r.MaxAttempts > maxAttemptsLimit {
-			return fmt.Errorf("retry.max_attempts must be 0 (no limit) to %d", maxAttemptsLimit)
+			return invalid("retry.max_attempts", "retry.max_attempts must be 0 (no limit) to %d", maxAttemptsLimit)
 		}
 		if r.MaxAge < 0 || r.MaxAge > maxRetryAge {
-			return fmt.Errorf("retry.max_age_ms must be 0 (no limit) to %d", maxRetryAge.Milliseconds())
+			return invalid("retry.max_age_ms", "retry.max_age_ms must be 0 (no limit) to %d", maxRetryAge.Milliseconds())
 		}
 	}
 	if ev := s.Events; ev != nil {
@@ -155,13 +154,13 @@ func (s *Subscription) signature() SignatureScheme {
 // stream's tail, checkOffset checks the rest.
 func validateOffset(source StreamSource, offset string) error {
 	if offset == "" || len(offset) > MaxOffsetLength {
-		return fmt.Errorf("offset must be 1 to %d characters", MaxOffsetLength)
+		return invalid("offset", "offset must be 1 to %d characters", MaxOffsetLength)
 	}
 	if r, ok := controlChar(offset); ok {
-		return fmt.Errorf("offset contains the control character %U", r)
+		return invalid("offset", "offset contains the control character %U", r)
 	}
 	if offset != OffsetNone && !validOffset(source, offset) {
-		return fmt.Errorf("offset %q is not an offset this server's streams produce", offset)
+		return invalid("offset", "offset %q is not an offset this server's streams produce", offset)
 	}
 	return nil
 }
