@@ -203,7 +203,7 @@ func (e *Engine) patchSubscription(ctx context.Context, r *http.Request, at targ
 	}
 	if !req.pushJSON.empty() && !sub.pushes() {
 		return 0, nil, invalid(req.pushJSON.field(),
-			"batch, headers, timeout_ms and filter apply only to delivery %q", DeliveryEvents)
+			"batch, headers, timeout_ms, filter and columns apply only to delivery %q", DeliveryEvents)
 	}
 	if req.Webhook != nil || req.Description != nil || req.Retry != nil || req.MaxDeliveriesPerMinute != nil || !req.pushJSON.empty() {
 		sub, err = e.UpdateSubscription(ctx, id, func(s *Subscription) error {
@@ -258,7 +258,7 @@ func (e *Engine) createSubscription(ctx context.Context, r *http.Request, at tar
 	case DeliveryWake:
 		if !req.pushJSON.empty() {
 			return 0, nil, invalid(req.pushJSON.field(),
-				"batch, headers, timeout_ms and filter apply only to delivery %q", DeliveryEvents)
+				"batch, headers, timeout_ms, filter and columns apply only to delivery %q", DeliveryEvents)
 		}
 	case DeliveryEvents:
 		if _, ok := e.source.(EventReader); !ok {
