@@ -14,7 +14,7 @@ import (
 // filter never sends what it was meant to keep back; the failures are
 // logged, once a batch. Selection that outlives ctx, the attempt's
 // timeout, stops with its cause.
-func (e *Engine) selectEvents(ctx context.Context, c *Consumer, sub *Subscription, batch EventBatch) ([]json.RawMessage, error) {
+func (x *executor) selectEvents(ctx context.Context, c *Consumer, sub *Subscription, batch EventBatch) ([]json.RawMessage, error) {
 	filter, err := compileFilter(sub.Events.Filter)
 	if err != nil {
 		return nil, err
@@ -45,7 +45,7 @@ func (e *Engine) selectEvents(ctx context.Context, c *Consumer, sub *Subscriptio
 		}
 	}
 	if failed > 0 {
-		e.log.WarnContext(ctx, "webhooks: the filter expression failed on events, which were skipped",
+		x.log.WarnContext(ctx, "webhooks: the filter expression failed on events, which were skipped",
 			"consumer_id", c.ID, "events", failed, "error", firstErr)
 	}
 	return events, nil

@@ -40,7 +40,7 @@ func (e *Engine) Rewind(ctx context.Context, p *RewindParams) (int, error) {
 	switch {
 	case p.At.IsZero():
 		if err := validateOffset(e.source, p.Offset); err != nil {
-			return 0, asInvalid("offset", err)
+			return 0, err
 		}
 	case p.Offset != "":
 		return 0, invalid("offset", "give offset or at, not both")
@@ -54,8 +54,8 @@ func (e *Engine) Rewind(ctx context.Context, p *RewindParams) (int, error) {
 	e.tel.operated(ctx, "rewind")
 	n := 0
 	rewind := func(c *Consumer) error {
-		_, err := e.update(ctx, c.ID, func(c *Consumer) (change, error) {
-			t, err := e.readTails(ctx, streamPaths(c))
+		_, err := e.core.update(ctx, c.ID, func(c *Consumer) (change, error) {
+			t, err := e.core.readTails(ctx, streamPaths(c))
 			if err != nil {
 				return noChange, err
 			}
@@ -70,7 +70,7 @@ func (e *Engine) Rewind(ctx context.Context, p *RewindParams) (int, error) {
 					return noChange, err
 				}
 			}
-			return e.m.rewind(c, sub, offset, t, e.clock.Now()), nil
+			return e.core.rules.rewind(c, sub, offset, t, e.clock.Now()), nil
 		})
 		if err == nil {
 			n++
@@ -96,7 +96,7 @@ func (e *Engine) Rewind(ctx context.Context, p *RewindParams) (int, error) {
 // ended one's callbacks and outcomes with its new epoch; with no pending
 // work there is none to fence, since an IDLE consumer takes no outcome
 // and no ack below its cursor.
-func (m *machine) rewind(c *Consumer, sub *Subscription, offset string, t tails, now time.Time) change {
+func (m *cursorMachine) rewind(c *Consumer, sub *Subscription, offset string, t tails, now time.Time) change {
 	i := streamIndex(c.Streams, c.PrimaryStream)
 	if i < 0 {
 		return noChange
@@ -130,7 +130,7 @@ func (e *Engine) rewindRequest(ctx context.Context, r *http.Request, sub *Subscr
 	}
 	if req.At.IsZero() {
 		if err := validateOffset(e.source, req.Offset); err != nil {
-			return 0, nil, asInvalid("offset", err)
+			return 0, nil, err
 		}
 	}
 	if req.Consumer != "" {

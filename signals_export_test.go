@@ -3,21 +3,33 @@ package webhooks
 import (
 	"maps"
 	"slices"
+
+	"github.com/streamhooks/webhooks/internal/testsignal"
 )
 
-// SignalProgress makes e send on ch after each write of consumers it makes
-// to its Store, each delivery attempt it ends, each reload of its
-// subscriptions and each time its scheduler parks, so that a test waits
-// for their effects without polling. Call it before Start.
-func SignalProgress(e *Engine, ch chan<- struct{}) { e.progressed.Set(ch) }
+// SignalProgress makes e send on ch at each of its signals: after each
+// write of consumers it makes to its Store, each delivery attempt it ends,
+// each handler call that returns, each reload of its subscriptions, each
+// write of its delivery log and each time its scheduler parks, so that a
+// test waits for their effects without polling. Call it before Start.
+func SignalProgress(e *Engine, ch chan<- struct{}) {
+	s := &e.signals
+	for _, sig := range []*testsignal.Signal{
+		&s.consumerWritten, &s.attemptEnded, &s.handlerReturned,
+		&s.subscriptionsReloaded, &s.schedulerParked, &s.attemptLogged,
+	} {
+		sig.Set(ch)
+	}
+}
 
 // SchedulerParked reports whether e's scheduler waits for work, its timer
 // armed after the clock's time and no kick pending: it acts again only when
 // the clock passes its timer or a transition kicks it.
 func SchedulerParked(e *Engine) bool {
-	e.parkMu.Lock()
-	defer e.parkMu.Unlock()
-	return e.parked && e.armed.Load() > e.clock.Now().UnixNano()
+	s := e.sched
+	s.parkMu.Lock()
+	defer s.parkMu.Unlock()
+	return s.parked && s.armed.Load() > e.clock.Now().UnixNano()
 }
 
 // DeliveriesRunning is how many delivery attempts e has started and not
@@ -37,7 +49,7 @@ const DeadLetterMsg = deadLetterMsg
 
 // HandlerRunning reports whether a BatchHandler call for consumer id runs.
 func HandlerRunning(e *Engine, id string) bool {
-	_, ok := e.handling.Load(id)
+	_, ok := e.x.handling.Load(id)
 	return ok
 }
 

@@ -60,10 +60,10 @@ type OffsetValidator interface {
 	ValidOffset(offset string) bool
 }
 
-// checkOffset checks offset, given for the stream at path whose tail is
-// tail, as an ack's is checked: OffsetNone, or an offset of the tail's
-// length that the source could have produced and that is not past the
-// tail, naming field. Acks, rewinds and deliver_policy from_offset all go through it.
+// checkOffset checks offset, given in field for the stream at path whose
+// tail is tail, as an ack's is checked: OffsetNone, or an offset of the
+// tail's length that the source could have produced and that is not past
+// the tail. Acks, rewinds and deliver_policy from_offset all go through it.
 func checkOffset(source StreamSource, field, path, offset, tail string) error {
 	if offset == OffsetNone {
 		return nil

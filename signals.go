@@ -1,0 +1,25 @@
+package webhooks
+
+import "github.com/streamhooks/webhooks/internal/testsignal"
+
+// signals are the points in the engine a test may wait on, instead of
+// polling or sleeping, each named by what it tells.
+type signals struct {
+	// consumerWritten: a write of consumers to the Store was made, or
+	// tried.
+	consumerWritten testsignal.Signal
+	// attemptEnded: a delivery attempt that a lane started has ended.
+	attemptEnded testsignal.Signal
+	// handlerReturned: a BatchHandler call returned, even one abandoned
+	// at its timeout.
+	handlerReturned testsignal.Signal
+	// subscriptionsReloaded: the SubscriptionFeed's reload ended.
+	subscriptionsReloaded testsignal.Signal
+	// schedulerParked: the scheduler waits for its timer or a kick.
+	schedulerParked testsignal.Signal
+	// attemptLogged: the delivery log wrote attempts to the Store.
+	attemptLogged testsignal.Signal
+	// webhookKeysReread: the periodic reread of the webhook signing keys
+	// ended.
+	webhookKeysReread testsignal.Signal
+}
