@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strconv"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -84,4 +86,69 @@ func TestFailedStreamReadIsRetried(t *testing.T) {
 	again := h.nextDelivery()
 	require.Equal(t, agentAID, again.n.ConsumerID)
 	require.Equal(t, []string{agentA}, again.n.TriggeredBy)
+}
+
+// changedMsg is logged when a reload finds subscriptions that another
+// engine changed.
+const changedMsg = "webhooks: subscriptions changed through another engine"
+
+// healthAfterLoad is a feedStore on which another engine records a failed
+// delivery of s1 (Store.UpdateHealth) just after each ListSubscriptions:
+// between an engine's load at Start and its feed's first reload, and
+// before every later reload.
+type healthAfterLoad struct{ feedStore }
+
+func (s healthAfterLoad) ListSubscriptions(ctx context.Context) ([]*webhooks.Subscription, error) {
+	subs, err := s.feedStore.ListSubscriptions(ctx)
+	if err == nil {
+		_, err = s.UpdateHealth(ctx, "s1", func(h *webhooks.SubscriptionHealth) { h.ConsecutiveFailures++ })
+	}
+	return subs, err
+}
+
+// An engine whose feed's first reload finds the subscriptions it loaded
+// at Start logs no change, though their health moved meanwhile: health is
+// no change of a subscription. A subscription created through another
+// engine is logged, and alone.
+func TestStartLogsNoSubscriptionChange(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b instanceBackend) {
+		logs, logger := newLogCapture()
+		c := newCluster(t, b.open(t, 2))
+		c.start(0)
+		c.subscribe(0, "s1", "/agents/*", "http://127.0.0.1:1/hook")
+		c.subscribe(0, "s2", "/orders/*", "http://127.0.0.1:1/hook")
+		// The Store itself: sharedStore hides its feed.
+		store := healthAfterLoad{c.stores[1].Store.(feedStore)}
+		e, err := webhooks.New(store, c.source,
+			webhooks.WithClock(c.clock), webhooks.WithCallbackBaseURL(callbackBase),
+			webhooks.WithWebhookPolicy(webhooks.WebhookPolicy{AllowLoopback: true}),
+			webhooks.WithPollInterval(testPollInterval), webhooks.WithLogger(logger))
+		require.NoError(t, err)
+		reloaded := make(chan struct{}, 1)
+		webhooks.SignalReloaded(e, reloaded)
+		c.engines[1] = e
+		c.handlers[1] = e.Handler(http.NotFoundHandler())
+		c.start(1)
+		awaitSignal(t, reloaded, "the first reload")
+		require.Empty(t, logs.lines(t, changedMsg), "nothing changed")
+		require.Equal(t, 1, webhooks.LoadedSubscription(e, "s1").Health.ConsecutiveFailures, "the reload takes the health as it is")
+
+		c.subscribe(0, "s3", "/users/*", "http://127.0.0.1:1/hook")
+		for !slices.Contains(webhooks.KnownSubscriptions(e), "s3") {
+			awaitSignal(t, reloaded, "a reload with s3")
+		}
+		lines := logs.lines(t, changedMsg)
+		require.Len(t, lines, 1)
+		require.Equal(t, []any{"s3"}, lines[0]["added"])
+	})
+}
+
+// awaitSignal waits for a token on ch.
+func awaitSignal(t *testing.T, ch <-chan struct{}, what string) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(waitFor):
+		t.Fatalf("waited in vain for %s", what)
+	}
 }

@@ -11,6 +11,10 @@ import (
 // for their effects without polling. Call it before Start.
 func SignalProgress(e *Engine, ch chan<- struct{}) { e.progressed.Set(ch) }
 
+// SignalReloaded makes e send on ch after each reload of its subscriptions
+// through the SubscriptionFeed. Call it before Start.
+func SignalReloaded(e *Engine, ch chan<- struct{}) { e.reloaded.Set(ch) }
+
 // SchedulerParked reports whether e's scheduler waits for work, its timer
 // armed after the clock's time and no kick pending: it acts again only when
 // the clock passes its timer or a transition kicks it.

@@ -76,6 +76,8 @@ type Engine struct {
 	// write, consumers to the Store, ended a delivery attempt, reloaded
 	// its subscriptions, or parked its scheduler.
 	progressed testsignal.Signal
+	// reloaded tells a test that a reload of the subscriptions ended.
+	reloaded testsignal.Signal
 	// attempts counts the delivery attempts started and not ended, and
 	// parked is set while the scheduler waits for its timer or a kick: a
 	// test moves a mock clock only while the engine is idle (see
