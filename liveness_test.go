@@ -152,3 +152,109 @@ func awaitSignal(t *testing.T, ch <-chan struct{}, what string) {
 		t.Fatalf("waited in vain for %s", what)
 	}
 }
+
+// sweepInterval is the stream sweep's interval in the liveness tests.
+const sweepInterval = time.Minute
+
+// sweepCluster is a cluster whose engines sweep every sweepInterval and
+// see the streams through one flakySource, with a signal per engine for
+// each sweep it ends.
+type sweepCluster struct {
+	*cluster
+	src      *flakySource
+	swept    []chan struct{}
+	reloaded []chan struct{}
+}
+
+// knownEverywhere waits until every engine has loaded subscription id.
+func (c *sweepCluster) knownEverywhere(id string) {
+	for i, e := range c.engines {
+		for !slices.Contains(webhooks.KnownSubscriptions(e), id) {
+			awaitSignal(c.t, c.reloaded[i], "a reload with "+id)
+		}
+	}
+}
+
+func newSweepCluster(t *testing.T, stores []sharedStore) *sweepCluster {
+	t.Helper()
+	c := &sweepCluster{cluster: &cluster{t: t, clock: newMockClock(), source: newFakeSource(), stores: stores}}
+	c.src = &flakySource{fakeSource: c.source}
+	for _, s := range stores {
+		// The Store itself, with its feed, which sharedStore hides: a
+		// survivor must know the subscriptions created through the dead.
+		e, err := webhooks.New(s.Store, c.src,
+			webhooks.WithClock(c.clock),
+			webhooks.WithCallbackBaseURL(callbackBase),
+			webhooks.WithWebhookPolicy(webhooks.WebhookPolicy{AllowLoopback: true}),
+			webhooks.WithPollInterval(testPollInterval),
+			webhooks.WithSweepInterval(sweepInterval))
+		require.NoError(t, err)
+		swept, reloaded := make(chan struct{}, 1), make(chan struct{}, 1)
+		webhooks.SignalSwept(e, swept)
+		webhooks.SignalReloaded(e, reloaded)
+		c.reloaded = append(c.reloaded, reloaded)
+		c.swept = append(c.swept, swept)
+		c.engines = append(c.engines, e)
+		c.handlers = append(c.handlers, e.Handler(http.NotFoundHandler()))
+	}
+	return c
+}
+
+// startAll starts every engine and waits for their start-up sweeps: what
+// is appended afterwards only a stream sweep can find.
+func (c *sweepCluster) startAll() {
+	for i := range c.engines {
+		c.start(i)
+		awaitSignal(c.t, c.swept[i], "the start-up sweep")
+	}
+}
+
+// An acknowledged append wakes its consumers though the engine that was to
+// wake them died: a survivor's stream sweep finds it within an interval,
+// without a restart. Both faults of the audit: a failed stream read
+// that its engine queued for a retry it did not live to make, and a host
+// killed between its append and StreamAppended.
+func TestInstancesSweepFindsStrandedAppends(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b instanceBackend) {
+		c := newSweepCluster(t, b.open(t, 3))
+		hook := newHookServer(t, func(_ post, w http.ResponseWriter) { _, _ = w.Write([]byte(`{"done":true}`)) })
+		c.startAll()
+		c.subscribe(0, "s1", "/agents/*", hook.url())
+		c.knownEverywhere("s1")
+		idleAt := func(n int) func(*webhooks.Consumer) bool {
+			return func(co *webhooks.Consumer) bool {
+				return co.State == webhooks.StateIdle && co.Streams[0].Offset == offset(n)
+			}
+		}
+		c.source.set(agentA, 1)
+		require.NoError(t, c.engines[0].StreamCreated(context.Background(), agentA))
+		require.EqualValues(t, 1, hook.next(t).n.Epoch)
+		c.waitConsumer(2, agentAID, idleAt(1))
+
+		// The read fails, so engine 0 keeps the append to retry; it dies
+		// first.
+		c.src.down.Store(true)
+		c.source.grow(agentA, 1)
+		require.ErrorIs(t, c.engines[0].StreamAppended(context.Background(), agentA), webhooks.ErrStoreUnavailable)
+		c.crash(0)
+		c.src.down.Store(false)
+		c.stepTo(c.clock.Now().Add(sweepInterval))
+		p := hook.next(t)
+		require.EqualValues(t, 2, p.n.Epoch)
+		require.Equal(t, []string{agentA}, p.n.TriggeredBy)
+		c.waitConsumer(2, agentAID, idleAt(2))
+
+		// The host dies between its append and StreamAppended, and its
+		// engine with it.
+		c.source.grow(agentA, 1)
+		c.crash(1)
+		c.stepTo(c.clock.Now().Add(sweepInterval))
+		require.EqualValues(t, 3, hook.next(t).n.Epoch)
+		c.waitConsumer(2, agentAID, idleAt(3))
+
+		counts := checkSafety(t, hook.recorded())
+		for k, n := range counts {
+			require.Equal(t, 1, n, "%v got %d POSTs", k, n)
+		}
+	})
+}

@@ -95,7 +95,10 @@ type Engine struct {
 	// patterns; the start-up sweep covers only these.
 	stored map[string]*Pattern
 
-	missed     missedStreams
+	missed missedStreams
+	sweep  streamSweep
+	// swept tells a test that Start's recovery, or a stream sweep, ended.
+	swept      testsignal.Signal
 	kick       chan struct{}
 	armed      atomic.Int64 // UnixNano the scheduler's timer waits for; 0 while it works
 	lanes      *lanes
@@ -126,6 +129,9 @@ func New(store Store, source StreamSource, opts ...Option) (*Engine, error) {
 	}
 	if cfg.callbackBase == nil {
 		return nil, errors.New("webhooks: WithCallbackBaseURL is required")
+	}
+	if cfg.sweepInterval == 0 {
+		cfg.sweepInterval = sweepPolls * cfg.pollInterval
 	}
 	metrics := newLease(store, metricsLease, &cfg)
 	tel, err := newTelemetry(cfg.tracerProvider, cfg.meterProvider, store, metrics)
@@ -167,6 +173,7 @@ func New(store Store, source StreamSource, opts ...Option) (*Engine, error) {
 		tel:    tel,
 		kick:   make(chan struct{}, 1),
 		done:   make(chan struct{}),
+		sweep:  newStreamSweep(),
 	}
 	e.callbackPrefix = cfg.callbackBase.String() + callbackSegment
 	e.failures = newFailureLog(cfg.logger, cfg.clock)
@@ -200,11 +207,12 @@ func (e *Engine) Start(ctx context.Context) error {
 	e.cancel, e.runCtx = cancel, runCtx
 	e.running = true
 	e.metrics.start(ctx, runCtx, &e.deliveries)
-	// Stop waits for the start-up sweep as it does for deliveries.
+	// Stop waits for the start-up sweep and the stream sweeps as it does
+	// for deliveries.
 	e.deliveries.Add(1)
 	go func() {
 		defer e.deliveries.Done()
-		e.recover(runCtx)
+		e.sweepLoop(runCtx)
 	}()
 	e.followFeed(runCtx)
 	e.deliveries.Add(1)
@@ -400,8 +408,10 @@ func (e *Engine) startIfPending(ctx context.Context, id, subID string) error {
 // since adopt their streams themselves, at the tail; spawning them here
 // would race that and replay whole streams. Deadlines of WAKING and LIVE
 // consumers need no sweep: they are in the Store, and the scheduler acts
-// on overdue ones as soon as it starts.
-func (e *Engine) recover(ctx context.Context) {
+// on overdue ones as soon as it starts. If tails is set, it records there
+// each stream's tail as listed, before it looks at its consumers: the
+// stream sweep's first tails (sweep.go).
+func (e *Engine) recover(ctx context.Context, tails map[uint64]uint64) {
 	ids := slices.Sorted(maps.Keys(e.stored))
 	seen := make(map[string]bool)
 	for _, id := range ids {
@@ -417,6 +427,9 @@ func (e *Engine) recover(ctx context.Context) {
 				continue
 			}
 			seen[s.Path] = true
+			if tails != nil {
+				tails[e.sweep.hash(s.Path)] = e.sweep.hash(s.Tail)
+			}
 			subs := slices.DeleteFunc(e.subs.index.match(s.Path), func(sub string) bool { return e.stored[sub] == nil })
 			if err := e.spawnAndWake(ctx, s.Path, subs); err != nil && ctx.Err() == nil {
 				e.log.ErrorContext(ctx, "webhooks: start-up sweep", "stream", s.Path, "error", err)
