@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	webhooks "github.com/streamhooks/webhooks"
+	"github.com/streamhooks/webhooks/memstore"
 )
 
 // Liveness across instances (issue 27, L1): an acknowledged append always
@@ -257,4 +258,74 @@ func TestInstancesSweepFindsStrandedAppends(t *testing.T) {
 			require.Equal(t, 1, n, "%v got %d POSTs", k, n)
 		}
 	})
+}
+
+// Stop lets the deliveries in flight end and records their outcomes: a
+// wake-up its receiver answered 2xx while the engine stopped leaves the
+// consumer LIVE, so the next engine on the Store does not time it out
+// and send it again under the same wake_id.
+func TestStopRecordsDeliveriesInFlight(t *testing.T) {
+	store := memstore.New()
+	h := newHarnessStore(t, store)
+	stopping := make(chan struct{}, 1)
+	hold := make(chan struct{})
+	h.recv.queue(reply{status: http.StatusOK, hold: hold})
+	// A second engine, whose Stop is the test's.
+	e, err := webhooks.New(store, h.source, webhooks.WithClock(h.clock), webhooks.WithCallbackBaseURL(callbackBase),
+		webhooks.WithWebhookPolicy(webhooks.WebhookPolicy{AllowLoopback: true}), webhooks.WithPollInterval(testPollInterval))
+	require.NoError(t, err)
+	webhooks.SignalStopping(e, stopping)
+	h.subscribe("s1", "/agents/*") // before e loads the subscriptions
+	require.NoError(t, e.Start(context.Background()))
+	h.source.set(agentA, 10)
+	require.NoError(t, e.StreamCreated(context.Background(), agentA))
+	d := h.nextDelivery()
+
+	stopped := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+		defer cancel()
+		stopped <- e.Stop(ctx)
+	}()
+	awaitSignal(t, stopping, "Stop")
+	require.NoError(t, d.ctx.Err(), "the POST in flight goes on")
+	close(hold)
+	require.NoError(t, <-stopped)
+	c := h.consumer(agentAID)
+	require.Equal(t, webhooks.StateLive, c.State, "the 2xx is recorded")
+	require.False(t, c.InFlight)
+}
+
+// A delivery still in flight when Stop's context ends is abandoned: its
+// POST is cancelled, and Stop says why it returned.
+func TestStopAbandonsDeliveriesPastItsContext(t *testing.T) {
+	store := memstore.New()
+	h := newHarnessStore(t, store)
+	stopping := make(chan struct{}, 1)
+	hold := make(chan struct{})
+	defer close(hold)
+	h.recv.queue(reply{status: http.StatusOK, hold: hold})
+	e, err := webhooks.New(store, h.source, webhooks.WithClock(h.clock), webhooks.WithCallbackBaseURL(callbackBase),
+		webhooks.WithWebhookPolicy(webhooks.WebhookPolicy{AllowLoopback: true}), webhooks.WithPollInterval(testPollInterval))
+	require.NoError(t, err)
+	webhooks.SignalStopping(e, stopping)
+	h.subscribe("s1", "/agents/*") // before e loads the subscriptions
+	require.NoError(t, e.Start(context.Background()))
+	h.source.set(agentA, 10)
+	require.NoError(t, e.StreamCreated(context.Background(), agentA))
+	d := h.nextDelivery()
+
+	ctx, cancel := context.WithCancel(context.Background())
+	stopped := make(chan error, 1)
+	go func() { stopped <- e.Stop(ctx) }()
+	awaitSignal(t, stopping, "Stop")
+	cancel()
+	require.ErrorIs(t, <-stopped, context.Canceled)
+	select {
+	case <-d.ctx.Done():
+	case <-time.After(waitFor):
+		t.Fatal("the POST in flight was not cancelled")
+	}
+	c := h.consumer(agentAID)
+	require.True(t, c.State == webhooks.StateWaking && c.InFlight, "the attempt stays in flight, to time out")
 }

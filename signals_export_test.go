@@ -20,6 +20,10 @@ func SignalReloaded(e *Engine, ch chan<- struct{}) { e.reloaded.Set(ch) }
 // stream sweep. Call it before Start.
 func SignalSwept(e *Engine, ch chan<- struct{}) { e.swept.Set(ch) }
 
+// SignalStopping makes e send on ch when Stop has stopped its work and
+// waits for its deliveries in flight. Call it before Start.
+func SignalStopping(e *Engine, ch chan<- struct{}) { e.stopping.Set(ch) }
+
 // SchedulerParked reports whether e's scheduler waits for work, its timer
 // armed after the clock's time and no kick pending: it acts again only when
 // the clock passes its timer or a transition kicks it.

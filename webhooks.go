@@ -109,7 +109,14 @@ type Engine struct {
 	stopped bool
 	cancel  context.CancelFunc
 	runCtx  context.Context // from Start to Stop: what a request's wake sends runs in it
-	done    chan struct{}
+	// sendCtx is that of the delivery attempts in flight: it outlives
+	// runCtx until they end or Stop's context does.
+	sendCtx    context.Context
+	sendCancel context.CancelFunc
+	// stopping tells a test that Stop has stopped the engine's work and
+	// waits for the deliveries in flight.
+	stopping testsignal.Signal
+	done     chan struct{}
 }
 
 // New returns an engine over store and source. It does no I/O: Start reads
@@ -205,6 +212,7 @@ func (e *Engine) Start(ctx context.Context) error {
 	}
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	e.cancel, e.runCtx = cancel, runCtx
+	e.sendCtx, e.sendCancel = context.WithCancel(context.WithoutCancel(ctx))
 	e.running = true
 	e.metrics.start(ctx, runCtx, &e.deliveries)
 	// Stop waits for the start-up sweep and the stream sweeps as it does
@@ -266,8 +274,11 @@ func (e *Engine) checkLoaded() error {
 }
 
 // Stop stops the engine and waits, until ctx ends, for its goroutines to
-// exit. Deliveries in flight are abandoned; their attempts time out and are
-// retried by the next engine on the Store. Stop is idempotent.
+// exit. It starts no delivery, and lets those in flight end and record
+// their outcomes, so that a delivery its receiver accepted is not sent
+// again by another engine. If ctx ends first, the deliveries still in
+// flight are abandoned, and Stop returns ctx's error: their attempts time
+// out and are retried by the next engine on the Store. Stop is idempotent.
 func (e *Engine) Stop(ctx context.Context) error {
 	e.mu.Lock()
 	running := e.running
@@ -279,10 +290,13 @@ func (e *Engine) Stop(ctx context.Context) error {
 	if !running {
 		return nil
 	}
+	e.stopping.Send()
 	select {
 	case <-e.done:
+		e.sendCancel()
 		return nil
 	case <-ctx.Done():
+		e.sendCancel()
 		return ctx.Err()
 	}
 }
