@@ -34,7 +34,9 @@ var (
 // Authorizer decides whether a subscription API request may proceed. It
 // sees the request (its headers, path and query), the operation, and the
 // subscription ID as the query gives it, not yet validated, or "" for
-// OpList. It returns nil to allow the request, an error wrapping
+// OpList. A request whose method the API does not serve is asked as
+// OpRead, or OpList for a list, and answered 405 only if allowed. It
+// returns nil to allow the request, an error wrapping
 // ErrUnauthorized or ErrForbidden to refuse it, or any other error, which is
 // logged and answered with a generic 500. The client never sees the error's
 // text.
@@ -55,48 +57,26 @@ func WithAuthorizer(authorize Authorizer) Option {
 	}
 }
 
-// authorize runs the host's Authorizer on a subscription API request.
-// Requests with no operation are let through: they are answered 405 without
-// touching anything.
-func (e *Engine) authorize(r *http.Request) error {
-	op, id, ok := subscriptionOperation(r)
-	if e.cfg.authorizer == nil || !ok {
+// authorize runs the host's Authorizer on a subscription API request of
+// shape s for route rt, or for none if its method is served by no route:
+// then it is asked as the read of its shape, since all the request can
+// learn is the methods served there.
+func (e *Engine) authorize(r *http.Request, s shape, rt *route, id string) error {
+	if e.cfg.authorizer == nil {
 		return nil
 	}
-	err := e.cfg.authorizer(r, op, id)
+	op := OpRead
 	switch {
-	case err == nil:
-		return nil
-	case errors.Is(err, ErrUnauthorized):
-		ae := newAPIError(http.StatusUnauthorized, CodeUnauthorized, "authentication required")
-		ae.authenticate = "Bearer"
-		return ae
-	case errors.Is(err, ErrForbidden):
-		return newAPIError(http.StatusForbidden, CodeForbidden, "not allowed")
-	default:
+	case rt != nil:
+		op = rt.op
+	case s == shapeList:
+		op = OpList
+	}
+	if op == OpList {
+		id = ""
+	}
+	if err := e.cfg.authorizer(r, op, id); err != nil {
 		return fmt.Errorf("authorizing %s: %w", op, err)
 	}
-}
-
-// subscriptionOperation maps a subscription API request to its operation
-// and subscription ID. ok is false for a method the API does not serve.
-func subscriptionOperation(r *http.Request) (op Operation, id string, ok bool) {
-	q := r.URL.Query()
-	if !q.Has("subscription") {
-		return OpList, "", r.Method == http.MethodGet
-	}
-	id = q.Get("subscription")
-	switch r.Method {
-	case http.MethodPut:
-		return OpCreate, id, true
-	case http.MethodGet:
-		return OpRead, id, true
-	case http.MethodDelete:
-		return OpDelete, id, true
-	case http.MethodPatch:
-		return OpUpdate, id, true
-	case http.MethodPost:
-		return OpOperate, id, true
-	}
-	return "", "", false
+	return nil
 }

@@ -18,6 +18,7 @@ import (
 
 	webhooks "github.com/streamhooks/webhooks"
 	"github.com/streamhooks/webhooks/memstore"
+	"github.com/streamhooks/webhooks/receiver"
 )
 
 // authCall is one call of an Authorizer, as it saw it.
@@ -106,10 +107,11 @@ func TestAuthorizerSeesOperationAndSubscriptionID(t *testing.T) {
 		{http.MethodDelete, "/agents/*", webhooks.OpDelete, "s1"},
 	}, rec.taken())
 
-	// A method the API does not serve is answered 405 without asking.
+	// A method the API does not serve is asked as a read, then answered
+	// 405.
 	resp, body = authSend(t, srv, http.MethodOptions, "/agents/*?subscription=s1", "")
 	require.Equal(t, http.StatusMethodNotAllowed, resp.StatusCode, string(body))
-	require.Empty(t, rec.taken())
+	require.Equal(t, []authCall{{http.MethodOptions, "/agents/*", webhooks.OpRead, "s1"}}, rec.taken())
 }
 
 func TestAuthorizerUnauthorizedIs401WithBearerChallenge(t *testing.T) {
@@ -128,7 +130,7 @@ func TestAuthorizerUnauthorizedIs401WithBearerChallenge(t *testing.T) {
 		{http.MethodGet, "/agents/*?subscription=s1&deliveries&consumer=x", ""},
 	} {
 		resp, body := authSend(t, srv, r.method, r.target, r.body)
-		subRequireError(t, http.StatusUnauthorized, webhooks.CodeUnauthorized, resp.StatusCode, body, resp.Header.Get("Content-Type"))
+		subRequireError(t, http.StatusUnauthorized, receiver.ErrorCode("UNAUTHORIZED"), resp.StatusCode, body, resp.Header.Get("Content-Type"))
 		require.Equal(t, "Bearer", resp.Header.Get("WWW-Authenticate"))
 		require.NotContains(t, string(body), "sk-do-not-echo")
 	}
@@ -144,7 +146,7 @@ func TestAuthorizerForbiddenIs403AndChangesNothing(t *testing.T) {
 	rec.refuseWith(fmt.Errorf("tenant b may not touch s1: %w", webhooks.ErrForbidden))
 
 	resp, body := authSend(t, srv, http.MethodDelete, "/agents/*?subscription=s1", "")
-	subRequireError(t, http.StatusForbidden, webhooks.CodeForbidden, resp.StatusCode, body, resp.Header.Get("Content-Type"))
+	subRequireError(t, http.StatusForbidden, receiver.ErrorCode("FORBIDDEN"), resp.StatusCode, body, resp.Header.Get("Content-Type"))
 	require.Empty(t, resp.Header.Get("WWW-Authenticate"))
 	require.NotContains(t, string(body), "tenant b")
 	_, err := h.store.GetSubscription(context.Background(), "s1")
@@ -158,7 +160,7 @@ func TestAuthorizerOtherErrorIsLoggedGeneric500(t *testing.T) {
 	rec.refuseWith(errors.New("identity provider at 10.0.0.7 timed out"))
 
 	resp, body := authSend(t, srv, http.MethodGet, "/**?subscriptions", "")
-	subRequireError(t, http.StatusInternalServerError, webhooks.CodeInternal, resp.StatusCode, body, resp.Header.Get("Content-Type"))
+	subRequireError(t, http.StatusInternalServerError, receiver.ErrorCode("INTERNAL_ERROR"), resp.StatusCode, body, resp.Header.Get("Content-Type"))
 	require.NotContains(t, string(body), "10.0.0.7")
 	require.NotContains(t, string(body), "identity provider")
 	require.Contains(t, logs.String(), "identity provider at 10.0.0.7 timed out")
@@ -171,7 +173,7 @@ func TestAuthorizerDoesNotGuardCallbacks(t *testing.T) {
 	rec.taken()
 	rec.refuseWith(webhooks.ErrUnauthorized)
 
-	r := h.callback(agentAID, d.n.Token, webhooks.CallbackRequest{Epoch: epoch(1), Done: true})
+	r := h.callback(agentAID, d.n.Token, receiver.CallbackRequest{Epoch: epoch(1), Done: true})
 	require.Equal(t, http.StatusOK, r.status, r.raw)
 	require.Empty(t, rec.taken())
 }

@@ -1,10 +1,7 @@
 package webhooks_test
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -15,52 +12,8 @@ import (
 
 	webhooks "github.com/streamhooks/webhooks"
 	"github.com/streamhooks/webhooks/memstore"
+	"github.com/streamhooks/webhooks/receiver"
 )
-
-// benchBody is a notification-sized body to sign.
-var benchBody = []byte(strings.Repeat(`{"consumer_id":"s1:%2Fagents%2Fa","epoch":1}`, 12))
-
-func BenchmarkSignPayload(b *testing.B) {
-	b.ReportAllocs()
-	for b.Loop() {
-		webhooks.SignPayload("whsec_0123456789abcdef", testStart, benchBody)
-	}
-}
-
-func BenchmarkVerifySignature(b *testing.B) {
-	sig := webhooks.SignPayload("whsec_0123456789abcdef", testStart, benchBody)
-	b.ReportAllocs()
-	for b.Loop() {
-		if err := webhooks.VerifySignature("whsec_0123456789abcdef", sig, benchBody, testStart, webhooks.DefaultSignatureTolerance); err != nil {
-			b.Fatal(err)
-		}
-	}
-}
-
-// BenchmarkParseNotification measures what a Go consumer does first with
-// every wake-up: verify the signature and decode the body.
-func BenchmarkParseNotification(b *testing.B) {
-	const secret = "whsec_0123456789abcdef"
-	body, err := json.Marshal(webhooks.Notification{
-		ConsumerID:    agentAID,
-		Epoch:         7,
-		WakeID:        "w_0123456789abcdef0123456789abcdef",
-		PrimaryStream: agentA,
-		Streams:       streamOffsets(agentA, offset(10)),
-		TriggeredBy:   []string{agentA},
-		Callback:      callbackBase + "/callback/" + agentAID,
-		Token:         strings.Repeat("t", 220),
-	})
-	require.NoError(b, err)
-	r := &http.Request{Header: http.Header{webhooks.SignatureHeader: {webhooks.SignPayload(secret, testStart, body)}}}
-	b.ReportAllocs()
-	for b.Loop() {
-		r.Body = io.NopCloser(bytes.NewReader(body))
-		if _, err := webhooks.ParseNotification(r, secret, testStart); err != nil {
-			b.Fatal(err)
-		}
-	}
-}
 
 // BenchmarkStreamAppendedWake measures one state transition through the
 // Store: an append that wakes an IDLE consumer (IDLE → WAKING), with the
@@ -123,7 +76,7 @@ func BenchmarkWakeCycle(b *testing.B) {
 	for b.Loop() {
 		tail := h.appendTo(agentA, 10)
 		d := h.nextDelivery()
-		r := h.callback(agentAID, d.n.Token, webhooks.CallbackRequest{
+		r := h.callback(agentAID, d.n.Token, receiver.CallbackRequest{
 			Epoch:  &d.n.Epoch,
 			WakeID: d.n.WakeID,
 			Acks:   streamOffsets(agentA, tail),

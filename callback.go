@@ -8,10 +8,10 @@ import (
 	"io"
 	"net/http"
 	"slices"
-	"strconv"
 	"strings"
-	"time"
 	"unicode/utf8"
+
+	"github.com/streamhooks/webhooks/receiver"
 )
 
 // Limits on callbacks and consumers, so that no request can grow memory
@@ -38,30 +38,6 @@ const (
 // callbackSegment precedes the consumer ID in every callback URL.
 const callbackSegment = "/callback/"
 
-// apiError is an error answered to the client with the spec's status, code
-// and message.
-type apiError struct {
-	status  int
-	code    ErrorCode
-	message string
-	token   string // only for TOKEN_EXPIRED
-	allow   string // the Allow header of a 405
-	// authenticate is the WWW-Authenticate header of a 401 from an
-	// Authorizer.
-	authenticate string
-	// is, if set, is the sentinel error a Go caller matches this one by.
-	is error
-}
-
-func (e *apiError) Error() string { return string(e.code) + ": " + e.message }
-
-// Unwrap lets a Go caller match the error with errors.Is.
-func (e *apiError) Unwrap() error { return e.is }
-
-func newAPIError(status int, code ErrorCode, format string, args ...any) *apiError {
-	return &apiError{status: status, code: code, message: fmt.Sprintf(format, args...)}
-}
-
 // CallbackHandler returns the handler of the callback API. Mount it so that
 // it sees the callback URLs the engine hands out: base + "/callback/{id}".
 // It reads the consumer ID from the raw, percent-encoded path, so the host's
@@ -76,7 +52,7 @@ func (e *Engine) serveCallback(w http.ResponseWriter, r *http.Request) {
 	resp, err := e.callback(ctx, r)
 	code := "OK"
 	if err != nil {
-		code = string(asAPIError(err).code)
+		code = string(httpError(err).code)
 	}
 	e.tel.callbackDone(ctx, span, code)
 	if err != nil {
@@ -91,25 +67,23 @@ func (e *Engine) callback(ctx context.Context, r *http.Request) (*successRespons
 	if err := e.checkLoaded(); err != nil {
 		return nil, err
 	}
-	if r.Method != http.MethodPost {
-		ae := newAPIError(http.StatusMethodNotAllowed, CodeInvalidRequest, "callbacks must use POST")
-		ae.allow = http.MethodPost
-		return nil, ae
+	if rt, allow := findRoute(shapeCallback, "", r.Method); rt == nil {
+		return nil, &methodError{allow: allow}
 	}
 	id, err := callbackConsumerID(r.URL.EscapedPath())
 	if err != nil {
-		return nil, newAPIError(http.StatusBadRequest, CodeInvalidRequest, "%v", err)
+		return nil, invalid("consumer_id", "%v", err)
 	}
 	raw, ok := bearerToken(r)
 	if !ok {
-		return nil, newAPIError(http.StatusUnauthorized, CodeTokenInvalid, "missing bearer token")
+		return nil, refuse(receiver.CodeTokenInvalid, "missing bearer token")
 	}
 	claims, terr := e.tokens.verify(raw)
 	if errors.Is(terr, errTokenInvalid) {
-		return nil, newAPIError(http.StatusUnauthorized, CodeTokenInvalid, "%v", terr)
+		return nil, refuse(receiver.CodeTokenInvalid, "%v", terr)
 	}
 	if claims.Subject != id {
-		return nil, newAPIError(http.StatusUnauthorized, CodeTokenInvalid, "token was not issued for this consumer")
+		return nil, refuse(receiver.CodeTokenInvalid, "token was not issued for this consumer")
 	}
 	req, err := decodeCallbackRequest(http.MaxBytesReader(nil, r.Body, MaxCallbackBodyBytes))
 	if err != nil {
@@ -120,7 +94,7 @@ func (e *Engine) callback(ctx context.Context, r *http.Request) (*successRespons
 		return e.applyCallback(ctx, c, claims, expired, req)
 	})
 	if errors.Is(err, ErrConsumerNotFound) {
-		return nil, newAPIError(http.StatusGone, CodeConsumerGone, "consumer %s no longer exists", id)
+		return nil, refuse(receiver.CodeConsumerGone, "consumer %s no longer exists", id)
 	}
 	if err != nil {
 		return nil, err
@@ -138,41 +112,41 @@ func (e *Engine) callback(ctx context.Context, r *http.Request) (*successRespons
 
 // applyCallback is the transition a callback makes, atomic in one
 // UpdateConsumer: it fails as a whole or applies as a whole.
-func (e *Engine) applyCallback(ctx context.Context, c *Consumer, claims *tokenClaims, expired bool, req *CallbackRequest) (change, error) {
+func (e *Engine) applyCallback(ctx context.Context, c *Consumer, claims *tokenClaims, expired bool, req *receiver.CallbackRequest) (change, error) {
 	if c.State == StateFailed {
 		// A dead letter is removed from the wake cycle, as spec 001's
 		// failure GC removes the consumer; only its cursor is kept.
-		return noChange, newAPIError(http.StatusGone, CodeConsumerGone, "consumer %s is a dead letter after continuous delivery failure", c.ID)
+		return noChange, refuse(receiver.CodeConsumerGone, "consumer %s is a dead letter after continuous delivery failure", c.ID)
 	}
 	// A token is bound to the epoch it was issued at, as the request is:
 	// either of another epoch is a zombie's (S6), whatever else it claims.
 	// Its signature is valid, so this is STALE_EPOCH, not TOKEN_INVALID,
 	// and the consumer learns to stop.
 	if claims.Epoch != c.Epoch {
-		return noChange, newAPIError(http.StatusConflict, CodeStaleEpoch, "token was issued for epoch %d; current epoch is %d", claims.Epoch, c.Epoch)
+		return noChange, refuse(receiver.CodeStaleEpoch, "token was issued for epoch %d; current epoch is %d", claims.Epoch, c.Epoch)
 	}
 	if *req.Epoch < c.Epoch {
-		return noChange, newAPIError(http.StatusConflict, CodeStaleEpoch, "epoch %d is stale; current epoch is %d", *req.Epoch, c.Epoch)
+		return noChange, refuse(receiver.CodeStaleEpoch, "epoch %d is stale; current epoch is %d", *req.Epoch, c.Epoch)
 	}
 	if *req.Epoch > c.Epoch {
-		return noChange, newAPIError(http.StatusConflict, CodeStaleEpoch, "epoch %d is ahead of the current epoch %d", *req.Epoch, c.Epoch)
+		return noChange, refuse(receiver.CodeStaleEpoch, "epoch %d is ahead of the current epoch %d", *req.Epoch, c.Epoch)
 	}
 	if claims.WakeID != c.WakeID {
 		// Same ID and epoch, another wake: the consumer was removed and
 		// spawned again, and this token is of the earlier one.
-		return noChange, newAPIError(http.StatusConflict, CodeStaleEpoch, "token is of an earlier consumer with this ID")
+		return noChange, refuse(receiver.CodeStaleEpoch, "token is of an earlier consumer with this ID")
 	}
 	if expired {
 		token, err := e.tokens.issue(c.ID, c.Epoch, c.WakeID)
 		if err != nil {
 			return noChange, err
 		}
-		ae := newAPIError(http.StatusUnauthorized, CodeTokenExpired, "token has expired; retry with the new token")
-		ae.token = token
-		return noChange, ae
+		pe := refuse(receiver.CodeTokenExpired, "token has expired; retry with the new token")
+		pe.token = token
+		return noChange, pe
 	}
 	if req.WakeID != "" && req.WakeID != c.WakeID {
-		return noChange, newAPIError(http.StatusConflict, CodeAlreadyClaimed, "wake_id %q is not the current wake", req.WakeID)
+		return noChange, refuse(receiver.CodeAlreadyClaimed, "wake_id %q is not the current wake", req.WakeID)
 	}
 	t, err := e.readTails(ctx, callbackPaths(c, req))
 	if err != nil {
@@ -198,7 +172,7 @@ func (e *Engine) applyCallback(ctx context.Context, c *Consumer, claims *tokenCl
 		c.WakeTails = slices.DeleteFunc(c.WakeTails, func(s StreamOffset) bool { return s.Path == p })
 	}
 	if len(c.Streams) > MaxStreamsPerConsumer {
-		return noChange, newAPIError(http.StatusBadRequest, CodeInvalidRequest, "a consumer may subscribe to at most %d streams", MaxStreamsPerConsumer)
+		return noChange, invalid("subscribe", "a consumer may subscribe to at most %d streams", MaxStreamsPerConsumer)
 	}
 	for _, a := range req.Acks {
 		if err := ack(c, a, t, e.source); err != nil {
@@ -220,23 +194,26 @@ func (e *Engine) applyCallback(ctx context.Context, c *Consumer, claims *tokenCl
 // ack moves one stream's acked offset forward. An older offset is accepted
 // and changes nothing, so retried acks are idempotent and offsets never move
 // backwards (S4). The offset must be one the source could have produced.
+// An ack of a stream the consumer does not hold, as one it has just
+// unsubscribed from, is ignored as the reference servers do: it moves no
+// cursor, and spec 001 names no error for it.
 func ack(c *Consumer, a StreamOffset, t tails, source StreamSource) error {
 	i := streamIndex(c.Streams, a.Path)
 	if i < 0 {
-		return newAPIError(http.StatusConflict, CodeInvalidOffset, "cannot ack %s: the consumer is not subscribed to it", a.Path)
+		return nil
 	}
 	if a.Offset == OffsetNone {
 		return nil
 	}
 	info, ok := t[a.Path]
 	if !ok {
-		return newAPIError(http.StatusConflict, CodeInvalidOffset, "cannot ack %s: the stream does not exist", a.Path)
+		return invalidOffset("acks", "cannot ack %s: the stream does not exist", a.Path)
 	}
 	if len(a.Offset) != len(info.Tail) || !validOffset(source, a.Offset) {
-		return newAPIError(http.StatusConflict, CodeInvalidOffset, "offset %q is not an offset of %s", a.Offset, a.Path)
+		return invalidOffset("acks", "offset %q is not an offset of %s", a.Offset, a.Path)
 	}
 	if compareOffsets(a.Offset, info.Tail) > 0 {
-		return newAPIError(http.StatusConflict, CodeInvalidOffset, "offset %q is beyond the tail %q of %s", a.Offset, info.Tail, a.Path)
+		return invalidOffset("acks", "offset %q is beyond the tail %q of %s", a.Offset, info.Tail, a.Path)
 	}
 	if compareOffsets(a.Offset, c.Streams[i].Offset) > 0 {
 		c.Streams[i].Offset = a.Offset
@@ -246,45 +223,45 @@ func ack(c *Consumer, a StreamOffset, t tails, source StreamSource) error {
 
 // decodeCallbackRequest decodes a callback body strictly: one JSON object,
 // no unknown fields, epoch present, every list and string within limits.
-func decodeCallbackRequest(body io.Reader) (*CallbackRequest, error) {
+func decodeCallbackRequest(body io.Reader) (*receiver.CallbackRequest, error) {
 	data, err := io.ReadAll(body)
 	if err != nil {
 		var tooBig *http.MaxBytesError
 		if errors.As(err, &tooBig) {
-			return nil, newAPIError(http.StatusBadRequest, CodeInvalidRequest, "request body exceeds %d bytes", MaxCallbackBodyBytes)
+			return nil, invalid("body", "request body exceeds %d bytes", MaxCallbackBodyBytes)
 		}
-		return nil, newAPIError(http.StatusBadRequest, CodeInvalidRequest, "cannot read request body")
+		return nil, invalid("body", "cannot read request body")
 	}
-	var req CallbackRequest
+	var req receiver.CallbackRequest
 	if err := decodeStrict(data, &req); err != nil {
-		return nil, newAPIError(http.StatusBadRequest, CodeInvalidRequest, "%v", err)
+		return nil, err
 	}
 	if req.Epoch == nil {
-		return nil, newAPIError(http.StatusBadRequest, CodeInvalidRequest, "epoch is required")
+		return nil, invalid("epoch", "epoch is required")
 	}
 	if err := validateCallbackRequest(&req); err != nil {
-		return nil, newAPIError(http.StatusBadRequest, CodeInvalidRequest, "%v", err)
+		return nil, err
 	}
 	return &req, nil
 }
 
-func validateCallbackRequest(req *CallbackRequest) error {
+func validateCallbackRequest(req *receiver.CallbackRequest) error {
 	for name, n := range map[string]int{"acks": len(req.Acks), "subscribe": len(req.Subscribe), "unsubscribe": len(req.Unsubscribe)} {
 		if n > MaxCallbackListLength {
-			return fmt.Errorf("%s has %d entries; at most %d are allowed", name, n, MaxCallbackListLength)
+			return invalid(name, "%s has %d entries; at most %d are allowed", name, n, MaxCallbackListLength)
 		}
 	}
 	for _, a := range req.Acks {
 		if err := validateStreamPath(a.Path); err != nil {
-			return fmt.Errorf("acks: %w", err)
+			return invalid("acks", "acks: %v", err)
 		}
 		if a.Offset == "" || len(a.Offset) > MaxOffsetLength {
-			return fmt.Errorf("acks: offset of %s must be 1 to %d characters", a.Path, MaxOffsetLength)
+			return invalid("acks", "acks: offset of %s must be 1 to %d characters", a.Path, MaxOffsetLength)
 		}
 	}
 	for _, p := range append(slices.Clip(req.Subscribe), req.Unsubscribe...) {
 		if err := validateStreamPath(p); err != nil {
-			return fmt.Errorf("subscribe/unsubscribe: %w", err)
+			return invalid("subscribe", "subscribe/unsubscribe: %v", err)
 		}
 	}
 	return nil
@@ -304,9 +281,10 @@ func validateStreamPath(p string) error {
 }
 
 // decodeStrict decodes a request body: one JSON value, no unknown fields.
+// Its error is a ValidationError of the body.
 func decodeStrict(data []byte, v any) error {
-	if err := decodeJSON(data, v, true); err != nil {
-		return fmt.Errorf("malformed JSON body: %v", err)
+	if err := decodeJSON(data, v); err != nil {
+		return invalid("body", "malformed JSON body: %v", err)
 	}
 	return nil
 }
@@ -342,53 +320,33 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 	_ = json.NewEncoder(w).Encode(v)
 }
 
-// writeError answers with the one JSON error shape. Errors that are not
-// apiErrors are logged and answered with a generic 500, or a 503 while the
-// Store cannot be reached: internal error text never reaches clients.
+// writeError answers with the one JSON error shape (httpError). Errors
+// that it does not know are logged and answered with a generic 500, and
+// those of a Store that cannot be reached with a sampled log and a 503:
+// internal error text never reaches clients.
 func (e *Engine) writeError(w http.ResponseWriter, r *http.Request, err error) {
-	ae := asAPIError(err)
+	we := httpError(err)
 	switch {
 	case errors.Is(err, ErrStoreUnavailable):
 		e.outages.failed(r, err)
-	case ae.code == CodeInternal:
+	case we.code == codeInternal:
 		e.log.ErrorContext(r.Context(), "webhooks: request failed", "method", r.Method, "path", r.URL.Path, "error", err)
 	}
-	if ae.status == http.StatusServiceUnavailable {
-		w.Header().Set("Retry-After", retryAfterSeconds)
+	for k, v := range we.header {
+		w.Header()[k] = v
 	}
-	if ae.allow != "" {
-		w.Header().Set("Allow", ae.allow)
-	}
-	if ae.authenticate != "" {
-		w.Header().Set("WWW-Authenticate", ae.authenticate)
-	}
-	writeJSON(w, ae.status, CallbackResponse{OK: false, Error: &ErrorBody{Code: ae.code, Message: ae.message}, Token: ae.token})
-}
-
-// retryAfterSeconds is the Retry-After of a 503: as long as the scheduler
-// waits before it tries the Store again.
-var retryAfterSeconds = strconv.Itoa(int(storeErrorRetry / time.Second))
-
-// asAPIError returns err as the client sees it: an apiError as is, a Store
-// that cannot be reached as a 503, any other error as a generic 500.
-func asAPIError(err error) *apiError {
-	var ae *apiError
-	switch {
-	case errors.As(err, &ae):
-		return ae
-	case errors.Is(err, ErrStoreUnavailable):
-		return newAPIError(http.StatusServiceUnavailable, CodeServiceUnavailable, "the webhook engine cannot reach its store; retry later")
-	default:
-		return newAPIError(http.StatusInternalServerError, CodeInternal, "internal error")
-	}
+	writeJSON(w, we.status, receiver.CallbackResponse{OK: false, Error: &receiver.ErrorBody{Code: we.code, Message: we.message}, Token: we.token})
 }
 
 // callbackPaths lists the streams whose tails a callback needs: those it
-// acks or subscribes to, and all of them if it may finish the cycle.
-func callbackPaths(c *Consumer, req *CallbackRequest) []string {
+// subscribes to or acks of its own, and all of them if it may finish the
+// cycle.
+func callbackPaths(c *Consumer, req *receiver.CallbackRequest) []string {
 	paths := slices.Clone(req.Subscribe)
 	for _, a := range req.Acks {
-		paths = append(paths, a.Path)
+		if streamIndex(c.Streams, a.Path) >= 0 {
+			paths = append(paths, a.Path)
+		}
 	}
 	if req.Done {
 		paths = append(paths, streamPaths(c)...)

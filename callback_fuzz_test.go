@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	webhooks "github.com/streamhooks/webhooks"
+	"github.com/streamhooks/webhooks/receiver"
 )
 
 const (
@@ -27,14 +28,14 @@ const (
 )
 
 // cbFuzzStatus is the status the spec gives each error code.
-var cbFuzzStatus = map[webhooks.ErrorCode]int{
-	webhooks.CodeInvalidRequest: http.StatusBadRequest,
-	webhooks.CodeTokenExpired:   http.StatusUnauthorized,
-	webhooks.CodeTokenInvalid:   http.StatusUnauthorized,
-	webhooks.CodeAlreadyClaimed: http.StatusConflict,
-	webhooks.CodeInvalidOffset:  http.StatusConflict,
-	webhooks.CodeStaleEpoch:     http.StatusConflict,
-	webhooks.CodeConsumerGone:   http.StatusGone,
+var cbFuzzStatus = map[receiver.ErrorCode]int{
+	receiver.CodeInvalidRequest: http.StatusBadRequest,
+	receiver.CodeTokenExpired:   http.StatusUnauthorized,
+	receiver.CodeTokenInvalid:   http.StatusUnauthorized,
+	receiver.CodeAlreadyClaimed: http.StatusConflict,
+	receiver.CodeInvalidOffset:  http.StatusConflict,
+	receiver.CodeStaleEpoch:     http.StatusConflict,
+	receiver.CodeConsumerGone:   http.StatusGone,
 }
 
 // FuzzCallback posts arbitrary bodies to the real callback handler of a
@@ -105,7 +106,7 @@ func FuzzCallback(f *testing.F) {
 
 		raw := rec.Body.String()
 		require.Equal(t, "application/json", rec.Header().Get("Content-Type"))
-		var resp webhooks.CallbackResponse
+		var resp receiver.CallbackResponse
 		require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &resp), raw)
 		after, err := h.store.GetConsumer(ctx, id)
 		if errors.Is(err, webhooks.ErrConsumerNotFound) {
@@ -120,7 +121,7 @@ func FuzzCallback(f *testing.F) {
 			require.True(t, known, "unknown error code: %s", raw)
 			require.Equal(t, status, rec.Code, raw)
 			require.NotEmpty(t, resp.Error.Message, raw)
-			require.Equal(t, resp.Error.Code == webhooks.CodeTokenExpired, resp.Token != "", raw)
+			require.Equal(t, resp.Error.Code == receiver.CodeTokenExpired, resp.Token != "", raw)
 			require.Equal(t, before, after, "a failed callback changed the consumer: %s", raw)
 			return
 		}
@@ -129,7 +130,7 @@ func FuzzCallback(f *testing.F) {
 		require.NotEmpty(t, resp.Token, raw)
 		require.Contains(t, raw, `"streams":[`)
 		require.False(t, expired, "an expired token was accepted: %s", raw)
-		var cb webhooks.CallbackRequest
+		var cb receiver.CallbackRequest
 		require.NoError(t, json.Unmarshal(body, &cb), "accepted a body that does not decode")
 		require.NotNil(t, cb.Epoch)
 		require.Equal(t, before.Epoch, *cb.Epoch, "accepted another epoch")
@@ -151,7 +152,7 @@ func FuzzCallback(f *testing.F) {
 
 // cbFuzzCheckStreams checks what a successful callback did to the
 // consumer's streams against what it asked for.
-func cbFuzzCheckStreams(t *testing.T, src *fakeSource, before, after *webhooks.Consumer, cb *webhooks.CallbackRequest) {
+func cbFuzzCheckStreams(t *testing.T, src *fakeSource, before, after *webhooks.Consumer, cb *receiver.CallbackRequest) {
 	t.Helper()
 	if after == nil {
 		for _, s := range before.Streams {

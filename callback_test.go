@@ -17,6 +17,7 @@ import (
 
 	webhooks "github.com/streamhooks/webhooks"
 	"github.com/streamhooks/webhooks/memstore"
+	"github.com/streamhooks/webhooks/receiver"
 	"github.com/streamhooks/webhooks/sqlitestore"
 )
 
@@ -37,7 +38,7 @@ func TestClaimMovesWakingToLiveAndIsIdempotent(t *testing.T) {
 	d := h.wake("s1", "/agents/*", agentA)
 	require.Equal(t, webhooks.StateWaking, h.consumer(agentAID).State)
 
-	r := h.callback(agentAID, d.n.Token, webhooks.CallbackRequest{Epoch: epoch(1), WakeID: d.n.WakeID})
+	r := h.callback(agentAID, d.n.Token, receiver.CallbackRequest{Epoch: epoch(1), WakeID: d.n.WakeID})
 	require.Equal(t, http.StatusOK, r.status, r.raw)
 	require.True(t, r.body.OK)
 	c := h.consumer(agentAID)
@@ -46,16 +47,16 @@ func TestClaimMovesWakingToLiveAndIsIdempotent(t *testing.T) {
 	require.False(t, c.InFlight, "a claim ends the WAKING timeout")
 
 	// S3: claiming again succeeds; another wake_id is refused.
-	r = h.callback(agentAID, d.n.Token, webhooks.CallbackRequest{Epoch: epoch(1), WakeID: d.n.WakeID})
+	r = h.callback(agentAID, d.n.Token, receiver.CallbackRequest{Epoch: epoch(1), WakeID: d.n.WakeID})
 	require.Equal(t, http.StatusOK, r.status, r.raw)
-	r = h.callback(agentAID, d.n.Token, webhooks.CallbackRequest{Epoch: epoch(1), WakeID: "w_forged"})
-	requireError(t, r, http.StatusConflict, webhooks.CodeAlreadyClaimed)
+	r = h.callback(agentAID, d.n.Token, receiver.CallbackRequest{Epoch: epoch(1), WakeID: "w_forged"})
+	requireError(t, r, http.StatusConflict, receiver.CodeAlreadyClaimed)
 }
 
 func TestClaimAfterTwoXXIsIdempotent(t *testing.T) {
 	h := newHarness(t)
 	d := h.live()
-	r := h.callback(agentAID, d.n.Token, webhooks.CallbackRequest{Epoch: epoch(1), WakeID: d.n.WakeID})
+	r := h.callback(agentAID, d.n.Token, receiver.CallbackRequest{Epoch: epoch(1), WakeID: d.n.WakeID})
 	require.Equal(t, http.StatusOK, r.status, r.raw)
 }
 
@@ -65,7 +66,7 @@ func TestCallbackWithoutWakeIDClaims(t *testing.T) {
 	defer close(hold)
 	h.recv.queue(reply{status: 200, hold: hold})
 	d := h.wake("s1", "/agents/*", agentA)
-	r := h.callback(agentAID, d.n.Token, webhooks.CallbackRequest{Epoch: epoch(1)})
+	r := h.callback(agentAID, d.n.Token, receiver.CallbackRequest{Epoch: epoch(1)})
 	require.Equal(t, http.StatusOK, r.status, r.raw)
 	require.Equal(t, webhooks.StateLive, h.consumer(agentAID).State)
 }
@@ -74,7 +75,7 @@ func TestStaleAndFutureEpochsAreRejected(t *testing.T) {
 	h := newHarness(t)
 	first := h.live()
 	// Finish epoch 1 with work pending: epoch 2 begins (L3).
-	r := h.callback(agentAID, first.n.Token, webhooks.CallbackRequest{Epoch: epoch(1), Acks: streamOffsets(agentA, offset(4)), Done: true})
+	r := h.callback(agentAID, first.n.Token, receiver.CallbackRequest{Epoch: epoch(1), Acks: streamOffsets(agentA, offset(4)), Done: true})
 	require.Equal(t, http.StatusOK, r.status, r.raw)
 	second := h.nextDelivery()
 	require.Equal(t, int64(2), second.n.Epoch)
@@ -82,26 +83,26 @@ func TestStaleAndFutureEpochsAreRejected(t *testing.T) {
 
 	// S6: the zombie's old token, still validly signed, gets STALE_EPOCH,
 	// not 401, so that it knows to stop.
-	r = h.callback(agentAID, first.n.Token, webhooks.CallbackRequest{Epoch: epoch(1), Acks: streamOffsets(agentA, offset(10))})
-	requireError(t, r, http.StatusConflict, webhooks.CodeStaleEpoch)
+	r = h.callback(agentAID, first.n.Token, receiver.CallbackRequest{Epoch: epoch(1), Acks: streamOffsets(agentA, offset(10))})
+	requireError(t, r, http.StatusConflict, receiver.CodeStaleEpoch)
 	require.Contains(t, r.body.Error.Message, "current epoch is 2")
 	// A current token with a stale or future epoch in the body.
-	r = h.callback(agentAID, second.n.Token, webhooks.CallbackRequest{Epoch: epoch(1)})
-	requireError(t, r, http.StatusConflict, webhooks.CodeStaleEpoch)
-	r = h.callback(agentAID, second.n.Token, webhooks.CallbackRequest{Epoch: epoch(3)})
-	requireError(t, r, http.StatusConflict, webhooks.CodeStaleEpoch)
+	r = h.callback(agentAID, second.n.Token, receiver.CallbackRequest{Epoch: epoch(1)})
+	requireError(t, r, http.StatusConflict, receiver.CodeStaleEpoch)
+	r = h.callback(agentAID, second.n.Token, receiver.CallbackRequest{Epoch: epoch(3)})
+	requireError(t, r, http.StatusConflict, receiver.CodeStaleEpoch)
 	// Nothing the zombie sent was applied.
 	require.Equal(t, streamOffsets(agentA, offset(4)), h.consumer(agentAID).Streams)
 
 	// Even once its token has expired, the zombie learns it is stale, and
 	// gets no fresh token. Epoch 2 acks everything first, so the clock can
 	// run without new wakes.
-	r = h.callback(agentAID, second.n.Token, webhooks.CallbackRequest{Epoch: epoch(2), Acks: streamOffsets(agentA, offset(10))})
+	r = h.callback(agentAID, second.n.Token, receiver.CallbackRequest{Epoch: epoch(2), Acks: streamOffsets(agentA, offset(10))})
 	require.Equal(t, http.StatusOK, r.status, r.raw)
 	h.clock.Add(2 * webhooks.DefaultTokenTTL)
 	require.Equal(t, int64(2), h.waitConsumer(agentAID, h.settled).Epoch)
-	r = h.callback(agentAID, first.n.Token, webhooks.CallbackRequest{Epoch: epoch(1)})
-	requireError(t, r, http.StatusConflict, webhooks.CodeStaleEpoch)
+	r = h.callback(agentAID, first.n.Token, receiver.CallbackRequest{Epoch: epoch(1)})
+	requireError(t, r, http.StatusConflict, receiver.CodeStaleEpoch)
 	require.Empty(t, r.body.Token)
 }
 
@@ -109,7 +110,7 @@ func TestAcksMoveForwardOnly(t *testing.T) {
 	h := newHarness(t)
 	d := h.live()
 	ackTo := func(o string) callbackResult {
-		return h.callback(agentAID, d.n.Token, webhooks.CallbackRequest{Epoch: epoch(1), Acks: streamOffsets(agentA, o)})
+		return h.callback(agentAID, d.n.Token, receiver.CallbackRequest{Epoch: epoch(1), Acks: streamOffsets(agentA, o)})
 	}
 	r := ackTo(offset(6))
 	require.Equal(t, http.StatusOK, r.status, r.raw)
@@ -124,28 +125,47 @@ func TestAcksMoveForwardOnly(t *testing.T) {
 	// The tail itself is fine; beyond it, or not an offset, is refused.
 	r = ackTo(offset(10))
 	require.Equal(t, http.StatusOK, r.status, r.raw)
-	requireError(t, ackTo(offset(11)), http.StatusConflict, webhooks.CodeInvalidOffset)
-	requireError(t, ackTo("zzz"), http.StatusConflict, webhooks.CodeInvalidOffset)
-	r = h.callback(agentAID, d.n.Token, webhooks.CallbackRequest{Epoch: epoch(1), Acks: streamOffsets("/not/subscribed", offset(1))})
-	requireError(t, r, http.StatusConflict, webhooks.CodeInvalidOffset)
+	requireError(t, ackTo(offset(11)), http.StatusConflict, receiver.CodeInvalidOffset)
+	requireError(t, ackTo("zzz"), http.StatusConflict, receiver.CodeInvalidOffset)
 	require.Equal(t, streamOffsets(agentA, offset(10)), h.consumer(agentAID).Streams)
+}
+
+// An ack of a stream the consumer does not hold, as one it has just
+// unsubscribed from, is accepted and ignored, as the reference servers do:
+// it moves no cursor and adds no stream, whatever its offset.
+func TestAckOfAStreamNotHeldIsIgnored(t *testing.T) {
+	h := newHarness(t)
+	d := h.live()
+	h.create("/tools/a", 10)
+	r := h.callback(agentAID, d.n.Token, receiver.CallbackRequest{Epoch: epoch(1), Subscribe: []string{"/tools/a"}})
+	require.Equal(t, http.StatusOK, r.status, r.raw)
+	r = h.callback(agentAID, r.body.Token, receiver.CallbackRequest{Epoch: epoch(1), Unsubscribe: []string{"/tools/a"}})
+	require.Equal(t, http.StatusOK, r.status, r.raw)
+	for _, o := range []string{offset(5), offset(99), "zzz", webhooks.OffsetNone} {
+		r = h.callback(agentAID, r.body.Token, receiver.CallbackRequest{
+			Epoch: epoch(1), Acks: streamOffsets("/tools/a", o, "/never/held", o, agentA, offset(3)),
+		})
+		require.Equal(t, http.StatusOK, r.status, r.raw)
+		require.Equal(t, streamOffsets(agentA, offset(3)), r.body.Streams)
+	}
+	require.Equal(t, streamOffsets(agentA, offset(3)), h.consumer(agentAID).Streams)
 }
 
 func TestSubscribeStartsAtTailAndMayBeLazy(t *testing.T) {
 	h := newHarness(t)
 	d := h.live()
 	h.source.set("/tools/a", 50)
-	r := h.callback(agentAID, d.n.Token, webhooks.CallbackRequest{Epoch: epoch(1), Subscribe: []string{"/tools/a", "/later/a"}})
+	r := h.callback(agentAID, d.n.Token, receiver.CallbackRequest{Epoch: epoch(1), Subscribe: []string{"/tools/a", "/later/a"}})
 	require.Equal(t, http.StatusOK, r.status, r.raw)
 	require.ElementsMatch(t, streamOffsets(agentA, webhooks.OffsetNone, "/tools/a", offset(50), "/later/a", webhooks.OffsetNone), r.body.Streams)
 	// Subscribing again is idempotent and keeps the offset.
-	r = h.callback(agentAID, d.n.Token, webhooks.CallbackRequest{Epoch: epoch(1), Subscribe: []string{"/tools/a"}})
+	r = h.callback(agentAID, d.n.Token, receiver.CallbackRequest{Epoch: epoch(1), Subscribe: []string{"/tools/a"}})
 	require.Equal(t, http.StatusOK, r.status, r.raw)
 	require.Len(t, r.body.Streams, 3)
 
 	// Done with everything acked: IDLE. Then the lazily subscribed stream
 	// appears with data, and wakes the consumer through it.
-	r = h.callback(agentAID, d.n.Token, webhooks.CallbackRequest{Epoch: epoch(1), Acks: streamOffsets(agentA, offset(10)), Done: true})
+	r = h.callback(agentAID, d.n.Token, receiver.CallbackRequest{Epoch: epoch(1), Acks: streamOffsets(agentA, offset(10)), Done: true})
 	require.Equal(t, http.StatusOK, r.status, r.raw)
 	require.Equal(t, webhooks.StateIdle, h.consumer(agentAID).State)
 	h.create("/later/a", 3)
@@ -154,7 +174,7 @@ func TestSubscribeStartsAtTailAndMayBeLazy(t *testing.T) {
 	require.Equal(t, []string{"/later/a"}, next.n.TriggeredBy)
 	h.waitConsumer(agentAID, func(c *webhooks.Consumer) bool { return c.State == webhooks.StateLive })
 	// And through the secondary stream too.
-	r = h.callback(agentAID, next.n.Token, webhooks.CallbackRequest{Epoch: epoch(2), Acks: streamOffsets("/later/a", offset(3)), Done: true})
+	r = h.callback(agentAID, next.n.Token, receiver.CallbackRequest{Epoch: epoch(2), Acks: streamOffsets("/later/a", offset(3)), Done: true})
 	require.Equal(t, http.StatusOK, r.status, r.raw)
 	h.appendTo("/tools/a", 1)
 	require.Equal(t, []string{"/tools/a"}, h.nextDelivery().n.TriggeredBy)
@@ -163,30 +183,30 @@ func TestSubscribeStartsAtTailAndMayBeLazy(t *testing.T) {
 func TestUnsubscribeIncludingPrimaryAndAll(t *testing.T) {
 	h := newHarness(t)
 	d := h.live()
-	r := h.callback(agentAID, d.n.Token, webhooks.CallbackRequest{Epoch: epoch(1), Subscribe: []string{"/tools/a"}, Unsubscribe: []string{agentA}})
+	r := h.callback(agentAID, d.n.Token, receiver.CallbackRequest{Epoch: epoch(1), Subscribe: []string{"/tools/a"}, Unsubscribe: []string{agentA}})
 	require.Equal(t, http.StatusOK, r.status, r.raw)
 	require.Equal(t, streamOffsets("/tools/a", webhooks.OffsetNone), r.body.Streams)
-	r = h.callback(agentAID, d.n.Token, webhooks.CallbackRequest{Epoch: epoch(1), Unsubscribe: []string{"/tools/a", "/never/subscribed"}})
+	r = h.callback(agentAID, d.n.Token, receiver.CallbackRequest{Epoch: epoch(1), Unsubscribe: []string{"/tools/a", "/never/subscribed"}})
 	require.Equal(t, http.StatusOK, r.status, r.raw)
 	require.NotNil(t, r.body.Streams)
 	require.Empty(t, r.body.Streams)
 	require.NotEmpty(t, r.body.Token, "S5")
 	h.waitGone(agentAID)
-	r = h.callback(agentAID, d.n.Token, webhooks.CallbackRequest{Epoch: epoch(1)})
-	requireError(t, r, http.StatusGone, webhooks.CodeConsumerGone)
+	r = h.callback(agentAID, d.n.Token, receiver.CallbackRequest{Epoch: epoch(1)})
+	requireError(t, r, http.StatusGone, receiver.CodeConsumerGone)
 }
 
 func TestDoneWithoutPendingGoesIdle(t *testing.T) { // L2
 	h := newHarness(t)
 	d := h.live()
-	r := h.callback(agentAID, d.n.Token, webhooks.CallbackRequest{Epoch: epoch(1), Acks: streamOffsets(agentA, offset(10)), Done: true})
+	r := h.callback(agentAID, d.n.Token, receiver.CallbackRequest{Epoch: epoch(1), Acks: streamOffsets(agentA, offset(10)), Done: true})
 	require.Equal(t, http.StatusOK, r.status, r.raw)
 	c := h.consumer(agentAID)
 	require.Equal(t, webhooks.StateIdle, c.State)
 	require.Equal(t, int64(1), c.Epoch)
 	require.True(t, c.Deadline.IsZero(), "no re-wake is scheduled")
 	// A retried done is idempotent.
-	r = h.callback(agentAID, d.n.Token, webhooks.CallbackRequest{Epoch: epoch(1), Done: true})
+	r = h.callback(agentAID, d.n.Token, receiver.CallbackRequest{Epoch: epoch(1), Done: true})
 	require.Equal(t, http.StatusOK, r.status, r.raw)
 	require.Equal(t, webhooks.StateIdle, h.consumer(agentAID).State)
 }
@@ -194,7 +214,7 @@ func TestDoneWithoutPendingGoesIdle(t *testing.T) { // L2
 func TestDoneWithPendingRewakes(t *testing.T) { // L3
 	h := newHarness(t)
 	d := h.live()
-	r := h.callback(agentAID, d.n.Token, webhooks.CallbackRequest{Epoch: epoch(1), Done: true})
+	r := h.callback(agentAID, d.n.Token, receiver.CallbackRequest{Epoch: epoch(1), Done: true})
 	require.Equal(t, http.StatusOK, r.status, r.raw)
 	next := h.nextDelivery()
 	require.Equal(t, int64(2), next.n.Epoch)
@@ -206,7 +226,7 @@ func TestAnyCallbackResetsLiveness(t *testing.T) {
 	d := h.live()
 	for i := 0; i < 3; i++ {
 		h.clock.Add(webhooks.DefaultLivenessTimeout - time.Second)
-		r := h.callback(agentAID, d.n.Token, webhooks.CallbackRequest{Epoch: epoch(1)})
+		r := h.callback(agentAID, d.n.Token, receiver.CallbackRequest{Epoch: epoch(1)})
 		require.Equal(t, http.StatusOK, r.status, r.raw)
 	}
 	c := h.consumer(agentAID)
@@ -219,13 +239,13 @@ func TestCallbackIsAtomic(t *testing.T) {
 	d := h.live()
 	before := h.consumer(agentAID)
 	// A valid subscribe, ack and done with one bad ack: nothing is applied.
-	r := h.callback(agentAID, d.n.Token, webhooks.CallbackRequest{
+	r := h.callback(agentAID, d.n.Token, receiver.CallbackRequest{
 		Epoch:     epoch(1),
 		Subscribe: []string{"/tools/a"},
 		Acks:      streamOffsets(agentA, offset(5), agentA, offset(99)),
 		Done:      true,
 	})
-	requireError(t, r, http.StatusConflict, webhooks.CodeInvalidOffset)
+	requireError(t, r, http.StatusConflict, receiver.CodeInvalidOffset)
 	require.Equal(t, before, h.consumer(agentAID))
 }
 
@@ -246,7 +266,7 @@ func TestMalformedCallbacksAreRejected(t *testing.T) {
 		"oversized body": `{"epoch":1,"wake_id":"` + strings.Repeat("x", webhooks.MaxCallbackBodyBytes) + `"}`,
 	} {
 		t.Run(name, func(t *testing.T) {
-			requireError(t, h.rawCallback(agentAID, d.n.Token, body), http.StatusBadRequest, webhooks.CodeInvalidRequest)
+			requireError(t, h.rawCallback(agentAID, d.n.Token, body), http.StatusBadRequest, receiver.CodeInvalidRequest)
 		})
 	}
 	rec := h.do(http.MethodGet, "/callback/"+agentAID, "", "Authorization", "Bearer "+d.n.Token)
@@ -263,13 +283,13 @@ func TestStreamLimitPerConsumer(t *testing.T) {
 	}
 	for len(paths) > 0 {
 		n := min(len(paths), webhooks.MaxCallbackListLength)
-		r := h.callback(agentAID, d.n.Token, webhooks.CallbackRequest{Epoch: epoch(1), Subscribe: paths[:n]})
+		r := h.callback(agentAID, d.n.Token, receiver.CallbackRequest{Epoch: epoch(1), Subscribe: paths[:n]})
 		require.Equal(t, http.StatusOK, r.status, "%.300s", r.raw)
 		paths = paths[n:]
 	}
 	require.Len(t, h.consumer(agentAID).Streams, webhooks.MaxStreamsPerConsumer)
-	r := h.callback(agentAID, d.n.Token, webhooks.CallbackRequest{Epoch: epoch(1), Subscribe: []string{"/one/more"}})
-	requireError(t, r, http.StatusBadRequest, webhooks.CodeInvalidRequest)
+	r := h.callback(agentAID, d.n.Token, receiver.CallbackRequest{Epoch: epoch(1), Subscribe: []string{"/one/more"}})
+	requireError(t, r, http.StatusBadRequest, receiver.CodeInvalidRequest)
 }
 
 func TestTokenRules(t *testing.T) {
@@ -277,31 +297,31 @@ func TestTokenRules(t *testing.T) {
 	d := h.live()
 
 	t.Run("every success carries a token", func(t *testing.T) { // S5
-		r := h.callback(agentAID, d.n.Token, webhooks.CallbackRequest{Epoch: epoch(1)})
+		r := h.callback(agentAID, d.n.Token, receiver.CallbackRequest{Epoch: epoch(1)})
 		require.Equal(t, http.StatusOK, r.status, r.raw)
 		require.Equal(t, d.n.Token, r.body.Token, "a token far from expiry is returned as is")
 	})
 	t.Run("missing or malformed", func(t *testing.T) {
-		requireError(t, h.callback(agentAID, "", webhooks.CallbackRequest{Epoch: epoch(1)}), http.StatusUnauthorized, webhooks.CodeTokenInvalid)
-		requireError(t, h.callback(agentAID, "not.a.jwt", webhooks.CallbackRequest{Epoch: epoch(1)}), http.StatusUnauthorized, webhooks.CodeTokenInvalid)
+		requireError(t, h.callback(agentAID, "", receiver.CallbackRequest{Epoch: epoch(1)}), http.StatusUnauthorized, receiver.CodeTokenInvalid)
+		requireError(t, h.callback(agentAID, "not.a.jwt", receiver.CallbackRequest{Epoch: epoch(1)}), http.StatusUnauthorized, receiver.CodeTokenInvalid)
 		tampered := d.n.Token[:len(d.n.Token)-2] + "AA"
 		if tampered == d.n.Token {
 			tampered = d.n.Token[:len(d.n.Token)-2] + "BB"
 		}
-		r := h.callback(agentAID, tampered, webhooks.CallbackRequest{Epoch: epoch(1)})
-		requireError(t, r, http.StatusUnauthorized, webhooks.CodeTokenInvalid)
+		r := h.callback(agentAID, tampered, receiver.CallbackRequest{Epoch: epoch(1)})
+		requireError(t, r, http.StatusUnauthorized, receiver.CodeTokenInvalid)
 		require.Empty(t, r.body.Token)
 	})
 	t.Run("token of another consumer", func(t *testing.T) {
 		h.create("/agents/b", 0)
 		h.appendTo("/agents/b", 1)
 		other := h.nextDelivery()
-		r := h.callback(agentAID, other.n.Token, webhooks.CallbackRequest{Epoch: epoch(1)})
-		requireError(t, r, http.StatusUnauthorized, webhooks.CodeTokenInvalid)
+		r := h.callback(agentAID, other.n.Token, receiver.CallbackRequest{Epoch: epoch(1)})
+		requireError(t, r, http.StatusUnauthorized, receiver.CodeTokenInvalid)
 	})
 	t.Run("renewed near expiry", func(t *testing.T) {
 		keepAlive := func() callbackResult {
-			r := h.callback(agentAID, d.n.Token, webhooks.CallbackRequest{Epoch: epoch(1)})
+			r := h.callback(agentAID, d.n.Token, receiver.CallbackRequest{Epoch: epoch(1)})
 			require.Equal(t, http.StatusOK, r.status, r.raw)
 			return r
 		}
@@ -313,19 +333,19 @@ func TestTokenRules(t *testing.T) {
 		h.clock.Add(step) // now within the last quarter of the TTL
 		fresh := keepAlive().body.Token
 		require.NotEqual(t, d.n.Token, fresh)
-		r := h.callback(agentAID, fresh, webhooks.CallbackRequest{Epoch: epoch(1)})
+		r := h.callback(agentAID, fresh, receiver.CallbackRequest{Epoch: epoch(1)})
 		require.Equal(t, http.StatusOK, r.status, r.raw)
 	})
 	t.Run("expired carries a new token", func(t *testing.T) {
 		// Ack everything, so the liveness timeout ends the cycle without a
 		// new wake while the clock runs past the token's expiry.
-		r := h.callback(agentAID, d.n.Token, webhooks.CallbackRequest{Epoch: epoch(1), Acks: streamOffsets(agentA, offset(10))})
+		r := h.callback(agentAID, d.n.Token, receiver.CallbackRequest{Epoch: epoch(1), Acks: streamOffsets(agentA, offset(10))})
 		require.Equal(t, http.StatusOK, r.status, r.raw)
 		h.clock.Add(webhooks.DefaultTokenTTL)
-		r = h.callback(agentAID, d.n.Token, webhooks.CallbackRequest{Epoch: epoch(1)})
-		requireError(t, r, http.StatusUnauthorized, webhooks.CodeTokenExpired)
+		r = h.callback(agentAID, d.n.Token, receiver.CallbackRequest{Epoch: epoch(1)})
+		requireError(t, r, http.StatusUnauthorized, receiver.CodeTokenExpired)
 		require.NotEmpty(t, r.body.Token)
-		retry := h.callback(agentAID, r.body.Token, webhooks.CallbackRequest{Epoch: epoch(1)})
+		retry := h.callback(agentAID, r.body.Token, receiver.CallbackRequest{Epoch: epoch(1)})
 		require.Equal(t, http.StatusOK, retry.status, retry.raw)
 	})
 }
@@ -345,7 +365,7 @@ func TestCallbackIDIsReadFromTheRawPath(t *testing.T) {
 	resp, err := srv.Client().Do(req)
 	require.NoError(t, err)
 	defer resp.Body.Close()
-	var out webhooks.CallbackResponse
+	var out receiver.CallbackResponse
 	require.NoError(t, json.NewDecoder(resp.Body).Decode(&out))
 	require.Equal(t, http.StatusOK, resp.StatusCode, out)
 	require.True(t, out.OK)
@@ -357,14 +377,14 @@ func TestGoneAfterSubscriptionDelete(t *testing.T) { // S7
 	d := h.live()
 	rec := h.do(http.MethodDelete, "/agents/*?subscription=s1", "")
 	require.Equal(t, http.StatusNoContent, rec.Code)
-	r := h.callback(agentAID, d.n.Token, webhooks.CallbackRequest{Epoch: epoch(1)})
-	requireError(t, r, http.StatusGone, webhooks.CodeConsumerGone)
+	r := h.callback(agentAID, d.n.Token, receiver.CallbackRequest{Epoch: epoch(1)})
+	requireError(t, r, http.StatusGone, receiver.CodeConsumerGone)
 }
 
 func TestErrorShape(t *testing.T) {
 	h := newHarness(t)
 	d := h.live()
-	r := h.callback(agentAID, d.n.Token, webhooks.CallbackRequest{Epoch: epoch(7)})
+	r := h.callback(agentAID, d.n.Token, receiver.CallbackRequest{Epoch: epoch(7)})
 	var shape map[string]any
 	require.NoError(t, json.Unmarshal([]byte(r.raw), &shape))
 	require.Equal(t, false, shape["ok"])
@@ -389,7 +409,7 @@ func TestConcurrentCallbacksAreSerialPerConsumer(t *testing.T) {
 	errs := make(chan error, n)
 	for i := 0; i < n; i++ {
 		go func() {
-			r := h.callback(agentAID, d.n.Token, webhooks.CallbackRequest{
+			r := h.callback(agentAID, d.n.Token, receiver.CallbackRequest{
 				Epoch: epoch(1), Subscribe: subscribe[i : i+1], Acks: streamOffsets(agentA, offset(i+1)),
 			})
 			if r.status != http.StatusOK {
@@ -479,7 +499,7 @@ func benchLiveConsumers(h *harness, n int) []benchAck {
 	acks := make([]benchAck, n)
 	for i := range acks {
 		d := h.nextDelivery()
-		body, err := json.Marshal(webhooks.CallbackRequest{Epoch: epoch(d.n.Epoch), Acks: streamOffsets(d.n.PrimaryStream, offset(5))})
+		body, err := json.Marshal(receiver.CallbackRequest{Epoch: epoch(d.n.Epoch), Acks: streamOffsets(d.n.PrimaryStream, offset(5))})
 		require.NoError(h.t, err)
 		acks[i] = benchAck{target: "/callback/" + d.n.ConsumerID, token: d.n.Token, body: body}
 		h.waitConsumer(d.n.ConsumerID, func(c *webhooks.Consumer) bool { return c.State == webhooks.StateLive })
@@ -505,12 +525,12 @@ func TestCallbackTokenOfEarlierIncarnationIsStale(t *testing.T) {
 	require.NotEqual(t, old.n.WakeID, fresh.n.WakeID)
 	before := h.waitConsumer(id, func(c *webhooks.Consumer) bool { return h.settled(c) })
 
-	r := h.callback(id, old.n.Token, webhooks.CallbackRequest{
+	r := h.callback(id, old.n.Token, receiver.CallbackRequest{
 		Epoch: epoch(old.n.Epoch), Acks: streamOffsets("/agents/t1", offset(1)), Done: true,
 	})
-	requireError(t, r, http.StatusConflict, webhooks.CodeStaleEpoch)
+	requireError(t, r, http.StatusConflict, receiver.CodeStaleEpoch)
 	require.Equal(t, before, h.consumer(id), "a refused callback changes nothing")
 
-	r = h.callback(id, fresh.n.Token, webhooks.CallbackRequest{Epoch: epoch(fresh.n.Epoch)})
+	r = h.callback(id, fresh.n.Token, receiver.CallbackRequest{Epoch: epoch(fresh.n.Epoch)})
 	require.Equal(t, http.StatusOK, r.status, r.raw)
 }

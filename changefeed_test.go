@@ -18,6 +18,7 @@ import (
 	"github.com/streamhooks/webhooks/internal/pgtest"
 	"github.com/streamhooks/webhooks/memstore"
 	"github.com/streamhooks/webhooks/pgstore"
+	"github.com/streamhooks/webhooks/receiver"
 	"github.com/streamhooks/webhooks/sqlitestore"
 )
 
@@ -246,8 +247,8 @@ func TestFeedReloadReplacesASubscriptionCreatedAgain(t *testing.T) {
 
 	hb.create("/a/1", 1)
 	d := hb.nextDelivery()
-	require.NoError(t, webhooks.VerifySignature(secret, d.header.Get(webhooks.SignatureHeader), d.body,
-		hb.clock.Now(), webhooks.DefaultSignatureTolerance), "engine B signed with the deleted subscription's secret")
+	require.NoError(t, verifySignature(secret, d.header, d.body,
+		hb.clock.Now(), receiver.DefaultTolerance), "engine B signed with the deleted subscription's secret")
 }
 
 // subscriptionReadsStore counts GetSubscription calls.

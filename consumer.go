@@ -95,9 +95,9 @@ func compareOffsets(a, b string) int {
 }
 
 // hasPending reports whether a stream acked at offset has pending work:
-// its tail is past offset. OffsetNone sorts before every tail, so a stream
-// of which nothing is acked is pending even while empty (spec, Pending
-// Work): a stream created after its subscription wakes its consumer at once.
+// its tail is past offset. OffsetNone sorts before every tail, so an
+// empty stream of which nothing is acked counts too; pendingStreams tells
+// it apart for wake-ups.
 func hasPending(offset string, s StreamInfo) bool {
 	return compareOffsets(s.Tail, offset) > 0
 }
@@ -107,15 +107,33 @@ func streamIndex(streams []StreamOffset, path string) int {
 	return slices.IndexFunc(streams, func(s StreamOffset) bool { return s.Path == path })
 }
 
-// pendingStreams lists the subscribed streams with pending work.
+// pendingStreams lists the subscribed streams with pending work, which is
+// events (spec 001, Pending Work): an empty stream of which nothing is
+// acked has none. Only its creation wakes its consumer for it (RFC), so a
+// consumer that says done without an ack is not woken again and again.
 func pendingStreams(c *Consumer, t tails) []string {
 	var out []string
 	for _, s := range c.Streams {
-		if info, ok := t[s.Path]; ok && hasPending(s.Offset, info) {
+		info, ok := t[s.Path]
+		switch {
+		case !ok:
+		case s.Offset == OffsetNone && info.Empty:
+			if owedCreationWake(c, s) {
+				out = append(out, s.Path)
+			}
+		case hasPending(s.Offset, info):
 			out = append(out, s.Path)
 		}
 	}
 	return out
+}
+
+// owedCreationWake reports whether c, never woken and with nothing acked of
+// its primary stream s, is owed the wake the RFC sends when a stream is
+// created. Consumers adopted at the tails of existing streams are not
+// (spec 001, Existing Streams).
+func owedCreationWake(c *Consumer, s StreamOffset) bool {
+	return c.Epoch == 0 && s.Path == c.PrimaryStream && s.Offset == OffsetNone
 }
 
 func newWakeID() string {
@@ -462,6 +480,9 @@ const deadLetterMsg = "webhooks: consumer is a dead letter; its cursor is kept u
 // in another state, and returns ErrConsumerNotFound if there is no such
 // consumer.
 func (e *Engine) ResumeConsumer(ctx context.Context, id string) error {
+	if err := e.checkLoaded(); err != nil {
+		return err
+	}
 	subID, _, err := ParseConsumerID(id)
 	if err != nil {
 		return ErrConsumerNotFound

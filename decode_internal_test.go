@@ -11,6 +11,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/streamhooks/webhooks/receiver"
 )
 
 // treeExactKeys is exactKeys as a check of the tree json.Unmarshal builds:
@@ -67,7 +69,7 @@ func FuzzExactKeys(f *testing.F) {
 		f.Add(body)
 	}
 	f.Fuzz(func(t *testing.T, body string) {
-		for _, v := range []any{&CallbackRequest{}, &createRequest{}} {
+		for _, v := range []any{&receiver.CallbackRequest{}, &createRequest{}} {
 			var tree any
 			// Bodies that are not UTF-8 are refused before the keys.
 			if !utf8.ValidString(body) || json.Unmarshal([]byte(body), &tree) != nil || hasDuplicateKeys(body) {

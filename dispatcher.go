@@ -49,6 +49,7 @@ func (e *Engine) schedule(ctx context.Context) {
 		// While it works every new deadline kicks it; once it knows the
 		// next deadline, only earlier ones do.
 		e.armed.Store(0)
+		e.heartbeat()
 		next := e.runDue(ctx)
 		if ctx.Err() != nil {
 			return
@@ -111,6 +112,7 @@ func (e *Engine) runDue(ctx context.Context) time.Time {
 			return e.clock.Now().Add(storeErrorRetry)
 		}
 		for _, c := range due {
+			e.heartbeat()
 			if err := e.handleDue(ctx, c); err != nil {
 				if ctx.Err() != nil {
 					return time.Time{}
@@ -123,6 +125,7 @@ func (e *Engine) runDue(ctx context.Context) time.Time {
 			break
 		}
 	}
+	e.heartbeat()
 	next, ok, err := e.store.NextDeadline(ctx)
 	switch {
 	case err != nil:

@@ -8,6 +8,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	webhooks "github.com/streamhooks/webhooks"
+	"github.com/streamhooks/webhooks/receiver"
 	"github.com/streamhooks/webhooks/sqlitestore"
 )
 
@@ -38,7 +39,7 @@ func TestEngineRestartOnSQLite(t *testing.T) {
 		h := newHarnessStore(t, durableOpen(t, path))
 		require.Equal(t, live, h.consumer(agentAID))
 		h.source.set(agentA, 10)
-		r := h.callback(agentAID, d.n.Token, webhooks.CallbackRequest{Epoch: epoch(d.n.Epoch), Acks: streamOffsets(agentA, offset(10))})
+		r := h.callback(agentAID, d.n.Token, receiver.CallbackRequest{Epoch: epoch(d.n.Epoch), Acks: streamOffsets(agentA, offset(10))})
 		require.Equal(t, http.StatusOK, r.status, r.raw)
 		require.Equal(t, streamOffsets(agentA, offset(10)), h.consumer(agentAID).Streams)
 	})

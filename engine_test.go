@@ -12,6 +12,7 @@ import (
 
 	webhooks "github.com/streamhooks/webhooks"
 	"github.com/streamhooks/webhooks/memstore"
+	"github.com/streamhooks/webhooks/receiver"
 )
 
 const (
@@ -37,10 +38,10 @@ func TestWakeNotificationIsCompleteAndSigned(t *testing.T) {
 	require.Equal(t, "application/json", d.header.Get("Content-Type"))
 	// S8: the signature verifies with the subscription's secret, over the
 	// raw body, and not with another secret.
-	sig := d.header.Get(webhooks.SignatureHeader)
+	sig := d.header.Get(receiver.SignatureHeader)
 	require.Regexp(t, `^t=\d+,sha256=[0-9a-f]{64}$`, sig)
-	require.NoError(t, webhooks.VerifySignature(secret, sig, d.body, h.clock.Now(), webhooks.DefaultSignatureTolerance))
-	require.Error(t, webhooks.VerifySignature(secret+"x", sig, d.body, h.clock.Now(), webhooks.DefaultSignatureTolerance))
+	require.NoError(t, verifySignature(secret, d.header, d.body, h.clock.Now(), receiver.DefaultTolerance))
+	require.Error(t, verifySignature(secret+"x", d.header, d.body, h.clock.Now(), receiver.DefaultTolerance))
 }
 
 // A stream created after its subscription wakes its consumer at once, even
@@ -64,26 +65,38 @@ func TestEmptyStreamCreatedAfterSubscriptionWakes(t *testing.T) {
 	require.Empty(t, h.recv.deliveries)
 }
 
-// A consumer of an empty stream that says done without acking its tail
-// still has pending work, and is woken again (L3); acking the zero offset
-// it read ends the work (L2).
-func TestEmptyStreamDoneWithoutAckRewakes(t *testing.T) {
+// A new stream wakes its consumer once, even empty (RFC); a consumer that
+// never acks is not woken again for events the stream does not have (spec
+// 001, Pending Work), but is for events it has (L3).
+func TestEmptyStreamIsWokenOnlyAtItsCreation(t *testing.T) {
 	h := newHarness(t)
 	h.subscribe("s1", "/agents/*")
 	h.create(agentA, 0)
 	d := h.nextDelivery()
+	require.Equal(t, int64(1), d.n.Epoch, "the wake at creation")
+	require.Equal(t, []string{agentA}, d.n.TriggeredBy)
 	h.waitConsumer(agentAID, func(c *webhooks.Consumer) bool { return c.State == webhooks.StateLive })
-	r := h.callback(agentAID, d.n.Token, webhooks.CallbackRequest{Epoch: epoch(1), Done: true})
-	require.Equal(t, http.StatusOK, r.status, r.raw)
-	d = h.nextDelivery()
-	require.Equal(t, int64(2), d.n.Epoch, "L3")
-	h.waitConsumer(agentAID, func(c *webhooks.Consumer) bool { return c.State == webhooks.StateLive })
-	r = h.callback(agentAID, d.n.Token, webhooks.CallbackRequest{Epoch: epoch(2), Acks: streamOffsets(agentA, offset(0)), Done: true})
+	r := h.callback(agentAID, d.n.Token, receiver.CallbackRequest{Epoch: epoch(1), Done: true})
 	require.Equal(t, http.StatusOK, r.status, r.raw)
 	c := h.consumer(agentAID)
-	require.Equal(t, webhooks.StateIdle, c.State, "L2")
-	require.Equal(t, int64(2), c.Epoch)
-	require.Empty(t, h.recv.deliveries)
+	require.Equal(t, webhooks.StateIdle, c.State, "L2: an empty stream has no pending work")
+	require.Equal(t, int64(1), c.Epoch)
+	// Nor does a change that adds no event make any.
+	require.NoError(t, h.engine.StreamAppended(context.Background(), agentA))
+	c = h.consumer(agentAID)
+	require.Equal(t, webhooks.StateIdle, c.State)
+	require.Equal(t, int64(1), c.Epoch)
+	require.Equal(t, streamOffsets(agentA, webhooks.OffsetNone), c.Streams)
+
+	// Events are work: they wake it, and a done without an ack wakes it again.
+	h.appendTo(agentA, 3)
+	d = h.nextDelivery()
+	require.Equal(t, int64(2), d.n.Epoch)
+	h.waitConsumer(agentAID, func(c *webhooks.Consumer) bool { return c.State == webhooks.StateLive })
+	r = h.callback(agentAID, d.n.Token, receiver.CallbackRequest{Epoch: epoch(2), Done: true})
+	require.Equal(t, http.StatusOK, r.status, r.raw)
+	d = h.nextDelivery()
+	require.Equal(t, int64(3), d.n.Epoch, "L3")
 }
 
 // An empty stream that existed before the subscription is adopted at its
@@ -142,7 +155,7 @@ func TestLivenessTimeoutWithoutPendingWorkGoesIdle(t *testing.T) {
 	h := newHarness(t)
 	d := h.wake("s1", "/agents/*", agentA)
 	h.waitConsumer(agentAID, func(c *webhooks.Consumer) bool { return c.State == webhooks.StateLive })
-	r := h.callback(agentAID, d.n.Token, webhooks.CallbackRequest{Epoch: epoch(1), Acks: streamOffsets(agentA, offset(10))})
+	r := h.callback(agentAID, d.n.Token, receiver.CallbackRequest{Epoch: epoch(1), Acks: streamOffsets(agentA, offset(10))})
 	require.Equal(t, http.StatusOK, r.status, r.raw)
 
 	h.clock.Add(webhooks.DefaultLivenessTimeout)
@@ -281,7 +294,7 @@ func TestSuccessResetsTheFailureRun(t *testing.T) {
 	c := h.waitConsumer(agentAID, func(c *webhooks.Consumer) bool { return c.State == webhooks.StateLive })
 	require.Zero(t, c.Failures)
 	require.True(t, c.FailingSince.IsZero())
-	r := h.callback(agentAID, d.n.Token, webhooks.CallbackRequest{Epoch: epoch(1), Acks: streamOffsets(agentA, offset(10)), Done: true})
+	r := h.callback(agentAID, d.n.Token, receiver.CallbackRequest{Epoch: epoch(1), Acks: streamOffsets(agentA, offset(10)), Done: true})
 	require.Equal(t, http.StatusOK, r.status, r.raw)
 	// A later failure starts a new run: no GC three hours later.
 	h.recv.queue(reply{status: 500})
@@ -362,12 +375,12 @@ func TestLateResponseOfEndedCycleChangesNothing(t *testing.T) {
 	h.recv.queue(reply{status: 200, body: `{"done":true}`, hold: hold})
 	d := h.wake("s1", "/agents/*", agentA)
 	// The consumer claims, acks part of the stream and finishes by callback.
-	r := h.callback(agentAID, d.n.Token, webhooks.CallbackRequest{Epoch: epoch(1), WakeID: d.n.WakeID})
+	r := h.callback(agentAID, d.n.Token, receiver.CallbackRequest{Epoch: epoch(1), WakeID: d.n.WakeID})
 	require.Equal(t, http.StatusOK, r.status, r.raw)
-	r = h.callback(agentAID, d.n.Token, webhooks.CallbackRequest{Epoch: epoch(1), Acks: streamOffsets(agentA, offset(4))})
+	r = h.callback(agentAID, d.n.Token, receiver.CallbackRequest{Epoch: epoch(1), Acks: streamOffsets(agentA, offset(4))})
 	require.Equal(t, http.StatusOK, r.status, r.raw)
 	// New work arrives and starts epoch 2 after the consumer is done.
-	r = h.callback(agentAID, d.n.Token, webhooks.CallbackRequest{Epoch: epoch(1), Done: true})
+	r = h.callback(agentAID, d.n.Token, receiver.CallbackRequest{Epoch: epoch(1), Done: true})
 	require.Equal(t, http.StatusOK, r.status, r.raw)
 	second := h.nextDelivery()
 	require.Equal(t, int64(2), second.n.Epoch)
@@ -412,14 +425,14 @@ func TestStreamDeletionRemovesConsumers(t *testing.T) {
 	h.appendTo("/agents/b", 3)
 	db := h.nextDelivery()
 	require.Equal(t, bID, db.n.ConsumerID)
-	r := h.callback(bID, db.n.Token, webhooks.CallbackRequest{Epoch: epoch(1), Subscribe: []string{agentA}})
+	r := h.callback(bID, db.n.Token, receiver.CallbackRequest{Epoch: epoch(1), Subscribe: []string{agentA}})
 	require.Equal(t, http.StatusOK, r.status, r.raw)
 
 	h.source.remove(agentA)
 	require.NoError(t, h.engine.StreamDeleted(context.Background(), agentA))
 	h.waitGone(agentAID)
-	r = h.callback(agentAID, d.n.Token, webhooks.CallbackRequest{Epoch: epoch(1)})
-	requireError(t, r, http.StatusGone, webhooks.CodeConsumerGone) // S7
+	r = h.callback(agentAID, d.n.Token, receiver.CallbackRequest{Epoch: epoch(1)})
+	requireError(t, r, http.StatusGone, receiver.CodeConsumerGone) // S7
 	require.Equal(t, []string{"/agents/b"}, sortedPaths(h.consumer(bID).Streams))
 }
 
@@ -599,12 +612,12 @@ func TestWakeStartsItsAttemptInOneWrite(t *testing.T) {
 	require.EqualValues(t, 2, store.saves.Load(), "the wake and the 2xx")
 
 	tail := h.appendTo(agentA, 5)
-	r := h.callback(agentAID, d.n.Token, webhooks.CallbackRequest{Epoch: epoch(1), Acks: streamOffsets(agentA, offset(10)), Done: true})
+	r := h.callback(agentAID, d.n.Token, receiver.CallbackRequest{Epoch: epoch(1), Acks: streamOffsets(agentA, offset(10)), Done: true})
 	require.Equal(t, http.StatusOK, r.status, r.raw)
 	d = h.nextDelivery()
 	require.EqualValues(t, 2, d.n.Epoch)
 	h.waitConsumer(agentAID, func(c *webhooks.Consumer) bool { return c.State == webhooks.StateLive && c.Epoch == 2 })
-	r = h.callback(agentAID, d.n.Token, webhooks.CallbackRequest{Epoch: epoch(2), Acks: streamOffsets(agentA, tail), Done: true})
+	r = h.callback(agentAID, d.n.Token, receiver.CallbackRequest{Epoch: epoch(2), Acks: streamOffsets(agentA, tail), Done: true})
 	require.Equal(t, http.StatusOK, r.status, r.raw)
 	require.Equal(t, webhooks.StateIdle, h.consumer(agentAID).State)
 	require.EqualValues(t, 5, store.saves.Load(), "per cycle: the wake (the first by the callback), the 2xx, the callback")

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -13,6 +12,7 @@ import (
 
 	webhooks "github.com/streamhooks/webhooks"
 	"github.com/streamhooks/webhooks/memstore"
+	"github.com/streamhooks/webhooks/receiver"
 )
 
 // exampleSource is a host's streams as the engine sees them: here, a map
@@ -124,7 +124,7 @@ func ExampleNew() {
 	// before start: 503
 	// create: 201 orders /orders/* true
 	// again: 200
-	// list: 200 {"subscriptions":[{"subscription_id":"orders","pattern":"/orders/*","webhook":"https://hooks.example.com/orders","description":"order events","delivery":"wake","status":"active","signature":"streamhooks","retry":{"max_attempts":0,"max_age_ms":259200000},"max_deliveries_per_minute":1000,"consecutive_failures":0,"failing_since":null,"last_success_at":null,"last_failure_at":null}]}
+	// list: 200 {"subscriptions":[{"subscription_id":"orders","pattern":"/orders/*","webhook":"https://hooks.example.com/orders","description":"order events","delivery":"wake","status":"active","signature":"streamhooks","retry":{"max_attempts":0,"max_age_ms":259200000},"max_deliveries_per_minute":0,"consecutive_failures":0,"failing_since":null,"last_success_at":null,"last_failure_at":null}]}
 	// host: 200 stream /orders/41
 	// delete: 204
 }
@@ -137,19 +137,20 @@ func ExampleEngine_StreamAppended() {
 
 	// The consumer's webhook endpoint.
 	var secret string
-	notifications := make(chan webhooks.Notification, 2)
+	notifications := make(chan receiver.Notification, 2)
 	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(r.Body)
-		err := webhooks.VerifySignature(secret, r.Header.Get(webhooks.SignatureHeader), body,
-			time.Now(), webhooks.DefaultSignatureTolerance)
+		v, err := receiver.NewVerifier(receiver.WithSecret(secret))
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		n, err := v.ParseNotification(r)
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusUnauthorized)
 			return
 		}
-		var n webhooks.Notification
-		_ = json.Unmarshal(body, &n)
-		notifications <- n
-		_ = json.NewEncoder(w).Encode(webhooks.DoneResponse{Done: true})
+		notifications <- *n
+		_ = json.NewEncoder(w).Encode(receiver.DoneResponse{Done: true})
 	}))
 	defer hook.Close()
 
@@ -212,7 +213,7 @@ func ExampleEngine_StreamAppended() {
 // A Go consumer verifies the wake-up, reads its streams over the ordinary
 // stream protocol, acks the offsets its reads ended at and says it is done.
 // The first call claims the wake; the client keeps the token fresh.
-func ExampleNewCallbackClient() {
+func ExampleEngine_CallbackHandler() {
 	ctx := context.Background()
 	source := &exampleSource{streams: map[string]int{}}
 
@@ -239,16 +240,21 @@ func ExampleNewCallbackClient() {
 	var secret string
 	finished := make(chan string, 1)
 	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		n, err := webhooks.ParseNotification(r, secret, time.Now())
+		v, err := receiver.NewVerifier(receiver.WithSecret(secret))
+		if err != nil {
+			http.Error(w, "no secret", http.StatusInternalServerError)
+			return
+		}
+		n, err := v.ParseNotification(r)
 		if err != nil {
 			http.Error(w, "bad notification", http.StatusUnauthorized)
 			return
 		}
-		cc := webhooks.NewCallbackClient(n, nil)
+		cc := receiver.NewCallbackClient(n, nil)
 		// A real consumer reads n.Streams from their offsets here and acks
 		// the Stream-Next-Offset each read returned.
 		tail, _ := source.Stream(r.Context(), n.PrimaryStream)
-		acked, err := cc.Ack(r.Context(), webhooks.StreamOffset{Path: n.PrimaryStream, Offset: tail.Tail})
+		acked, err := cc.Ack(r.Context(), receiver.StreamOffset{Path: n.PrimaryStream, Offset: tail.Tail})
 		if err != nil {
 			finished <- err.Error()
 			return

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	webhooks "github.com/streamhooks/webhooks"
+	"github.com/streamhooks/webhooks/receiver"
 )
 
 // Every input limit is inclusive: the limit itself is accepted, one more
@@ -24,7 +25,7 @@ import (
 // faultLimitRefused checks a callback was refused as past a limit.
 func faultLimitRefused(t *testing.T, r callbackResult, message string) {
 	t.Helper()
-	requireError(t, r, http.StatusBadRequest, webhooks.CodeInvalidRequest)
+	requireError(t, r, http.StatusBadRequest, receiver.CodeInvalidRequest)
 	require.Contains(t, r.body.Error.Message, message)
 }
 
@@ -64,11 +65,11 @@ func TestFaultLimitCallbackLists(t *testing.T) {
 	const limit = webhooks.MaxCallbackListLength
 	for _, tc := range []struct {
 		name      string
-		at, after webhooks.CallbackRequest
+		at, after receiver.CallbackRequest
 	}{
-		{"acks", webhooks.CallbackRequest{Acks: acks(limit)}, webhooks.CallbackRequest{Acks: acks(limit + 1)}},
-		{"subscribe", webhooks.CallbackRequest{Subscribe: paths("/s", limit)}, webhooks.CallbackRequest{Subscribe: paths("/t", limit+1)}},
-		{"unsubscribe", webhooks.CallbackRequest{Unsubscribe: paths("/u", limit)}, webhooks.CallbackRequest{Unsubscribe: paths("/u", limit+1)}},
+		{"acks", receiver.CallbackRequest{Acks: acks(limit)}, receiver.CallbackRequest{Acks: acks(limit + 1)}},
+		{"subscribe", receiver.CallbackRequest{Subscribe: paths("/s", limit)}, receiver.CallbackRequest{Subscribe: paths("/t", limit+1)}},
+		{"unsubscribe", receiver.CallbackRequest{Unsubscribe: paths("/u", limit)}, receiver.CallbackRequest{Unsubscribe: paths("/u", limit+1)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.at.Epoch, tc.after.Epoch = epoch(1), epoch(1)
@@ -90,11 +91,11 @@ func TestFaultLimitCallbackPathAndOffset(t *testing.T) {
 	pathLimit := fmt.Sprintf("at most %d characters", webhooks.MaxStreamPathLength)
 	for _, tc := range []struct {
 		name      string
-		at, after webhooks.CallbackRequest
+		at, after receiver.CallbackRequest
 	}{
-		{"subscribe", webhooks.CallbackRequest{Subscribe: []string{at}}, webhooks.CallbackRequest{Subscribe: []string{after}}},
-		{"acks", webhooks.CallbackRequest{Acks: streamOffsets(at, webhooks.OffsetNone)}, webhooks.CallbackRequest{Acks: streamOffsets(after, webhooks.OffsetNone)}},
-		{"unsubscribe", webhooks.CallbackRequest{Unsubscribe: []string{at}}, webhooks.CallbackRequest{Unsubscribe: []string{after}}},
+		{"subscribe", receiver.CallbackRequest{Subscribe: []string{at}}, receiver.CallbackRequest{Subscribe: []string{after}}},
+		{"acks", receiver.CallbackRequest{Acks: streamOffsets(at, webhooks.OffsetNone)}, receiver.CallbackRequest{Acks: streamOffsets(after, webhooks.OffsetNone)}},
+		{"unsubscribe", receiver.CallbackRequest{Unsubscribe: []string{at}}, receiver.CallbackRequest{Unsubscribe: []string{after}}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.at.Epoch, tc.after.Epoch = epoch(1), epoch(1)
@@ -108,10 +109,10 @@ func TestFaultLimitCallbackPathAndOffset(t *testing.T) {
 	// An offset of MaxOffsetLength passes validation, and is then refused
 	// only because it is not an offset of the stream; one byte longer is
 	// refused as too long.
-	r := h.callback(agentAID, d.n.Token, webhooks.CallbackRequest{Epoch: epoch(1),
+	r := h.callback(agentAID, d.n.Token, receiver.CallbackRequest{Epoch: epoch(1),
 		Acks: streamOffsets(agentA, strings.Repeat("0", webhooks.MaxOffsetLength))})
-	requireError(t, r, http.StatusConflict, webhooks.CodeInvalidOffset)
-	r = h.callback(agentAID, d.n.Token, webhooks.CallbackRequest{Epoch: epoch(1),
+	requireError(t, r, http.StatusConflict, receiver.CodeInvalidOffset)
+	r = h.callback(agentAID, d.n.Token, receiver.CallbackRequest{Epoch: epoch(1),
 		Acks: streamOffsets(agentA, strings.Repeat("0", webhooks.MaxOffsetLength+1))})
 	faultLimitRefused(t, r, fmt.Sprintf("1 to %d characters", webhooks.MaxOffsetLength))
 }
@@ -120,7 +121,7 @@ func TestFaultLimitSubscriptionBodyAndWebhookURL(t *testing.T) {
 	h := newHarness(t)
 	valid := fmt.Sprintf(`{"webhook":%q}`, h.recv.url())
 	rec := h.do(http.MethodPut, "/agents/*?subscription=s1", faultPad(t, valid, webhooks.MaxSubscriptionBodyBytes+1))
-	e := subRequireError(t, http.StatusBadRequest, webhooks.CodeInvalidRequest, rec.Code, rec.Body.Bytes(), rec.Header().Get("Content-Type"))
+	e := subRequireError(t, http.StatusBadRequest, receiver.CodeInvalidRequest, rec.Code, rec.Body.Bytes(), rec.Header().Get("Content-Type"))
 	require.Contains(t, e.Message, fmt.Sprintf("exceeds %d bytes", webhooks.MaxSubscriptionBodyBytes))
 
 	long := func(n int) string {
@@ -130,7 +131,7 @@ func TestFaultLimitSubscriptionBodyAndWebhookURL(t *testing.T) {
 	rec = h.do(http.MethodPut, "/agents/*?subscription=s2", subBody(long(webhooks.MaxWebhookURLLength), ""))
 	require.Equal(t, http.StatusCreated, rec.Code, rec.Body.String())
 	rec = h.do(http.MethodPut, "/agents/*?subscription=s3", subBody(long(webhooks.MaxWebhookURLLength+1), ""))
-	e = subRequireError(t, http.StatusBadRequest, webhooks.CodeInvalidRequest, rec.Code, rec.Body.Bytes(), rec.Header().Get("Content-Type"))
+	e = subRequireError(t, http.StatusBadRequest, receiver.CodeInvalidRequest, rec.Code, rec.Body.Bytes(), rec.Header().Get("Content-Type"))
 	require.Contains(t, e.Message, fmt.Sprintf("longer than %d characters", webhooks.MaxWebhookURLLength))
 }
 
@@ -144,11 +145,11 @@ func TestFaultLimitConsumerIDInCallbackURL(t *testing.T) {
 	for _, tc := range []struct {
 		id     string
 		status int
-		code   webhooks.ErrorCode
+		code   receiver.ErrorCode
 	}{
-		{webhooks.ConsumerID(sub, at), http.StatusUnauthorized, webhooks.CodeTokenInvalid},
-		{webhooks.ConsumerID(sub, at+"p"), http.StatusBadRequest, webhooks.CodeInvalidRequest},
-		{webhooks.ConsumerID(sub+"s", at), http.StatusBadRequest, webhooks.CodeInvalidRequest},
+		{webhooks.ConsumerID(sub, at), http.StatusUnauthorized, receiver.CodeTokenInvalid},
+		{webhooks.ConsumerID(sub, at+"p"), http.StatusBadRequest, receiver.CodeInvalidRequest},
+		{webhooks.ConsumerID(sub+"s", at), http.StatusBadRequest, receiver.CodeInvalidRequest},
 	} {
 		requireError(t, h.rawCallback(tc.id, "not-a-token", `{"epoch":1}`), tc.status, tc.code)
 	}
@@ -177,7 +178,7 @@ func TestFaultLimitStreamPathLength(t *testing.T) {
 	h.create(at, 10)
 	d := h.nextDelivery()
 	require.Contains(t, []string{webhooks.ConsumerID("s1", at), webhooks.ConsumerID("s2", at)}, d.n.ConsumerID)
-	r := h.callback(d.n.ConsumerID, d.n.Token, webhooks.CallbackRequest{Epoch: epoch(1), Acks: streamOffsets(at, offset(10)), Done: true})
+	r := h.callback(d.n.ConsumerID, d.n.Token, receiver.CallbackRequest{Epoch: epoch(1), Acks: streamOffsets(at, offset(10)), Done: true})
 	require.Equal(t, http.StatusOK, r.status, "%.300s", r.raw)
 	require.Equal(t, webhooks.StateIdle, h.consumer(d.n.ConsumerID).State)
 }

@@ -16,6 +16,7 @@ import (
 
 	webhooks "github.com/streamhooks/webhooks"
 	"github.com/streamhooks/webhooks/memstore"
+	"github.com/streamhooks/webhooks/receiver"
 )
 
 // Webhook URLs the production policy refuses at subscription creation,
@@ -109,7 +110,7 @@ func TestFaultSSRFRefusedAtCreation(t *testing.T) {
 	for i, tc := range faultSSRFURLs {
 		t.Run(tc.url, func(t *testing.T) {
 			rec := subServe(handler, http.MethodPut, fmt.Sprintf("/agents/*?subscription=s%d", i), subBody(tc.url, ""))
-			body := subRequireError(t, http.StatusBadRequest, webhooks.CodeInvalidRequest, rec.Code, rec.Body.Bytes(), rec.Header().Get("Content-Type"))
+			body := subRequireError(t, http.StatusBadRequest, receiver.CodeInvalidRequest, rec.Code, rec.Body.Bytes(), rec.Header().Get("Content-Type"))
 			require.Contains(t, body.Message, "webhook URL rejected")
 			require.Contains(t, body.Message, tc.reason)
 		})

@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	webhooks "github.com/streamhooks/webhooks"
+	"github.com/streamhooks/webhooks/receiver"
 )
 
 // Fault-injecting webhook receivers. Each fault must end in the retry,
@@ -79,12 +80,12 @@ func (s *faultServer) url() string { return "http://" + s.ln.Addr().String() + "
 
 // faultReadRequest reads one HTTP request from c and decodes its
 // notification.
-func faultReadRequest(c net.Conn) (webhooks.Notification, error) {
+func faultReadRequest(c net.Conn) (receiver.Notification, error) {
 	req, err := http.ReadRequest(bufio.NewReader(c))
 	if err != nil {
-		return webhooks.Notification{}, err
+		return receiver.Notification{}, err
 	}
-	var n webhooks.Notification
+	var n receiver.Notification
 	body, err := io.ReadAll(req.Body)
 	if err != nil {
 		return n, err
@@ -228,7 +229,7 @@ func TestFaultHungAttemptFailsOnce(t *testing.T) {
 // answers is cut off at the request timeout, and the retry goes out.
 func TestFaultHangingConnection(t *testing.T) {
 	h := newHarness(t, faultConstBackoff(5*time.Second), webhooks.WithTimeouts(time.Hour, 0, 30*time.Second))
-	got := make(chan webhooks.Notification, 2)
+	got := make(chan receiver.Notification, 2)
 	closed := make(chan struct{}, 2)
 	srv := newFaultServer(t, func(c net.Conn) {
 		n, err := faultReadRequest(c)
@@ -517,7 +518,7 @@ func TestFaultServerErrorStormEndsInGC(t *testing.T) {
 	d := h.wake("s1", "/agents/*", agentA)
 	h.waitConsumer(agentAID, func(c *webhooks.Consumer) bool { return c.State == webhooks.StateLive })
 	h.create("/tools/x", 0)
-	r := h.callback(agentAID, d.n.Token, webhooks.CallbackRequest{
+	r := h.callback(agentAID, d.n.Token, receiver.CallbackRequest{
 		Epoch: epoch(1), Subscribe: []string{"/tools/x"}, Acks: streamOffsets(agentA, offset(10)), Done: true,
 	})
 	require.Equal(t, http.StatusOK, r.status, r.raw)
@@ -549,8 +550,8 @@ func TestFaultServerErrorStormEndsInGC(t *testing.T) {
 	h.clock.Set(c.Deadline)
 	h.waitDead(agentAID)
 	require.Equal(t, 0, webhooks.FaultSlotsInUse(h.engine))
-	r = h.callback(agentAID, first.n.Token, webhooks.CallbackRequest{Epoch: epoch(2)})
-	requireError(t, r, http.StatusGone, webhooks.CodeConsumerGone)
+	r = h.callback(agentAID, first.n.Token, receiver.CallbackRequest{Epoch: epoch(2)})
+	requireError(t, r, http.StatusGone, receiver.CodeConsumerGone)
 	h.appendTo("/tools/x", 1)
 	h.waitIdle()
 	h.faultRequireNoDelivery()
@@ -590,7 +591,7 @@ func TestFaultLateDoneNeverMovesAcksBack(t *testing.T) {
 	h.recv.queue(reply{status: http.StatusOK, body: `{"done":true}`, hold: hold})
 	d := h.wake("s1", "/agents/*", agentA)
 	tail := h.appendTo(agentA, 7)
-	r := h.callback(agentAID, d.n.Token, webhooks.CallbackRequest{Epoch: epoch(1), Acks: streamOffsets(agentA, tail)})
+	r := h.callback(agentAID, d.n.Token, receiver.CallbackRequest{Epoch: epoch(1), Acks: streamOffsets(agentA, tail)})
 	require.Equal(t, http.StatusOK, r.status, r.raw)
 	close(hold)
 	c := h.waitConsumer(agentAID, func(c *webhooks.Consumer) bool { return c.State == webhooks.StateIdle })

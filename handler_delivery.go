@@ -4,7 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
+
+	"github.com/streamhooks/webhooks/receiver"
 )
 
 // Handler delivery (DeliveryHandler) is event push to a Go function in the
@@ -35,7 +36,7 @@ type BatchHandler func(ctx context.Context, b *Batch) error
 // Batch is what a BatchHandler gets: the batch an event-push POST would
 // carry, and which attempt this is.
 type Batch struct {
-	EventsPayload
+	receiver.EventsPayload
 	// Attempt counts the attempts of this batch, from 1.
 	Attempt int
 	// MaxAttempts is how many attempts the subscription's retry policy
@@ -140,20 +141,20 @@ func (e *Engine) validateDestination(sub *Subscription) error {
 	if sub.Delivery == DeliveryHandler {
 		switch {
 		case sub.Webhook != "":
-			return newAPIError(http.StatusBadRequest, CodeInvalidRequest, "delivery %q has no webhook URL", DeliveryHandler)
+			return invalid("webhook", "delivery %q has no webhook URL", DeliveryHandler)
 		case e.cfg.handlers[sub.Handler] == nil:
-			return newAPIError(http.StatusBadRequest, CodeInvalidRequest, "no handler %q is registered on this engine", sub.Handler)
+			return invalid("handler", "no handler %q is registered on this engine", sub.Handler)
 		}
 		return nil
 	}
 	if sub.Handler != "" {
-		return newAPIError(http.StatusBadRequest, CodeInvalidRequest, "a handler applies only to delivery %q", DeliveryHandler)
+		return invalid("handler", "a handler applies only to delivery %q", DeliveryHandler)
 	}
 	if len(sub.Webhook) > MaxWebhookURLLength {
-		return newAPIError(http.StatusBadRequest, CodeInvalidRequest, "webhook URL is longer than %d characters", MaxWebhookURLLength)
+		return invalid("webhook", "webhook URL is longer than %d characters", MaxWebhookURLLength)
 	}
 	if _, err := e.policy.CheckURL(sub.Webhook); err != nil {
-		return newAPIError(http.StatusBadRequest, CodeInvalidRequest, "webhook URL rejected: %v", err)
+		return invalid("webhook", "webhook URL rejected: %v", err)
 	}
 	return nil
 }

@@ -19,6 +19,7 @@ import (
 
 	webhooks "github.com/streamhooks/webhooks"
 	"github.com/streamhooks/webhooks/memstore"
+	"github.com/streamhooks/webhooks/receiver"
 )
 
 func TestMain(m *testing.M) {
@@ -58,7 +59,7 @@ func (s *fakeSource) Stream(_ context.Context, path string) (webhooks.StreamInfo
 	if !ok {
 		return webhooks.StreamInfo{}, webhooks.ErrStreamNotFound
 	}
-	return webhooks.StreamInfo{Path: path, Tail: offset(n)}, nil
+	return webhooks.StreamInfo{Path: path, Tail: offset(n), Empty: n == 0}, nil
 }
 
 func (s *fakeSource) MatchStreams(_ context.Context, p *webhooks.Pattern) ([]webhooks.StreamInfo, error) {
@@ -67,7 +68,7 @@ func (s *fakeSource) MatchStreams(_ context.Context, p *webhooks.Pattern) ([]web
 	var out []webhooks.StreamInfo
 	for path, n := range s.streams {
 		if p.Match(path) {
-			out = append(out, webhooks.StreamInfo{Path: path, Tail: offset(n)})
+			out = append(out, webhooks.StreamInfo{Path: path, Tail: offset(n), Empty: n == 0})
 		}
 	}
 	return out, nil
@@ -98,7 +99,7 @@ func (s *fakeSource) remove(path string) {
 type delivery struct {
 	header http.Header
 	body   []byte
-	n      webhooks.Notification
+	n      receiver.Notification
 	ctx    context.Context // the request's context; done when the engine gives up
 }
 
@@ -110,20 +111,20 @@ type reply struct {
 	header http.Header   // added to the answer
 }
 
-// receiver is a webhook endpoint on loopback. Each delivery is sent on
+// endpoint is a webhook endpoint on loopback. Each delivery is sent on
 // deliveries; the answer is taken from replies, or 200 "" if none is queued.
-type receiver struct {
+type endpoint struct {
 	srv        *httptest.Server
 	deliveries chan delivery
 	mu         sync.Mutex
 	replies    []reply
 }
 
-func newReceiver(t testing.TB) *receiver {
-	r := &receiver{deliveries: make(chan delivery, 1024)}
+func newReceiver(t testing.TB) *endpoint {
+	r := &endpoint{deliveries: make(chan delivery, 1024)}
 	r.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		body, _ := io.ReadAll(req.Body)
-		var n webhooks.Notification
+		var n receiver.Notification
 		_ = json.Unmarshal(body, &n)
 		r.mu.Lock()
 		rep := reply{status: http.StatusOK}
@@ -154,13 +155,13 @@ func newReceiver(t testing.TB) *receiver {
 }
 
 // queue sets the answers to the next deliveries, in order.
-func (r *receiver) queue(replies ...reply) {
+func (r *endpoint) queue(replies ...reply) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.replies = append(r.replies, replies...)
 }
 
-func (r *receiver) url() string { return r.srv.URL + "/hook" }
+func (r *endpoint) url() string { return r.srv.URL + "/hook" }
 
 // harness is an engine on a mock clock, a store (memory unless the test
 // passes one), a fake source and one webhook receiver.
@@ -169,7 +170,7 @@ type harness struct {
 	clock   *clock.Mock
 	store   webhooks.Store
 	source  *fakeSource
-	recv    *receiver
+	recv    *endpoint
 	engine  *webhooks.Engine
 	handler http.Handler
 	// wrap, if set, gives the engine another view of source.
@@ -386,7 +387,7 @@ func (h *harness) settled(c *webhooks.Consumer) bool {
 // callbackResult is a decoded callback response.
 type callbackResult struct {
 	status int
-	body   webhooks.CallbackResponse
+	body   receiver.CallbackResponse
 	raw    string
 }
 
@@ -401,13 +402,13 @@ func (h *harness) callback(id, token string, body any) callbackResult {
 func (h *harness) rawCallback(id, token, body string) callbackResult {
 	h.t.Helper()
 	rec := h.do(http.MethodPost, "/callback/"+id, body, "Authorization", "Bearer "+token, "Content-Type", "application/json")
-	var out webhooks.CallbackResponse
+	var out receiver.CallbackResponse
 	require.NoError(h.t, json.Unmarshal(rec.Body.Bytes(), &out), rec.Body.String())
 	return callbackResult{status: rec.Code, body: out, raw: rec.Body.String()}
 }
 
 // requireError checks a callback failed with status and code.
-func requireError(t *testing.T, r callbackResult, status int, code webhooks.ErrorCode) {
+func requireError(t *testing.T, r callbackResult, status int, code receiver.ErrorCode) {
 	t.Helper()
 	require.Equal(t, status, r.status, r.raw)
 	require.False(t, r.body.OK, r.raw)

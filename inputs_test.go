@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	webhooks "github.com/streamhooks/webhooks"
+	"github.com/streamhooks/webhooks/receiver"
 )
 
 // formatSource is a fakeSource that knows its offset format.
@@ -32,11 +33,11 @@ func ackGarbage(t *testing.T, h *harness, garbage []string) {
 	d := h.live()
 	for _, o := range garbage {
 		require.Len(t, o, len(offset(10)), "%q has the tail's length: length alone does not tell", o)
-		r := h.callback(agentAID, d.n.Token, webhooks.CallbackRequest{Epoch: epoch(1), Acks: streamOffsets(agentA, o)})
-		requireError(t, r, http.StatusConflict, webhooks.CodeInvalidOffset)
+		r := h.callback(agentAID, d.n.Token, receiver.CallbackRequest{Epoch: epoch(1), Acks: streamOffsets(agentA, o)})
+		requireError(t, r, http.StatusConflict, receiver.CodeInvalidOffset)
 		require.Equal(t, streamOffsets(agentA, webhooks.OffsetNone), h.consumer(agentAID).Streams, "%q", o)
 	}
-	r := h.callback(agentAID, d.n.Token, webhooks.CallbackRequest{Epoch: epoch(1), Acks: streamOffsets(agentA, offset(3))})
+	r := h.callback(agentAID, d.n.Token, receiver.CallbackRequest{Epoch: epoch(1), Acks: streamOffsets(agentA, offset(3))})
 	require.Equal(t, http.StatusOK, r.status, r.raw)
 }
 
@@ -107,9 +108,9 @@ func TestSubscriptionPathDecodedOnce(t *testing.T) {
 	require.Equal(t, http.StatusOK, status, string(out))
 	require.JSONEq(t, `["lit"]`, mustJSON(t, listIDs(t, out)))
 	status, out = send(t, srv, http.MethodGet, "/a/%252A?subscription=star", "")
-	subRequireError(t, http.StatusNotFound, webhooks.CodeSubscriptionNotFound, status, out, "application/json")
+	subRequireError(t, http.StatusNotFound, receiver.ErrorCode("SUBSCRIPTION_NOT_FOUND"), status, out, "application/json")
 	status, out = send(t, srv, http.MethodDelete, "/a/%252A?subscription=star", "")
-	subRequireError(t, http.StatusNotFound, webhooks.CodeSubscriptionNotFound, status, out, "application/json")
+	subRequireError(t, http.StatusNotFound, receiver.ErrorCode("SUBSCRIPTION_NOT_FOUND"), status, out, "application/json")
 	status, out = send(t, srv, http.MethodGet, "/a/%252A?subscription=lit", "")
 	require.Equal(t, http.StatusOK, status, string(out))
 	status, out = send(t, srv, http.MethodDelete, "/a/%252A?subscription=lit", "")
@@ -148,7 +149,7 @@ func TestSubscriptionPatternControlCharacters(t *testing.T) {
 				method = http.MethodPut
 			}
 			status, out := send(t, srv, method, target, subBody(h.recv.url(), ""))
-			e := subRequireError(t, http.StatusBadRequest, webhooks.CodeInvalidRequest, status, out, "application/json")
+			e := subRequireError(t, http.StatusBadRequest, receiver.CodeInvalidRequest, status, out, "application/json")
 			require.Contains(t, e.Message, "control character", target)
 		}
 	}
@@ -178,7 +179,7 @@ func TestSubscriptionGlobstarRunIsCanonical(t *testing.T) {
 func TestCallbackPathControlCharacters(t *testing.T) {
 	h := newHarness(t)
 	d := h.live()
-	for _, req := range []webhooks.CallbackRequest{
+	for _, req := range []receiver.CallbackRequest{
 		{Subscribe: []string{"/tools/a\x00"}},
 		{Subscribe: []string{"/tools/a\u0085"}},
 		{Unsubscribe: []string{"/agents/a\n"}},
@@ -186,13 +187,13 @@ func TestCallbackPathControlCharacters(t *testing.T) {
 	} {
 		req.Epoch = epoch(1)
 		r := h.callback(agentAID, d.n.Token, req)
-		requireError(t, r, http.StatusBadRequest, webhooks.CodeInvalidRequest)
+		requireError(t, r, http.StatusBadRequest, receiver.CodeInvalidRequest)
 		require.Contains(t, r.body.Error.Message, "control character")
 	}
 	require.Equal(t, streamOffsets(agentA, webhooks.OffsetNone), h.consumer(agentAID).Streams)
 
 	r := h.rawCallback("s1:%2Fagents%2Fa%00", d.n.Token, `{"epoch":1}`)
-	requireError(t, r, http.StatusBadRequest, webhooks.CodeInvalidRequest)
+	requireError(t, r, http.StatusBadRequest, receiver.CodeInvalidRequest)
 	require.Contains(t, r.body.Error.Message, "control character")
 }
 
@@ -220,7 +221,7 @@ func TestRequestKeysAreCaseSensitive(t *testing.T) {
 		"DESCRIPTION": `{"webhook":"` + url + `","DESCRIPTION":"d"}`,
 	} {
 		rec := h.do(http.MethodPut, "/agents/*?subscription=s1", body)
-		e := subRequireError(t, http.StatusBadRequest, webhooks.CodeInvalidRequest, rec.Code, rec.Body.Bytes(), rec.Header().Get("Content-Type"))
+		e := subRequireError(t, http.StatusBadRequest, receiver.CodeInvalidRequest, rec.Code, rec.Body.Bytes(), rec.Header().Get("Content-Type"))
 		require.Contains(t, e.Message, `"`+key+`"`)
 	}
 	require.Empty(t, h.subList("/**"))
@@ -234,7 +235,7 @@ func TestRequestKeysAreCaseSensitive(t *testing.T) {
 		"Wake_ID": `{"epoch":1,"Wake_ID":"` + d.n.WakeID + `"}`,
 	} {
 		r := h.rawCallback(agentAID, d.n.Token, body)
-		requireError(t, r, http.StatusBadRequest, webhooks.CodeInvalidRequest)
+		requireError(t, r, http.StatusBadRequest, receiver.CodeInvalidRequest)
 		require.Contains(t, r.body.Error.Message, `"`+key+`"`)
 	}
 	r := h.rawCallback(agentAID, d.n.Token, `{"epoch":1,"acks":[{"path":"/agents/a","offset":"-1"}],"done":false}`)
@@ -246,11 +247,11 @@ func TestRequestKeysAreCaseSensitive(t *testing.T) {
 func TestRequestBodyMustBeUTF8(t *testing.T) {
 	h := newHarness(t)
 	rec := h.do(http.MethodPut, "/agents/*?subscription=s1", `{"webhook":"`+h.recv.url()+`","description":"`+"caf\xe9"+`"}`)
-	e := subRequireError(t, http.StatusBadRequest, webhooks.CodeInvalidRequest, rec.Code, rec.Body.Bytes(), rec.Header().Get("Content-Type"))
+	e := subRequireError(t, http.StatusBadRequest, receiver.CodeInvalidRequest, rec.Code, rec.Body.Bytes(), rec.Header().Get("Content-Type"))
 	require.Contains(t, e.Message, "UTF-8")
 	d := h.live()
 	r := h.rawCallback(agentAID, d.n.Token, `{"epoch":1,"subscribe":["`+"/tools/a\xff"+`"]}`)
-	requireError(t, r, http.StatusBadRequest, webhooks.CodeInvalidRequest)
+	requireError(t, r, http.StatusBadRequest, receiver.CodeInvalidRequest)
 	require.Contains(t, r.body.Error.Message, "UTF-8")
 	require.Equal(t, streamOffsets(agentA, webhooks.OffsetNone), h.consumer(agentAID).Streams)
 }
@@ -273,13 +274,13 @@ func TestTokenEpochClaimIsChecked(t *testing.T) {
 		return raw
 	}
 	for _, e := range []int64{0, 2} {
-		r := h.callback(agentAID, mint(e), webhooks.CallbackRequest{Epoch: epoch(1), Acks: streamOffsets(agentA, offset(5))})
-		requireError(t, r, http.StatusConflict, webhooks.CodeStaleEpoch)
+		r := h.callback(agentAID, mint(e), receiver.CallbackRequest{Epoch: epoch(1), Acks: streamOffsets(agentA, offset(5))})
+		requireError(t, r, http.StatusConflict, receiver.CodeStaleEpoch)
 		require.Contains(t, r.body.Error.Message, "token was issued for epoch")
 	}
 	require.Equal(t, streamOffsets(agentA, webhooks.OffsetNone), h.consumer(agentAID).Streams)
 	// The same token at the consumer's epoch is accepted: only the epoch
 	// claim was wrong.
-	r := h.callback(agentAID, mint(1), webhooks.CallbackRequest{Epoch: epoch(1), Acks: streamOffsets(agentA, offset(5))})
+	r := h.callback(agentAID, mint(1), receiver.CallbackRequest{Epoch: epoch(1), Acks: streamOffsets(agentA, offset(5))})
 	require.Equal(t, http.StatusOK, r.status, r.raw)
 }

@@ -24,6 +24,7 @@ import (
 	webhooks "github.com/streamhooks/webhooks"
 	"github.com/streamhooks/webhooks/internal/pgtest"
 	"github.com/streamhooks/webhooks/pgstore"
+	"github.com/streamhooks/webhooks/receiver"
 	"github.com/streamhooks/webhooks/sqlitestore"
 )
 
@@ -111,12 +112,14 @@ type cluster struct {
 	stores   []sharedStore
 	engines  []*webhooks.Engine
 	handlers []http.Handler
+	// progressed is signalled by every engine's progress (SignalProgress).
+	progressed chan struct{}
 }
 
 // newCluster creates an engine on each store; none is started.
 func newCluster(t *testing.T, stores []sharedStore, opts ...webhooks.Option) *cluster {
 	t.Helper()
-	c := &cluster{t: t, clock: newMockClock(), source: newFakeSource(), stores: stores}
+	c := &cluster{t: t, clock: newMockClock(), source: newFakeSource(), stores: stores, progressed: make(chan struct{}, 1)}
 	for _, s := range stores {
 		e, err := webhooks.New(s, c.source, append([]webhooks.Option{
 			webhooks.WithClock(c.clock),
@@ -125,6 +128,7 @@ func newCluster(t *testing.T, stores []sharedStore, opts ...webhooks.Option) *cl
 			webhooks.WithPollInterval(testPollInterval),
 		}, opts...)...)
 		require.NoError(t, err)
+		webhooks.SignalProgress(e, c.progressed)
 		c.engines = append(c.engines, e)
 		c.handlers = append(c.handlers, e.Handler(http.NotFoundHandler()))
 	}
@@ -143,12 +147,22 @@ func (c *cluster) crash(i int) {
 	c.stores[i].close()
 }
 
-// stepTo moves the clock to t a second at a time. A scheduler that arms
-// its timer just as one big jump ends may arm it for a time the jump has
-// passed, which no later tick would fire; the steps after it do.
-func (c *cluster) stepTo(t time.Time) {
+// stepTo moves the clock to t a second at a time, and after each step
+// waits for engine i to act on it: its scheduler parked and no delivery
+// running. Moved on at once, the clock could pass a POST's timeouts while
+// a slow Store still sends it, and cancel it before it arrives.
+func (c *cluster) stepTo(i int, t time.Time) {
+	c.t.Helper()
 	for c.clock.Now().Before(t) {
 		c.clock.Add(min(time.Second, t.Sub(c.clock.Now())))
+		timeout := time.After(waitFor)
+		for !webhooks.SchedulerParked(c.engines[i]) || webhooks.DeliveriesRunning(c.engines[i]) > 0 {
+			select {
+			case <-c.progressed:
+			case <-timeout:
+				c.t.Fatalf("engine %d did not settle at %v", i, c.clock.Now())
+			}
+		}
 	}
 }
 
@@ -172,13 +186,13 @@ func (c *cluster) subscribe(i int, id, pattern, webhook string) {
 
 // callback sends a callback for consumer id to engine i. It is safe to
 // call from any goroutine.
-func (c *cluster) callback(i int, id, token string, req webhooks.CallbackRequest) (int, webhooks.CallbackResponse, error) {
+func (c *cluster) callback(i int, id, token string, req receiver.CallbackRequest) (int, receiver.CallbackResponse, error) {
 	data, err := json.Marshal(req)
 	if err != nil {
-		return 0, webhooks.CallbackResponse{}, err
+		return 0, receiver.CallbackResponse{}, err
 	}
 	rec := c.do(i, http.MethodPost, "/callback/"+id, string(data), "Authorization", "Bearer "+token, "Content-Type", "application/json")
-	var out webhooks.CallbackResponse
+	var out receiver.CallbackResponse
 	if err := json.Unmarshal(rec.Body.Bytes(), &out); err != nil {
 		return rec.Code, out, fmt.Errorf("callback answer %q: %w", rec.Body.String(), err)
 	}
@@ -218,7 +232,7 @@ func (c *cluster) await(i int, id string, cond func(*webhooks.Consumer) bool) (*
 
 // post is one webhook POST as a receiver saw it.
 type post struct {
-	n   webhooks.Notification
+	n   receiver.Notification
 	ctx context.Context
 }
 
@@ -227,7 +241,7 @@ type post struct {
 type hookServer struct {
 	srv   *httptest.Server
 	mu    sync.Mutex
-	posts []webhooks.Notification
+	posts []receiver.Notification
 	seen  chan post
 }
 
@@ -235,7 +249,7 @@ func newHookServer(t *testing.T, answer func(p post, w http.ResponseWriter)) *ho
 	h := &hookServer{seen: make(chan post, 4096)}
 	h.srv = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		body, _ := io.ReadAll(r.Body)
-		var n webhooks.Notification
+		var n receiver.Notification
 		if err := json.Unmarshal(body, &n); err != nil {
 			t.Errorf("undecodable webhook body %q: %v", body, err)
 			return
@@ -256,10 +270,10 @@ func newHookServer(t *testing.T, answer func(p post, w http.ResponseWriter)) *ho
 
 func (h *hookServer) url() string { return h.srv.URL + "/hook" }
 
-func (h *hookServer) recorded() []webhooks.Notification {
+func (h *hookServer) recorded() []receiver.Notification {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return append([]webhooks.Notification(nil), h.posts...)
+	return append([]receiver.Notification(nil), h.posts...)
 }
 
 // next waits for the next POST.
@@ -286,7 +300,7 @@ type cycle struct {
 // carries the wake_id of that cycle, which no other cycle has (S2). It
 // returns how many POSTs each cycle got: the attempts, as a notification
 // does not number them.
-func checkSafety(t *testing.T, posts []webhooks.Notification) map[cycle]int {
+func checkSafety(t *testing.T, posts []receiver.Notification) map[cycle]int {
 	t.Helper()
 	count := map[cycle]int{}
 	wakeIDs := map[cycle]string{}
@@ -337,8 +351,8 @@ func TestInstancesDeliverEachAttemptOnce(t *testing.T) {
 				tail, err := c.source.Stream(context.Background(), p.n.PrimaryStream)
 				if err == nil {
 					var status int
-					var resp webhooks.CallbackResponse
-					status, resp, err = c.callback(rand.IntN(engines), p.n.ConsumerID, p.n.Token, webhooks.CallbackRequest{
+					var resp receiver.CallbackResponse
+					status, resp, err = c.callback(rand.IntN(engines), p.n.ConsumerID, p.n.Token, receiver.CallbackRequest{
 						Epoch: epoch(p.n.Epoch), WakeID: p.n.WakeID, Acks: streamOffsets(p.n.PrimaryStream, tail.Tail), Done: true,
 					})
 					if err == nil && status != http.StatusOK {
@@ -426,7 +440,7 @@ func TestInstancesSerializeConcurrentCallbacks(t *testing.T) {
 		c.source.set(agentA, tail)
 		require.NoError(t, c.engines[0].StreamCreated(context.Background(), agentA))
 		n := hooks.next(t).n
-		status, _, err := c.callback(1, agentAID, n.Token, webhooks.CallbackRequest{Epoch: epoch(n.Epoch), WakeID: n.WakeID})
+		status, _, err := c.callback(1, agentAID, n.Token, receiver.CallbackRequest{Epoch: epoch(n.Epoch), WakeID: n.WakeID})
 		require.NoError(t, err)
 		require.Equal(t, http.StatusOK, status, "the claim")
 
@@ -440,7 +454,7 @@ func TestInstancesSerializeConcurrentCallbacks(t *testing.T) {
 				at := 1 + r*(acks/round) + k
 				highest = max(highest, at)
 				wg.Go(func() {
-					status, resp, err := c.callback(i%2, agentAID, n.Token, webhooks.CallbackRequest{
+					status, resp, err := c.callback(i%2, agentAID, n.Token, receiver.CallbackRequest{
 						Epoch: epoch(n.Epoch), Acks: streamOffsets(agentA, offset(at)),
 					})
 					if err != nil || status != http.StatusOK {
@@ -516,13 +530,13 @@ func TestInstancesTakeOverDeadlines(t *testing.T) {
 			c.source.set(p, 10)
 			require.NoError(t, c.engines[0].StreamCreated(context.Background(), p))
 		}
-		first := map[string]webhooks.Notification{}
+		first := map[string]receiver.Notification{}
 		for range 3 {
 			n := hooks.next(t).n
 			first[n.PrimaryStream] = n
 		}
 		liveID := webhooks.ConsumerID("s1", live)
-		status, _, err := c.callback(0, liveID, first[live].Token, webhooks.CallbackRequest{
+		status, _, err := c.callback(0, liveID, first[live].Token, receiver.CallbackRequest{
 			Epoch: epoch(1), WakeID: first[live].WakeID, Acks: streamOffsets(live, offset(5)),
 		})
 		require.NoError(t, err)
@@ -537,19 +551,19 @@ func TestInstancesTakeOverDeadlines(t *testing.T) {
 		c.crash(0)
 
 		// The POST that got no answer: failed at its WAKING timeout.
-		c.stepTo(t0.Add(waking + poll))
+		c.stepTo(1, t0.Add(waking+poll))
 		c.waitConsumer(1, hangID, func(cs *webhooks.Consumer) bool {
 			return cs.State == webhooks.StateWaking && cs.Failures == 1 && !cs.InFlight
 		})
 		// The failed attempt: retried at its backoff, in its cycle.
-		c.stepTo(t0.Add(backoff + poll))
+		c.stepTo(1, t0.Add(backoff+poll))
 		p := hooks.next(t).n
 		require.Equal(t, retry, p.PrimaryStream)
 		require.Equal(t, first[retry].WakeID, p.WakeID, "a retry keeps its cycle's wake_id (S2)")
 		// The silent LIVE cycle: ended at its liveness timeout, and the
 		// consumer woken again from the offset it acked.
-		c.stepTo(t0.Add(liveness + poll))
-		var again, hangRetry webhooks.Notification
+		c.stepTo(1, t0.Add(liveness+poll))
+		var again, hangRetry receiver.Notification
 		for again.ConsumerID == "" || hangRetry.ConsumerID == "" {
 			switch n := hooks.next(t).n; n.PrimaryStream {
 			case live:
@@ -694,10 +708,10 @@ func requireUnavailable(t *testing.T, rec *httptest.ResponseRecorder) {
 	t.Helper()
 	require.Equal(t, http.StatusServiceUnavailable, rec.Code, rec.Body.String())
 	require.Equal(t, "1", rec.Header().Get("Retry-After"))
-	var body webhooks.CallbackResponse
+	var body receiver.CallbackResponse
 	require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &body), rec.Body.String())
 	require.NotNil(t, body.Error, rec.Body.String())
-	require.Equal(t, webhooks.CodeServiceUnavailable, body.Error.Code)
+	require.Equal(t, receiver.ErrorCode("SERVICE_UNAVAILABLE"), body.Error.Code)
 	require.Contains(t, body.Error.Message, "cannot reach its store")
 	for _, internal := range []string{"pgstore", "dial", "EOF", "connect", "127.0.0.1"} {
 		require.NotContains(t, rec.Body.String(), internal, "internal error text reaches the client")
@@ -740,7 +754,7 @@ func TestInstancesStoreUnreachable(t *testing.T) {
 	c.source.set(idle, 10)
 	require.NoError(t, c.engines[0].StreamCreated(context.Background(), busy))
 	require.NoError(t, c.engines[0].StreamCreated(context.Background(), idle))
-	var woke webhooks.Notification
+	var woke receiver.Notification
 	for woke.PrimaryStream != busy {
 		woke = hooks.next(t).n
 	}

@@ -15,6 +15,7 @@ import (
 
 	webhooks "github.com/streamhooks/webhooks"
 	"github.com/streamhooks/webhooks/memstore"
+	"github.com/streamhooks/webhooks/receiver"
 )
 
 // Liveness across instances (issue 27, L1): an acknowledged append always
@@ -46,7 +47,7 @@ func requireRetryLater(t *testing.T, status int, header http.Header, body string
 	secs, err := strconv.Atoi(header.Get("Retry-After"))
 	require.NoError(t, err, "Retry-After %q", header.Get("Retry-After"))
 	require.Positive(t, secs)
-	require.Contains(t, body, string(webhooks.CodeServiceUnavailable))
+	require.Contains(t, body, `"SERVICE_UNAVAILABLE"`)
 	require.NotContains(t, body, flakyDetail)
 }
 
@@ -74,7 +75,7 @@ func TestFailedStreamReadIsRetried(t *testing.T) {
 	requireRetryLater(t, rec.Code, rec.Header(), rec.Body.String())
 
 	src.down.Store(false)
-	r := h.callback(agentAID, d.n.Token, webhooks.CallbackRequest{Epoch: epoch(1), Acks: streamOffsets(agentA, offset(10)), Done: true})
+	r := h.callback(agentAID, d.n.Token, receiver.CallbackRequest{Epoch: epoch(1), Acks: streamOffsets(agentA, offset(10)), Done: true})
 	require.Equal(t, http.StatusOK, r.status, r.raw)
 	h.waitConsumer(agentAID, func(c *webhooks.Consumer) bool { return c.State == webhooks.StateIdle })
 
@@ -178,7 +179,7 @@ func (c *sweepCluster) knownEverywhere(id string) {
 
 func newSweepCluster(t *testing.T, stores []sharedStore) *sweepCluster {
 	t.Helper()
-	c := &sweepCluster{cluster: &cluster{t: t, clock: newMockClock(), source: newFakeSource(), stores: stores}}
+	c := &sweepCluster{cluster: &cluster{t: t, clock: newMockClock(), source: newFakeSource(), stores: stores, progressed: make(chan struct{}, 1)}}
 	c.src = &flakySource{fakeSource: c.source}
 	for _, s := range stores {
 		// The Store itself, with its feed, which sharedStore hides: a
@@ -190,6 +191,7 @@ func newSweepCluster(t *testing.T, stores []sharedStore) *sweepCluster {
 			webhooks.WithPollInterval(testPollInterval),
 			webhooks.WithSweepInterval(sweepInterval))
 		require.NoError(t, err)
+		webhooks.SignalProgress(e, c.progressed)
 		swept, reloaded := make(chan struct{}, 1), make(chan struct{}, 1)
 		webhooks.SignalSwept(e, swept)
 		webhooks.SignalReloaded(e, reloaded)
@@ -239,7 +241,7 @@ func TestInstancesSweepFindsStrandedAppends(t *testing.T) {
 		require.ErrorIs(t, c.engines[0].StreamAppended(context.Background(), agentA), webhooks.ErrStoreUnavailable)
 		c.crash(0)
 		c.src.down.Store(false)
-		c.stepTo(c.clock.Now().Add(sweepInterval))
+		c.stepTo(2, c.clock.Now().Add(sweepInterval))
 		p := hook.next(t)
 		require.EqualValues(t, 2, p.n.Epoch)
 		require.Equal(t, []string{agentA}, p.n.TriggeredBy)
@@ -249,7 +251,7 @@ func TestInstancesSweepFindsStrandedAppends(t *testing.T) {
 		// engine with it.
 		c.source.grow(agentA, 1)
 		c.crash(1)
-		c.stepTo(c.clock.Now().Add(sweepInterval))
+		c.stepTo(2, c.clock.Now().Add(sweepInterval))
 		require.EqualValues(t, 3, hook.next(t).n.Epoch)
 		c.waitConsumer(2, agentAID, idleAt(3))
 

@@ -56,6 +56,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	webhooks "github.com/streamhooks/webhooks"
+	"github.com/streamhooks/webhooks/receiver"
 )
 
 var (
@@ -290,26 +291,36 @@ func modelPos(off string) int {
 	return v
 }
 
-// pendingPaths lists the subscribed streams whose tail is past the acked
-// offset (spec, Pending Work). "-1" is below every tail, the zero offset of
-// an empty stream included.
+// pendingPaths lists the subscribed streams with pending work.
 func (m *model) pendingPaths(c *modelConsumer) []string {
 	var out []string
 	for _, s := range c.streams {
-		if n, ok := m.streams[s.Path]; ok && n > modelPos(s.Offset) {
+		if n, ok := m.streams[s.Path]; ok && modelPending(c.events, c.epoch, c.primary, s, n) {
 			out = append(out, s.Path)
 		}
 	}
 	return out
 }
 
+// modelPending reports whether stream s, n bytes long, is pending work of
+// a consumer (spec, Pending Work): its tail is past the acked offset. "-1"
+// is below every tail, the zero offset of an empty stream included, but a
+// wake consumer has no work in an empty stream, only the wake at its
+// creation: that of its primary stream before its first wake.
+func modelPending(events bool, epoch int64, primary string, s webhooks.StreamOffset, n int) bool {
+	if n == 0 && s.Offset == webhooks.OffsetNone && !events {
+		return epoch == 0 && s.Path == primary
+	}
+	return n > modelPos(s.Offset)
+}
+
 // wake is IDLE → WAKING (or LIVE → WAKING on done with pending work):
 // epoch++, a new wake_id, and a POST due at once.
 func (m *model) wake(c *modelConsumer) {
+	c.triggeredBy = m.pendingPaths(c)
 	c.state = webhooks.StateWaking
 	c.epoch++
 	c.wakeID = ""
-	c.triggeredBy = m.pendingPaths(c)
 	c.wakeTails = map[string]int{}
 	for _, s := range c.streams {
 		if n, ok := m.streams[s.Path]; ok {
@@ -671,13 +682,13 @@ type modelCall struct {
 	tokenInc   int // incarnation of the consumer the token was issued to
 	tokenExp   time.Time
 	body       string
-	req        *webhooks.CallbackRequest // nil if the body is invalid
+	req        *receiver.CallbackRequest // nil if the body is invalid
 }
 
 // modelAnswer is what the model expects a callback to return.
 type modelAnswer struct {
 	status  int
-	code    webhooks.ErrorCode // "" on success
+	code    receiver.ErrorCode // "" on success
 	streams []webhooks.StreamOffset
 	fresh   bool // a newly issued token, not the one sent
 }
@@ -686,23 +697,23 @@ type modelAnswer struct {
 // The checks run in the engine's order; the spec gives none.
 func (m *model) callback(call modelCall) modelAnswer {
 	if !call.tokenOK {
-		return modelAnswer{status: http.StatusUnauthorized, code: webhooks.CodeTokenInvalid}
+		return modelAnswer{status: http.StatusUnauthorized, code: receiver.CodeTokenInvalid}
 	}
 	if call.req == nil {
-		return modelAnswer{status: http.StatusBadRequest, code: webhooks.CodeInvalidRequest}
+		return modelAnswer{status: http.StatusBadRequest, code: receiver.CodeInvalidRequest}
 	}
 	c := m.consumers[call.id]
 	if c == nil || c.state == webhooks.StateFailed {
-		return modelAnswer{status: http.StatusGone, code: webhooks.CodeConsumerGone}
+		return modelAnswer{status: http.StatusGone, code: receiver.CodeConsumerGone}
 	}
 	if call.tokenEpoch != c.epoch || *call.req.Epoch != c.epoch || call.tokenInc != c.inc {
-		return modelAnswer{status: http.StatusConflict, code: webhooks.CodeStaleEpoch}
+		return modelAnswer{status: http.StatusConflict, code: receiver.CodeStaleEpoch}
 	}
 	if !m.now.Before(call.tokenExp) {
-		return modelAnswer{status: http.StatusUnauthorized, code: webhooks.CodeTokenExpired, fresh: true}
+		return modelAnswer{status: http.StatusUnauthorized, code: receiver.CodeTokenExpired, fresh: true}
 	}
 	if call.req.WakeID != "" && call.req.WakeID != c.wakeID {
-		return modelAnswer{status: http.StatusConflict, code: webhooks.CodeAlreadyClaimed}
+		return modelAnswer{status: http.StatusConflict, code: receiver.CodeAlreadyClaimed}
 	}
 	next := c.clone()
 	if next.state == webhooks.StateWaking {
@@ -724,14 +735,14 @@ func (m *model) callback(call modelCall) modelAnswer {
 	for _, a := range call.req.Acks {
 		i := slices.IndexFunc(next.streams, func(s webhooks.StreamOffset) bool { return s.Path == a.Path })
 		if i < 0 {
-			return modelAnswer{status: http.StatusConflict, code: webhooks.CodeInvalidOffset}
+			continue // an ack of a stream the consumer does not hold moves nothing
 		}
 		if a.Offset == webhooks.OffsetNone {
 			continue
 		}
 		n, ok := m.streams[a.Path]
 		if !ok || len(a.Offset) != len(offset(n)) || modelPos(a.Offset) > n {
-			return modelAnswer{status: http.StatusConflict, code: webhooks.CodeInvalidOffset}
+			return modelAnswer{status: http.StatusConflict, code: receiver.CodeInvalidOffset}
 		}
 		if modelPos(a.Offset) > modelPos(next.streams[i].Offset) {
 			next.streams[i].Offset = a.Offset
@@ -804,8 +815,8 @@ func (c *modelClock) armed(now time.Time) []time.Time {
 // modelArrival is a webhook POST held by the receiver until the driver
 // answers it.
 type modelArrival struct {
-	n          webhooks.Notification
-	batch      webhooks.EventsPayload // the body of an event-push POST
+	n          receiver.Notification
+	batch      receiver.EventsPayload // the body of an event-push POST
 	body       []byte
 	sig        string
 	deliveryID string // the Webhook-Id header
@@ -836,8 +847,8 @@ func newModelReceiver(t *testing.T, seed uint64) *modelReceiver {
 			return
 		}
 		body, _ := io.ReadAll(req.Body)
-		a := &modelArrival{body: body, sig: req.Header.Get(webhooks.SignatureHeader),
-			deliveryID: req.Header.Get(webhooks.DeliveryIDHeader), reply: make(chan modelReply, 1)}
+		a := &modelArrival{body: body, sig: req.Header.Get(receiver.SignatureHeader),
+			deliveryID: req.Header.Get(receiver.IDHeader), reply: make(chan modelReply, 1)}
 		// A bad body shows as a mismatch.
 		_ = json.Unmarshal(body, &a.n)
 		_ = json.Unmarshal(body, &a.batch)
@@ -1563,7 +1574,7 @@ func (r *modelRig) callbackStep() bool {
 		}
 	}
 	switch {
-	case want.code == webhooks.CodeTokenExpired:
+	case want.code == receiver.CodeTokenExpired:
 		r.takeToken(id, got.body.Token, true, call.tokenEpoch, "the TOKEN_EXPIRED answer")
 	case want.code == "":
 		if !want.fresh && got.body.Token != call.token {
@@ -1612,7 +1623,7 @@ func (r *modelRig) callbackBody(call *modelCall) string {
 		epoch++
 		what = append(what, "body epoch+1")
 	}
-	req := &webhooks.CallbackRequest{Epoch: &epoch}
+	req := &receiver.CallbackRequest{Epoch: &epoch}
 	if c != nil {
 		switch x := r.pick(100); {
 		case x < 35:
@@ -1710,17 +1721,17 @@ func (r *modelRig) randomAck(c *modelConsumer) webhooks.StreamOffset {
 // modelCallbackProperty names the property a callback exercises.
 func modelCallbackProperty(call modelCall, want modelAnswer) string {
 	switch want.code {
-	case webhooks.CodeStaleEpoch:
+	case receiver.CodeStaleEpoch:
 		return "S6 stale epoch rejection"
-	case webhooks.CodeConsumerGone:
+	case receiver.CodeConsumerGone:
 		return "S7 gone after delete"
-	case webhooks.CodeAlreadyClaimed:
+	case receiver.CodeAlreadyClaimed:
 		return "S3 non-matching wake_id is ALREADY_CLAIMED"
-	case webhooks.CodeTokenExpired, webhooks.CodeTokenInvalid:
+	case receiver.CodeTokenExpired, receiver.CodeTokenInvalid:
 		return "callback token check"
-	case webhooks.CodeInvalidOffset:
+	case receiver.CodeInvalidOffset:
 		return "invalid ack rejected atomically"
-	case webhooks.CodeInvalidRequest:
+	case receiver.CodeInvalidRequest:
 		return "invalid callback body rejected"
 	}
 	parts := []string{"callback applied"}
@@ -1986,7 +1997,7 @@ func (r *modelRig) arriveBatch(a *modelArrival, req *modelRequest, c *modelConsu
 	if req.streams[0].Offset == webhooks.OffsetNone {
 		from = webhooks.OffsetNone
 	}
-	want := webhooks.EventsPayload{
+	want := receiver.EventsPayload{
 		SubscriptionID: c.sub,
 		Stream:         c.primary,
 		DeliveryID:     b.DeliveryID,
@@ -2106,7 +2117,7 @@ func (r *modelRig) checkInvariants(c *webhooks.Consumer, inc int) {
 		if ok && modelPos(s.Offset) > n {
 			r.failf("acks never pass the tail", "consumer %s acked %s at %s beyond its tail %d", c.ID, s.Path, s.Offset, n)
 		}
-		pending = pending || (ok && n > modelPos(s.Offset))
+		pending = pending || (ok && modelPending(r.m.subs[c.SubscriptionID].events, c.Epoch, c.PrimaryStream, s, n))
 	}
 	switch c.State {
 	case webhooks.StateIdle:
@@ -2222,7 +2233,7 @@ func TestSyncDoneSkipsAStreamRecreatedDuringTheWake(t *testing.T) {
 			h.appendTo(agentA, 10)
 			d := h.nextDelivery()
 			h.waitConsumer(agentAID, func(c *webhooks.Consumer) bool { return c.State == webhooks.StateLive })
-			r := h.callback(agentAID, d.n.Token, webhooks.CallbackRequest{Epoch: epoch(1), Subscribe: []string{tools}, Acks: streamOffsets(agentA, offset(10)), Done: true})
+			r := h.callback(agentAID, d.n.Token, receiver.CallbackRequest{Epoch: epoch(1), Subscribe: []string{tools}, Acks: streamOffsets(agentA, offset(10)), Done: true})
 			require.Equal(t, http.StatusOK, r.status, r.raw)
 
 			// The second wake records tools at 10; its POST answers
@@ -2231,16 +2242,16 @@ func TestSyncDoneSkipsAStreamRecreatedDuringTheWake(t *testing.T) {
 			h.recv.queue(reply{status: http.StatusOK, body: `{"done":true}`, hold: hold})
 			h.appendTo(tools, 5)
 			d = h.nextDelivery()
-			r = h.callback(agentAID, d.n.Token, webhooks.CallbackRequest{Epoch: epoch(2), WakeID: d.n.WakeID})
+			r = h.callback(agentAID, d.n.Token, receiver.CallbackRequest{Epoch: epoch(2), WakeID: d.n.WakeID})
 			require.Equal(t, http.StatusOK, r.status, r.raw)
 			if unsubscribeFirst {
-				r = h.callback(agentAID, d.n.Token, webhooks.CallbackRequest{Epoch: epoch(2), Unsubscribe: []string{tools}})
+				r = h.callback(agentAID, d.n.Token, receiver.CallbackRequest{Epoch: epoch(2), Unsubscribe: []string{tools}})
 				require.Equal(t, http.StatusOK, r.status, r.raw)
 			}
 			h.source.remove(tools)
 			require.NoError(t, h.engine.StreamDeleted(context.Background(), tools))
 			h.create(tools, 2)
-			r = h.callback(agentAID, d.n.Token, webhooks.CallbackRequest{Epoch: epoch(2), Subscribe: []string{tools}})
+			r = h.callback(agentAID, d.n.Token, receiver.CallbackRequest{Epoch: epoch(2), Subscribe: []string{tools}})
 			require.Equal(t, http.StatusOK, r.status, r.raw)
 			close(hold)
 

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/base64"
 	"errors"
-	"io"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -12,19 +11,10 @@ import (
 	"time"
 )
 
-// The operator routes of the subscription API. Each is the path of a
-// pattern that matches the subscription's, its id, and one more query
-// parameter naming the operation:
-//
-//	PATCH {pattern}?subscription={id}                        change status or mutable fields
-//	GET   {pattern}?subscription={id}&consumers              list consumers: &state= &limit= &cursor=
-//	GET   {pattern}?subscription={id}&consumer={cid}         get one consumer
-//	GET   {pattern}?subscription={id}&deliveries&consumer={cid}  its latest delivery attempts
-//	POST  {pattern}?subscription={id}&rewind                 {"offset": "-1"|offset, "consumer": cid}
-//	GET   {pattern}?subscription={id}&dead                   list dead letters, paged as consumers
-//	POST  {pattern}?subscription={id}&revive                 {"consumer": cid}
-//	POST  {pattern}?subscription={id}&test                   send a signed test delivery
-//	POST  {pattern}?subscription={id}&rotate                 {"overlap_ms": n}: a new secret
+// The operator routes of the subscription API are in the route table
+// (routes.go): each is the path of a pattern that matches the
+// subscription's, its id, and one more query parameter naming the
+// operation.
 
 // Page sizes of the consumer listings.
 const (
@@ -32,54 +22,29 @@ const (
 	maxConsumerPage     = 1000
 )
 
-// operation names the operator route that q asks for, or "" for none.
-func operation(q url.Values) string {
-	for _, op := range []string{"consumers", "deliveries", "rewind", "dead", "revive", "test", "rotate"} {
-		if q.Has(op) {
-			return op
-		}
-	}
-	if q.Has("consumer") {
-		return "consumer"
-	}
-	return ""
+// listConsumers answers &consumers, of the state &state= names if any.
+func (e *Engine) listConsumers(ctx context.Context, r *http.Request, sub *Subscription) (int, any, error) {
+	q := r.URL.Query()
+	return e.consumerPage(ctx, sub, ConsumerState(strings.ToUpper(q.Get("state"))), q)
 }
 
-// serveOperation answers operator route op on subscription sub.
-func (e *Engine) serveOperation(ctx context.Context, r *http.Request, sub *Subscription, op string) (int, any, error) {
-	q := r.URL.Query()
-	want := http.MethodGet
-	switch op {
-	case "rewind", "revive", "test", "rotate":
-		want = http.MethodPost
+// listDeadLetters answers &dead: the consumers in StateFailed.
+func (e *Engine) listDeadLetters(ctx context.Context, r *http.Request, sub *Subscription) (int, any, error) {
+	return e.consumerPage(ctx, sub, StateFailed, r.URL.Query())
+}
+
+// getConsumer answers &consumer={cid}.
+func (e *Engine) getConsumer(ctx context.Context, r *http.Request, sub *Subscription) (int, any, error) {
+	return e.showConsumer(ctx, sub, r.URL.Query().Get("consumer"))
+}
+
+// testRequest answers &test with a test delivery.
+func (e *Engine) testRequest(ctx context.Context, _ *http.Request, sub *Subscription) (int, any, error) {
+	res, err := e.SendTestDelivery(ctx, sub.ID)
+	if err != nil {
+		return 0, nil, err
 	}
-	if r.Method != want {
-		return 0, nil, methodNotAllowed(want)
-	}
-	switch op {
-	case "consumers", "dead":
-		state := ConsumerState(strings.ToUpper(q.Get("state")))
-		if op == "dead" {
-			state = StateFailed
-		}
-		return e.listConsumers(ctx, sub, state, q)
-	case "consumer":
-		return e.showConsumer(ctx, sub, q.Get("consumer"))
-	case "deliveries":
-		return e.listDeliveries(ctx, sub, q)
-	case "rewind":
-		return e.rewindRequest(ctx, sub, r.Body)
-	case "revive":
-		return e.reviveRequest(ctx, sub, r.Body)
-	case "test":
-		res, err := e.SendTestDelivery(ctx, sub.ID)
-		if err != nil {
-			return 0, nil, err
-		}
-		return http.StatusOK, res, nil
-	default:
-		return e.rotateRequest(ctx, sub, r.Body)
-	}
+	return http.StatusOK, res, nil
 }
 
 // consumerJSON is a consumer as the API shows it.
@@ -145,19 +110,22 @@ func (e *Engine) consumerViews(ctx context.Context, cs []*Consumer) ([]consumerJ
 
 // ListConsumers returns a page of the consumers of subscription
 // p.SubscriptionID, as Store.ListConsumers does; StateFailed lists its
-// dead letters.
+// dead letters. A limit below 1 is a *ValidationError.
 func (e *Engine) ListConsumers(ctx context.Context, p *ListConsumersParams) ([]*Consumer, error) {
+	if err := e.checkLoaded(); err != nil {
+		return nil, err
+	}
 	if p.Limit < 1 {
-		return nil, errors.New("webhooks: ListConsumers: limit must be at least 1")
+		return nil, invalid("limit", "limit must be at least 1")
 	}
 	return e.store.ListConsumers(ctx, p)
 }
 
-func (e *Engine) listConsumers(ctx context.Context, sub *Subscription, state ConsumerState, q url.Values) (int, any, error) {
+func (e *Engine) consumerPage(ctx context.Context, sub *Subscription, state ConsumerState, q url.Values) (int, any, error) {
 	switch state {
 	case "", StateIdle, StateWaking, StateLive, StateFailed:
 	default:
-		return 0, nil, newAPIError(http.StatusBadRequest, CodeInvalidRequest, "unknown state %q; use IDLE, WAKING, LIVE or FAILED", q.Get("state"))
+		return 0, nil, invalid("state", "unknown state %q; use IDLE, WAKING, LIVE or FAILED", q.Get("state"))
 	}
 	limit, err := pageLimit(q)
 	if err != nil {
@@ -165,7 +133,7 @@ func (e *Engine) listConsumers(ctx context.Context, sub *Subscription, state Con
 	}
 	after, err := base64.RawURLEncoding.DecodeString(q.Get("cursor"))
 	if err != nil {
-		return 0, nil, newAPIError(http.StatusBadRequest, CodeInvalidRequest, "cursor is not one a listing returned")
+		return 0, nil, invalid("cursor", "cursor is not one a listing returned")
 	}
 	page, err := e.ListConsumers(ctx, &ListConsumersParams{SubscriptionID: sub.ID, State: state, After: string(after), Limit: limit})
 	if err != nil {
@@ -190,14 +158,14 @@ func pageLimit(q url.Values) (int, error) {
 	}
 	n, err := strconv.Atoi(q.Get("limit"))
 	if err != nil || n < 1 || n > maxConsumerPage {
-		return 0, newAPIError(http.StatusBadRequest, CodeInvalidRequest, "limit must be 1 to %d", maxConsumerPage)
+		return 0, invalid("limit", "limit must be 1 to %d", maxConsumerPage)
 	}
 	return n, nil
 }
 
-// consumerOf returns consumer id of sub, or a 404.
+// consumerOf returns consumer id of sub, or ErrConsumerNotFound.
 func (e *Engine) consumerOf(ctx context.Context, sub *Subscription, id string) (*Consumer, error) {
-	notFound := newAPIError(http.StatusNotFound, CodeConsumerNotFound, "subscription %s has no consumer %q", sub.ID, id)
+	notFound := detail(ErrConsumerNotFound, "subscription %s has no consumer %q", sub.ID, id)
 	if subID, _, err := ParseConsumerID(id); err != nil || subID != sub.ID {
 		return nil, notFound
 	}
@@ -211,6 +179,9 @@ func (e *Engine) consumerOf(ctx context.Context, sub *Subscription, id string) (
 // DeliveryLog returns up to limit of the latest delivery attempts of
 // consumer id, newest first: none if the Store keeps no DeliveryLog.
 func (e *Engine) DeliveryLog(ctx context.Context, id string, limit int) ([]*DeliveryAttempt, error) {
+	if err := e.checkLoaded(); err != nil {
+		return nil, err
+	}
 	if e.attemptLog.store == nil {
 		return nil, nil
 	}
@@ -229,7 +200,8 @@ type attemptJSON struct {
 	ResponseBody string    `json:"response_body,omitempty"`
 }
 
-func (e *Engine) listDeliveries(ctx context.Context, sub *Subscription, q url.Values) (int, any, error) {
+func (e *Engine) listDeliveries(ctx context.Context, r *http.Request, sub *Subscription) (int, any, error) {
+	q := r.URL.Query()
 	c, err := e.consumerOf(ctx, sub, q.Get("consumer"))
 	if err != nil {
 		return 0, nil, err
@@ -255,9 +227,9 @@ type consumerRequest struct {
 	Consumer string `json:"consumer"`
 }
 
-func (e *Engine) reviveRequest(ctx context.Context, sub *Subscription, body io.Reader) (int, any, error) {
+func (e *Engine) reviveRequest(ctx context.Context, r *http.Request, sub *Subscription) (int, any, error) {
 	var req consumerRequest
-	if err := readRequest(body, &req); err != nil {
+	if err := readRequest(r.Body, &req); err != nil {
 		return 0, nil, err
 	}
 	c, err := e.consumerOf(ctx, sub, req.Consumer)
@@ -265,7 +237,7 @@ func (e *Engine) reviveRequest(ctx context.Context, sub *Subscription, body io.R
 		return 0, nil, err
 	}
 	if c.State != StateFailed {
-		return 0, nil, newAPIError(http.StatusConflict, CodeInvalidRequest, "consumer %s is %s, not a dead letter", c.ID, c.State)
+		return 0, nil, detail(errNotDeadLetter, "consumer %s is %s, not a dead letter", c.ID, c.State)
 	}
 	if err := e.ResumeConsumer(ctx, c.ID); err != nil {
 		return 0, nil, err

@@ -11,6 +11,7 @@ import (
 
 	"github.com/streamhooks/webhooks"
 	"github.com/streamhooks/webhooks/memstore"
+	"github.com/streamhooks/webhooks/receiver"
 )
 
 // Operating a subscription from Go: pause it while its receiver moves,
@@ -18,9 +19,9 @@ import (
 // Each call has a route in the subscription API too.
 func Example_operations() {
 	ctx := context.Background()
-	batches := make(chan webhooks.EventsPayload, 4)
+	batches := make(chan receiver.EventsPayload, 4)
 	receiver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		var p webhooks.EventsPayload
+		var p receiver.EventsPayload
 		body, _ := io.ReadAll(r.Body)
 		_ = json.Unmarshal(body, &p)
 		batches <- p

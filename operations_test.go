@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	webhooks "github.com/streamhooks/webhooks"
+	"github.com/streamhooks/webhooks/receiver"
 )
 
 // waitIdle waits until h's engine has nothing to do: its scheduler waits
@@ -227,7 +228,7 @@ func TestDeadLetterRevivesAtItsCursor(t *testing.T) {
 	h.faultRequireNoDelivery()
 	require.Equal(t, webhooks.StateFailed, h.consumer(agentAID).State, "an append does not wake a dead letter")
 	r = h.callback(agentAID, d.n.Token, map[string]any{"epoch": d.n.Epoch, "wake_id": d.n.WakeID})
-	requireError(t, r, http.StatusGone, webhooks.CodeConsumerGone)
+	requireError(t, r, http.StatusGone, receiver.CodeConsumerGone)
 
 	var dead struct {
 		Consumers []struct {
@@ -294,7 +295,7 @@ func TestSecretRotationOverlap(t *testing.T) {
 	require.NotContains(t, rec.Body.String(), rotated.Secret)
 
 	verify := func(secret string, d delivery) error {
-		return webhooks.VerifySignature(secret, d.header.Get(webhooks.SignatureHeader), d.body, h.clock.Now(), webhooks.DefaultSignatureTolerance)
+		return verifySignature(secret, d.header, d.body, h.clock.Now(), receiver.DefaultTolerance)
 	}
 	tail := h.push("/orders/1", numbered(1, 1)...)
 	d, _ := h.nextBatch()
@@ -305,7 +306,7 @@ func TestSecretRotationOverlap(t *testing.T) {
 	h.clock.Add(time.Hour)
 	h.push("/orders/1", numbered(2, 2)...)
 	d, _ = h.nextBatch()
-	require.ErrorIs(t, verify(old, d), webhooks.ErrInvalidSignature)
+	require.ErrorIs(t, verify(old, d), receiver.ErrInvalidSignature)
 	require.NoError(t, verify(rotated.Secret, d))
 }
 
@@ -434,7 +435,7 @@ func TestSendTestDelivery(t *testing.T) {
 	var out webhooks.TestDelivery
 	h.api(http.MethodPost, "/agents/*?subscription=s1&test", "", http.StatusOK, &out)
 	d := h.nextDelivery()
-	require.NoError(t, webhooks.VerifySignature(secret, d.header.Get(webhooks.SignatureHeader), d.body, h.clock.Now(), webhooks.DefaultSignatureTolerance))
+	require.NoError(t, verifySignature(secret, d.header, d.body, h.clock.Now(), receiver.DefaultTolerance))
 	require.Contains(t, string(d.body), webhooks.TestEventType)
 	require.False(t, out.Delivered)
 	require.Equal(t, http.StatusTeapot, out.StatusCode)

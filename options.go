@@ -7,9 +7,12 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"net/url"
+	"slices"
+	"syscall"
 	"time"
 
 	"github.com/benbjohnson/clock"
+	"github.com/streamhooks/webhooks/internal/netguard"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric"
 	"go.opentelemetry.io/otel/trace"
@@ -56,10 +59,54 @@ type Option func(*config) error
 // translation (NAT64, 6to4, Teredo) ranges. The check is made again on
 // every dial, after DNS, so DNS rebinding cannot bypass it. Redirects are
 // never followed.
+//
+// The policy is checked when a subscription is created or changed, and
+// at every POST: when the default transport dials it, on the host name
+// and then on each address it resolves to; with a Proxy or a transport of
+// WithHTTPTransport, which dial instead, on the URL before the POST is
+// handed over, and the address check moves to them.
 type WebhookPolicy struct {
 	// AllowLoopback permits webhooks on loopback addresses, over plain http
 	// as well as https. It is meant for development.
 	AllowLoopback bool
+	// AllowHosts, if not empty, are the only hosts webhooks may name, and
+	// DenyHosts hosts they may not; a host in both is denied. Each entry
+	// is a host name or IP address, or "*.example.com" for every name
+	// under example.com (not example.com itself). Names compare without
+	// case or a trailing dot. A subscription created before a host was
+	// denied is refused at its next POST, as a failed delivery.
+	AllowHosts, DenyHosts []string
+	// Proxy, if set, is an HTTP egress proxy, such as smokescreen, that
+	// every webhook POST goes through. The URL checks still apply, before
+	// each POST; the check of the addresses a host name resolves to moves
+	// to the proxy, which dials the webhook: the engine dials only the
+	// proxy, wherever it is. Use a proxy that refuses internal addresses.
+	Proxy *url.URL
+}
+
+// DialControl is a net.Dialer Control function that refuses, after DNS,
+// the addresses p forbids. A transport given to WithHTTPTransport needs it
+// on its dialer to keep that check.
+func (p WebhookPolicy) DialControl(network, address string, c syscall.RawConn) error {
+	return p.netguard().DialControl(network, address, c)
+}
+
+// netguard is the policy as package netguard enforces it.
+func (p WebhookPolicy) netguard() netguard.Policy {
+	return netguard.Policy{AllowLoopback: p.AllowLoopback, AllowHosts: p.AllowHosts, DenyHosts: p.DenyHosts, Proxy: p.Proxy}
+}
+
+// validate refuses a malformed host entry or proxy URL.
+func (p WebhookPolicy) validate() error {
+	for _, h := range slices.Concat(p.AllowHosts, p.DenyHosts) {
+		if err := netguard.CheckHostPattern(h); err != nil {
+			return fmt.Errorf("WithWebhookPolicy: %w", err)
+		}
+	}
+	if p.Proxy != nil && ((p.Proxy.Scheme != "http" && p.Proxy.Scheme != "https") || p.Proxy.Host == "") {
+		return fmt.Errorf("WithWebhookPolicy: proxy %q is not an http(s) URL with a host", p.Proxy.Redacted())
+	}
+	return nil
 }
 
 type config struct {
@@ -185,9 +232,15 @@ func WithMeterProvider(mp metric.MeterProvider) Option {
 }
 
 // WithHTTPTransport sets the transport webhook POSTs go through. The
-// default transport enforces the WebhookPolicy on every dial; a transport
-// given here replaces that check, so it must make its own. The engine still
-// applies the request timeout and never follows redirects.
+// engine still checks every POST's URL against the WebhookPolicy (scheme,
+// host lists, IP literals), applies the request timeout and never follows
+// redirects.
+//
+// BEWARE: the default transport also checks, on every dial, the addresses
+// a host name resolves to, which stops a name that resolves (or rebinds)
+// to an internal address. The engine cannot reach into another
+// transport's dialer: rt loses that check unless its net.Dialer's Control
+// is WebhookPolicy.DialControl, or it dials through a proxy that checks.
 func WithHTTPTransport(rt http.RoundTripper) Option {
 	return func(c *config) error {
 		if rt == nil {
@@ -275,6 +328,9 @@ func WithBackoff(backoff func(retry int) time.Duration) Option {
 // WithWebhookPolicy sets which webhook URLs are accepted and dialed.
 func WithWebhookPolicy(p WebhookPolicy) Option {
 	return func(c *config) error {
+		if err := p.validate(); err != nil {
+			return err
+		}
 		c.webhookPolicy = p
 		return nil
 	}

@@ -14,6 +14,7 @@ import (
 
 	webhooks "github.com/streamhooks/webhooks"
 	"github.com/streamhooks/webhooks/memstore"
+	"github.com/streamhooks/webhooks/receiver"
 )
 
 func TestOptionsNewRequiresStoreAndSource(t *testing.T) {
@@ -264,13 +265,13 @@ func TestOptionsTokenKeyWinsOverStore(t *testing.T) {
 	storeKey := optSecondEngine(t, h, h.store)
 	rec = optCallback(storeKey, id, d.n.Token, `{"epoch":1}`)
 	require.Equal(t, http.StatusUnauthorized, rec.Code, rec.Body.String())
-	require.Contains(t, rec.Body.String(), string(webhooks.CodeTokenInvalid))
+	require.Contains(t, rec.Body.String(), string(receiver.CodeTokenInvalid))
 
 	// As does one with another key.
 	other := optSecondEngine(t, h, h.store, webhooks.WithTokenKey(optKey('o')))
 	rec = optCallback(other, id, d.n.Token, `{"epoch":1}`)
 	require.Equal(t, http.StatusUnauthorized, rec.Code, rec.Body.String())
-	require.Contains(t, rec.Body.String(), string(webhooks.CodeTokenInvalid))
+	require.Contains(t, rec.Body.String(), string(receiver.CodeTokenInvalid))
 }
 
 func TestOptionsStoreKeyShared(t *testing.T) {
@@ -304,7 +305,7 @@ func TestOptionsStoreKeyShared(t *testing.T) {
 	foreign := optSecondEngine(t, h, elsewhere)
 	rec = optCallback(foreign, id, d.n.Token, `{"epoch":1}`)
 	require.Equal(t, http.StatusUnauthorized, rec.Code, rec.Body.String())
-	require.True(t, strings.Contains(rec.Body.String(), string(webhooks.CodeTokenInvalid)), rec.Body.String())
+	require.True(t, strings.Contains(rec.Body.String(), string(receiver.CodeTokenInvalid)), rec.Body.String())
 }
 
 // A store that cannot give a key fails Start, naming the problem.

@@ -1,83 +1,10 @@
 package webhooks
 
-// Notification is the JSON body of a wake-up webhook POST.
-type Notification struct {
-	ConsumerID    string         `json:"consumer_id"`
-	Epoch         int64          `json:"epoch"`
-	WakeID        string         `json:"wake_id"`
-	PrimaryStream string         `json:"primary_stream"`
-	Streams       []StreamOffset `json:"streams"`
-	TriggeredBy   []string       `json:"triggered_by"`
-	Callback      string         `json:"callback"`
-	Token         string         `json:"token"`
-}
-
-// CallbackRequest is the JSON body a consumer POSTs to its callback URL.
-// Epoch is required; every other field is optional.
-type CallbackRequest struct {
-	Epoch       *int64         `json:"epoch"`
-	WakeID      string         `json:"wake_id,omitempty"`
-	Acks        []StreamOffset `json:"acks,omitempty"`
-	Subscribe   []string       `json:"subscribe,omitempty"`
-	Unsubscribe []string       `json:"unsubscribe,omitempty"`
-	Done        bool           `json:"done,omitempty"`
-}
-
-// CallbackResponse is the JSON body of every callback response. On success
-// OK is true and Streams lists the subscribed streams, always present; on
-// failure Error says why. Token is the bearer token for the next callback.
-type CallbackResponse struct {
-	OK      bool           `json:"ok"`
-	Token   string         `json:"token,omitempty"`
-	Streams []StreamOffset `json:"streams,omitempty"`
-	Error   *ErrorBody     `json:"error,omitempty"`
-}
-
 // successResponse is the wire form of a successful callback: streams is
-// always included, even when empty.
+// always included, even when empty. The callback API's other wire types
+// and its error codes are package receiver's.
 type successResponse struct {
 	OK      bool           `json:"ok"`
 	Token   string         `json:"token"`
 	Streams []StreamOffset `json:"streams"`
-}
-
-// ErrorBody is the "error" member of every JSON error response.
-type ErrorBody struct {
-	Code    ErrorCode `json:"code"`
-	Message string    `json:"message"`
-}
-
-// ErrorCode is the machine-readable code of an API error.
-type ErrorCode string
-
-// Error codes of the callback API, as the spec defines them.
-const (
-	CodeInvalidRequest ErrorCode = "INVALID_REQUEST" // 400
-	CodeTokenExpired   ErrorCode = "TOKEN_EXPIRED"   // 401, carries a new token
-	CodeTokenInvalid   ErrorCode = "TOKEN_INVALID"   // 401
-	CodeAlreadyClaimed ErrorCode = "ALREADY_CLAIMED" // 409
-	CodeInvalidOffset  ErrorCode = "INVALID_OFFSET"  // 409
-	CodeStaleEpoch     ErrorCode = "STALE_EPOCH"     // 409
-	CodeConsumerGone   ErrorCode = "CONSUMER_GONE"   // 410
-)
-
-// Error codes of the subscription API, where the spec gives only statuses.
-const (
-	CodeSubscriptionNotFound ErrorCode = "SUBSCRIPTION_NOT_FOUND" // 404
-	CodeSubscriptionConflict ErrorCode = "SUBSCRIPTION_CONFLICT"  // 409
-	CodeConsumerNotFound     ErrorCode = "CONSUMER_NOT_FOUND"     // 404
-	CodeUnauthorized         ErrorCode = "UNAUTHORIZED"           // 401, see WithAuthorizer
-	CodeForbidden            ErrorCode = "FORBIDDEN"              // 403, see WithAuthorizer
-	CodeInternal             ErrorCode = "INTERNAL_ERROR"         // 500
-	// CodeServiceUnavailable answers requests to either API that arrive
-	// before Engine.Start has loaded the engine's state, or while the
-	// Store cannot be reached (ErrStoreUnavailable). It comes with a
-	// Retry-After header.
-	CodeServiceUnavailable ErrorCode = "SERVICE_UNAVAILABLE" // 503
-)
-
-// DoneResponse is the webhook response body that finishes a wake
-// synchronously: {"done": true}.
-type DoneResponse struct {
-	Done bool `json:"done"`
 }

@@ -13,6 +13,8 @@ import (
 	"github.com/google/uuid"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/streamhooks/webhooks/receiver"
 )
 
 // Event push (DeliveryEvents): each POST carries a batch of a stream's
@@ -28,40 +30,9 @@ import (
 // retry; FAILED once the batch has had every attempt its subscription
 // allows. It is never LIVE.
 
-const (
-	// DeliveryIDHeader carries an event-push POST's delivery id, the same
-	// for every attempt of a batch: a receiver that has handled a delivery
-	// id handles its retries by answering 2xx again.
-	DeliveryIDHeader = "Webhook-Id"
-	// TimestampHeader carries the Unix time, in seconds, at which an
-	// event-push POST was signed, as its SignatureHeader does.
-	TimestampHeader = "Webhook-Timestamp"
-)
-
 // pushTimeoutGrace is how long after its POST's timeout an attempt in
 // flight counts as failed.
 const pushTimeoutGrace = time.Second
-
-// EventsPayload is the JSON body of an event-push POST: a batch of one
-// stream's events.
-type EventsPayload struct {
-	SubscriptionID string `json:"subscription_id"`
-	Stream         string `json:"stream"`
-	// DeliveryID is the batch's id, also in DeliveryIDHeader.
-	DeliveryID string `json:"delivery_id"`
-	// Events are the stream's messages as JSON values, in stream order;
-	// a byte stream's are base64 strings. A filter may have left some out.
-	Events []json.RawMessage `json:"events"`
-	// FirstOffset is the offset the batch was read from, "-1" for the
-	// stream's start, and Offset the one after its last event: the batch
-	// covers the stream between them.
-	FirstOffset string `json:"first_offset"`
-	Offset      string `json:"offset"`
-	// UpToDate is true when Offset was the stream's tail when the batch
-	// began. Every attempt of a batch carries the same body but for the
-	// signature.
-	UpToDate bool `json:"up_to_date"`
-}
 
 // pushMechanism delivers by event push.
 type pushMechanism struct{}
@@ -186,7 +157,7 @@ func (pushMechanism) deliver(ctx context.Context, e *Engine, c *Consumer, sub *S
 		e.recordPush(ctx, c, sub, result, response{})
 		return ""
 	}
-	p := &EventsPayload{
+	p := &receiver.EventsPayload{
 		SubscriptionID: sub.ID,
 		Stream:         c.PrimaryStream,
 		DeliveryID:     c.WakeID,
@@ -213,7 +184,7 @@ func (pushMechanism) deliver(ctx context.Context, e *Engine, c *Consumer, sub *S
 }
 
 // postBatch signs p for sub and POSTs it to sub's webhook.
-func (e *Engine) postBatch(ctx context.Context, sub *Subscription, p *EventsPayload) (response, error) {
+func (e *Engine) postBatch(ctx context.Context, sub *Subscription, p *receiver.EventsPayload) (response, error) {
 	body := eventsBody(p)
 	header, err := e.signedHeader(sub, p.DeliveryID, body, e.clock.Now())
 	if err != nil {
@@ -230,7 +201,7 @@ func (e *Engine) postBatch(ctx context.Context, sub *Subscription, p *EventsPayl
 // eventsBody encodes p as encoding/json would, but with the events as the
 // source gave them rather than compacted: a JSON stream's events are
 // valid JSON values (EventBatch), and a batch is encoded at every attempt.
-func eventsBody(p *EventsPayload) []byte {
+func eventsBody(p *receiver.EventsPayload) []byte {
 	size := 160 + len(p.SubscriptionID) + len(p.Stream) + len(p.FirstOffset) + len(p.Offset)
 	for _, e := range p.Events {
 		size += len(e) + 1

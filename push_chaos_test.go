@@ -19,6 +19,7 @@ import (
 
 	webhooks "github.com/streamhooks/webhooks"
 	"github.com/streamhooks/webhooks/memstore"
+	"github.com/streamhooks/webhooks/receiver"
 )
 
 // chaosReceiver is a receiver that deduplicates by Webhook-Id, answering
@@ -46,12 +47,12 @@ func (r *chaosReceiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 	if err != nil {
 		return
 	}
-	var p webhooks.EventsPayload
+	var p receiver.EventsPayload
 	r.mu.Lock()
-	if err := webhooks.VerifySignature(r.secret, req.Header.Get(webhooks.SignatureHeader), body, time.Now(), time.Minute); err != nil {
+	if err := verifySignature(r.secret, req.Header, body, time.Now(), time.Minute); err != nil {
 		r.fail("bad signature: %v", err)
 	}
-	if err := json.Unmarshal(body, &p); err != nil || p.DeliveryID != req.Header.Get(webhooks.DeliveryIDHeader) {
+	if err := json.Unmarshal(body, &p); err != nil || p.DeliveryID != req.Header.Get(receiver.IDHeader) {
 		r.fail("bad body %s: %v", body, err)
 	}
 	if other, busy := r.inFlight[p.Stream]; busy && other != p.DeliveryID {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -13,6 +12,7 @@ import (
 
 	"github.com/streamhooks/webhooks"
 	"github.com/streamhooks/webhooks/memstore"
+	"github.com/streamhooks/webhooks/receiver"
 )
 
 // eventSource is a StreamSource of JSON streams that can read their
@@ -72,32 +72,29 @@ func (s *eventSource) ReadEvents(_ context.Context, path, from string, limit web
 }
 
 // An events subscription POSTs the events themselves. The receiver checks
-// the signature on the raw body, handles each delivery id once, and
-// answers 2xx, which moves the subscription's cursor on that stream.
+// the signature on the raw body, handles each delivery id once (a
+// receiver.Dedup), and answers 2xx, which moves the subscription's cursor
+// on that stream.
 func Example_eventPush() {
 	ctx := context.Background()
 	var secret string
-	batches := make(chan webhooks.EventsPayload, 4)
-	handled := map[string]bool{}
-	var mu sync.Mutex
-	receiver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		body, _ := io.ReadAll(r.Body)
-		err := webhooks.VerifySignature(secret, r.Header.Get(webhooks.SignatureHeader), body, time.Now(), webhooks.DefaultSignatureTolerance)
+	batches := make(chan receiver.EventsPayload, 4)
+	dedup := receiver.NewDedup(time.Hour, 10000, nil)
+	hook := httptest.NewServer(dedup.Middleware(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		v, err := receiver.NewVerifier(receiver.WithSecret(secret))
+		if err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		p, err := v.ParseEvents(r)
 		if err != nil {
 			http.Error(w, err.Error(), http.StatusUnauthorized)
 			return
 		}
-		mu.Lock()
-		defer mu.Unlock()
-		if id := r.Header.Get(webhooks.DeliveryIDHeader); !handled[id] {
-			var p webhooks.EventsPayload
-			_ = json.Unmarshal(body, &p)
-			batches <- p
-			handled[id] = true
-		}
+		batches <- *p
 		w.WriteHeader(http.StatusNoContent)
-	}))
-	defer receiver.Close()
+	})))
+	defer hook.Close()
 
 	source := &eventSource{streams: map[string][]string{}}
 	e, err := webhooks.New(memstore.New(), source,
@@ -114,7 +111,7 @@ func Example_eventPush() {
 	defer func() { _ = e.Stop(ctx) }()
 
 	rec := exampleRequest(e.SubscriptionHandler(), http.MethodPut, "/orders/*?subscription=orders",
-		fmt.Sprintf(`{"webhook":%q,"delivery":"events","batch":{"max_size":2,"max_wait_ms":0}}`, receiver.URL))
+		fmt.Sprintf(`{"webhook":%q,"delivery":"events","batch":{"max_size":2,"max_wait_ms":0}}`, hook.URL))
 	var created struct {
 		Secret string `json:"webhook_secret"`
 	}

@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	webhooks "github.com/streamhooks/webhooks"
+	"github.com/streamhooks/webhooks/receiver"
 )
 
 // appendEvents appends JSON events to the stream at path, creating it, and
@@ -132,16 +133,16 @@ func (h *harness) push(path string, events ...string) string {
 }
 
 // nextBatch waits for the receiver's next POST and decodes it as a batch.
-func (h *harness) nextBatch() (delivery, webhooks.EventsPayload) {
+func (h *harness) nextBatch() (delivery, receiver.EventsPayload) {
 	h.t.Helper()
 	d := h.nextDelivery()
-	var p webhooks.EventsPayload
+	var p receiver.EventsPayload
 	require.NoError(h.t, json.Unmarshal(d.body, &p), string(d.body))
 	return d, p
 }
 
 // eventStrings returns a batch's events as strings.
-func eventStrings(p webhooks.EventsPayload) []string {
+func eventStrings(p receiver.EventsPayload) []string {
 	out := make([]string, len(p.Events))
 	for i, e := range p.Events {
 		out[i] = string(e)

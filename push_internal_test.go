@@ -6,11 +6,13 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/streamhooks/webhooks/receiver"
 )
 
 // eventsBody encodes a payload as encoding/json does, events aside.
 func TestEventsBodyIsTheJSONEncoding(t *testing.T) {
-	for _, p := range []*EventsPayload{
+	for _, p := range []*receiver.EventsPayload{
 		{SubscriptionID: "s1", Stream: "/a", DeliveryID: "msg_1", Events: []json.RawMessage{json.RawMessage(`1`)}, FirstOffset: "-1", Offset: "0_1"},
 		{
 			SubscriptionID: "s.1", Stream: "/a/\"q\"/<&>/ü/\u2028", DeliveryID: "msg_2",
@@ -22,7 +24,7 @@ func TestEventsBodyIsTheJSONEncoding(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, string(want), string(eventsBody(p)))
 	}
-	spaced := &EventsPayload{Events: []json.RawMessage{json.RawMessage(`{ "n" : 1 }`)}}
+	spaced := &receiver.EventsPayload{Events: []json.RawMessage{json.RawMessage(`{ "n" : 1 }`)}}
 	require.Contains(t, string(eventsBody(spaced)), `"events":[{ "n" : 1 }]`, "events as the source gave them")
 }
 

@@ -2,11 +2,12 @@ package webhooks
 
 import (
 	"fmt"
-	"net/http"
 	"net/textproto"
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/streamhooks/webhooks/receiver"
 )
 
 // Event-push options in the subscription API: their JSON, defaults and
@@ -62,7 +63,22 @@ type pushJSON struct {
 }
 
 func (p *pushJSON) empty() bool {
-	return p.Batch == nil && p.Headers == nil && p.TimeoutMS == nil && p.Filter == nil
+	return p.field() == ""
+}
+
+// field is the JSON name of the first option p gives, or "" if none.
+func (p *pushJSON) field() string {
+	switch {
+	case p.Batch != nil:
+		return "batch"
+	case p.Headers != nil:
+		return "headers"
+	case p.TimeoutMS != nil:
+		return "timeout_ms"
+	case p.Filter != nil:
+		return "filter"
+	}
+	return ""
 }
 
 // applyTo sets the event-push options p gives on ev, over what ev has.
@@ -80,14 +96,14 @@ func (p *pushJSON) applyTo(ev *EventsOptions) error {
 	}
 	if p.TimeoutMS != nil {
 		if *p.TimeoutMS < 1 {
-			return fmt.Errorf("timeout_ms must be 1 to %d", maxPushTimeoutLimit.Milliseconds())
+			return invalid("timeout_ms", "timeout_ms must be 1 to %d", maxPushTimeoutLimit.Milliseconds())
 		}
 		ev.Timeout = time.Duration(*p.TimeoutMS) * time.Millisecond
 	}
 	if p.Headers != nil {
 		headers, err := customHeaders(p.Headers)
 		if err != nil {
-			return err
+			return asInvalid("headers", err)
 		}
 		ev.Headers = headers
 	}
@@ -107,23 +123,23 @@ func defaultEventsOptions() *EventsOptions {
 // option by its JSON field.
 func validateEventsOptions(ev *EventsOptions) error {
 	if ev.MaxBatchEvents < 1 || ev.MaxBatchEvents > maxBatchEventsLimit {
-		return fmt.Errorf("batch.max_size must be 1 to %d", maxBatchEventsLimit)
+		return invalid("batch.max_size", "batch.max_size must be 1 to %d", maxBatchEventsLimit)
 	}
 	if ev.MaxBatchBytes < 1 || ev.MaxBatchBytes > maxBatchBytesLimit {
-		return fmt.Errorf("batch.max_bytes must be 1 to %d", maxBatchBytesLimit)
+		return invalid("batch.max_bytes", "batch.max_bytes must be 1 to %d", maxBatchBytesLimit)
 	}
 	if ev.MaxWait < 0 || ev.MaxWait > maxWaitLimit {
-		return fmt.Errorf("batch.max_wait_ms must be 0 to %d", maxWaitLimit.Milliseconds())
+		return invalid("batch.max_wait_ms", "batch.max_wait_ms must be 0 to %d", maxWaitLimit.Milliseconds())
 	}
 	if ev.Timeout < 0 || ev.Timeout > maxPushTimeoutLimit {
-		return fmt.Errorf("timeout_ms must be 1 to %d", maxPushTimeoutLimit.Milliseconds())
+		return invalid("timeout_ms", "timeout_ms must be 1 to %d", maxPushTimeoutLimit.Milliseconds())
 	}
 	if _, err := customHeaders(ev.Headers); err != nil {
-		return err
+		return asInvalid("headers", err)
 	}
 	if ev.Filter != nil {
 		if _, err := compileFilter(ev.Filter); err != nil {
-			return err
+			return asInvalid("filter", err)
 		}
 	}
 	return nil
@@ -134,7 +150,7 @@ func validateEventsOptions(ev *EventsOptions) error {
 var reservedHeaders = []string{
 	"Connection", "Content-Encoding", "Content-Length", "Content-Type", "Expect", "Host",
 	"Keep-Alive", "Proxy-Connection", "Te", "Trailer", "Transfer-Encoding", "Upgrade", "User-Agent",
-	DeliveryIDHeader, TimestampHeader, SignatureHeader,
+	receiver.IDHeader, receiver.TimestampHeader, receiver.SignatureHeader,
 }
 
 // customHeaders validates a subscription's custom headers and returns
@@ -211,7 +227,7 @@ func pushView(ev *EventsOptions) pushJSON {
 
 // errNoEventReader refuses an events subscription on a host whose streams
 // the engine cannot read.
-func errNoEventReader() *apiError {
-	return newAPIError(http.StatusBadRequest, CodeInvalidRequest,
+func errNoEventReader() error {
+	return invalid("delivery",
 		"delivery %q needs a stream source that can read events, and this server's cannot", DeliveryEvents)
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	webhooks "github.com/streamhooks/webhooks"
+	"github.com/streamhooks/webhooks/receiver"
 )
 
 const ordersID = "s1:%2Forders%2F1"
@@ -26,7 +27,7 @@ func TestPushSendsABatchAndItsAckMovesTheCursor(t *testing.T) {
 	tail := h.push("/orders/1", `{"type":"order.created","id":1}`, `[1, "two"]`, `"three"`)
 
 	d, p := h.nextBatch()
-	require.Equal(t, webhooks.EventsPayload{
+	require.Equal(t, receiver.EventsPayload{
 		SubscriptionID: "s1",
 		Stream:         "/orders/1",
 		DeliveryID:     p.DeliveryID,
@@ -37,10 +38,10 @@ func TestPushSendsABatchAndItsAckMovesTheCursor(t *testing.T) {
 	}, p)
 	require.Equal(t, []string{`{"type":"order.created","id":1}`, `[1, "two"]`, `"three"`}, eventStrings(p), "the events as they are in the stream")
 	require.True(t, strings.HasPrefix(p.DeliveryID, "msg_"), p.DeliveryID)
-	require.Equal(t, p.DeliveryID, d.header.Get(webhooks.DeliveryIDHeader))
-	require.Equal(t, strconv.FormatInt(h.clock.Now().Unix(), 10), d.header.Get(webhooks.TimestampHeader))
-	require.NoError(t, webhooks.VerifySignature(secret, d.header.Get(webhooks.SignatureHeader), d.body, h.clock.Now(), time.Minute))
-	require.Contains(t, d.header.Get(webhooks.SignatureHeader), "t="+d.header.Get(webhooks.TimestampHeader)+",", "one signing time")
+	require.Equal(t, p.DeliveryID, d.header.Get(receiver.IDHeader))
+	require.Equal(t, strconv.FormatInt(h.clock.Now().Unix(), 10), d.header.Get(receiver.TimestampHeader))
+	require.NoError(t, verifySignature(secret, d.header, d.body, h.clock.Now(), time.Minute))
+	require.Contains(t, d.header.Get(receiver.SignatureHeader), "t="+d.header.Get(receiver.TimestampHeader)+",", "one signing time")
 	require.Equal(t, "Bearer abc", d.header.Get("Authorization"), "the custom header")
 	require.Equal(t, "application/json", d.header.Get("Content-Type"))
 
@@ -76,7 +77,7 @@ func TestPushRetrySendsTheSameBatch(t *testing.T) {
 	h.clock.Add(time.Second)
 	d2, p2 := h.nextBatch()
 	require.Equal(t, p1, p2, "the same batch")
-	require.Equal(t, d1.header.Get(webhooks.DeliveryIDHeader), d2.header.Get(webhooks.DeliveryIDHeader))
+	require.Equal(t, d1.header.Get(receiver.IDHeader), d2.header.Get(receiver.IDHeader))
 	require.Equal(t, first, p2.Offset)
 	require.True(t, p2.UpToDate, "the tail when the batch began, as in every attempt")
 
@@ -256,7 +257,7 @@ func TestPushTimeout(t *testing.T) {
 	require.Equal(t, "timeout", strings.SplitN(c.LastError, ":", 2)[0])
 	h.clock.Add(time.Second)
 	d2, _ := h.nextBatch()
-	require.Equal(t, d1.header.Get(webhooks.DeliveryIDHeader), d2.header.Get(webhooks.DeliveryIDHeader))
+	require.Equal(t, d1.header.Get(receiver.IDHeader), d2.header.Get(receiver.IDHeader))
 	h.waitCursor(ordersID, tail)
 }
 
@@ -308,7 +309,7 @@ func TestPushSubscriptionAPI(t *testing.T) {
 		"retry":                     map[string]any{"max_attempts": 5.0, "max_age_ms": 0.0},
 		"filter":                    map[string]any{"field": "type", "patterns": []any{"a.*"}},
 		"signature":                 "streamhooks",
-		"max_deliveries_per_minute": 1000.0,
+		"max_deliveries_per_minute": 60000.0,
 		"consecutive_failures":      0.0,
 		"failing_since":             nil,
 		"last_success_at":           nil,
@@ -434,7 +435,7 @@ func TestPushAttemptOfAStoppedEngineIsRetried(t *testing.T) {
 	h.waitConsumer(ordersID, func(c *webhooks.Consumer) bool { return c.Failures == 1 })
 	h.clock.Add(time.Second)
 	d2, _ := h.nextBatch()
-	require.Equal(t, d1.header.Get(webhooks.DeliveryIDHeader), d2.header.Get(webhooks.DeliveryIDHeader))
+	require.Equal(t, d1.header.Get(receiver.IDHeader), d2.header.Get(receiver.IDHeader))
 	h.waitCursor(ordersID, tail)
 }
 
@@ -507,12 +508,12 @@ func TestPushKnownAnswer(t *testing.T) {
 	require.Equal(t, `{"subscription_id":"s1","stream":"/orders/1","delivery_id":"msg_00000000000000000000000000000001",`+
 		`"events":[{"n":1},{"n":2}],"first_offset":"-1","offset":"0000000000000000_0000000000000002","up_to_date":true}`, string(d.body))
 	for name, want := range map[string]string{
-		"Content-Type":            "application/json",
-		"User-Agent":              "streamhooks",
-		"Authorization":           "Bearer kat",
-		webhooks.DeliveryIDHeader: "msg_00000000000000000000000000000001",
-		webhooks.TimestampHeader:  "1767326645",
-		webhooks.SignatureHeader:  "t=1767326645,sha256=c73d08113151e0ab89b71f3b17d3efea813dfda7042f07d1ade85512c0ca0eba",
+		"Content-Type":           "application/json",
+		"User-Agent":             "streamhooks",
+		"Authorization":          "Bearer kat",
+		receiver.IDHeader:        "msg_00000000000000000000000000000001",
+		receiver.TimestampHeader: "1767326645",
+		receiver.SignatureHeader: "t=1767326645,sha256=c73d08113151e0ab89b71f3b17d3efea813dfda7042f07d1ade85512c0ca0eba",
 	} {
 		require.Equal(t, want, d.header.Get(name), name)
 	}

@@ -2,9 +2,7 @@ package webhooks
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"time"
 )
@@ -27,13 +25,13 @@ type RewindParams struct {
 
 // errNoOffsetFinder refuses a rewind to a time on a host whose streams
 // cannot map one to an offset.
-var errNoOffsetFinder = errors.New("webhooks: this server's streams cannot map a time to an offset (OffsetFinder)")
+var errNoOffsetFinder = invalid("at", "this server's streams cannot map a time to an offset (OffsetFinder)")
 
 // Rewind sets cursors back, or forward, to p.Offset, so that what follows
 // it is delivered again: replay. A consumer's delivery in progress ends,
 // its callbacks and late outcomes fenced, and its failures are forgotten; a dead letter keeps its state until it is revived. An
-// offset past a stream's tail is refused, for that consumer, with an
-// error. It returns how many consumers it rewound.
+// offset past a stream's tail is refused, for that consumer, with a
+// *ValidationError of "offset". It returns how many consumers it rewound.
 func (e *Engine) Rewind(ctx context.Context, p *RewindParams) (int, error) {
 	if err := e.checkLoaded(); err != nil {
 		return 0, err
@@ -42,10 +40,10 @@ func (e *Engine) Rewind(ctx context.Context, p *RewindParams) (int, error) {
 	switch {
 	case p.At.IsZero():
 		if err := validateOffset(p.Offset); err != nil {
-			return 0, err
+			return 0, asInvalid("offset", err)
 		}
 	case p.Offset != "":
-		return 0, errors.New("webhooks: Rewind: give Offset or At, not both")
+		return 0, invalid("offset", "give offset or at, not both")
 	case finder == nil:
 		return 0, errNoOffsetFinder
 	}
@@ -68,7 +66,7 @@ func (e *Engine) Rewind(ctx context.Context, p *RewindParams) (int, error) {
 				}
 			}
 			if info, ok := t[c.PrimaryStream]; ok && compareOffsets(offset, info.Tail) > 0 {
-				return noChange, newAPIError(http.StatusConflict, CodeInvalidOffset, "offset %s is past the tail %s of %s", offset, info.Tail, c.PrimaryStream)
+				return noChange, invalidOffset("offset", "offset %s is past the tail %s of %s", offset, info.Tail, c.PrimaryStream)
 			}
 			return e.m.rewind(c, sub, offset, t, e.clock.Now()), nil
 		})
@@ -83,7 +81,7 @@ func (e *Engine) Rewind(ctx context.Context, p *RewindParams) (int, error) {
 			return 0, err
 		}
 		if c.SubscriptionID != sub.ID {
-			return 0, ErrConsumerNotFound
+			return 0, detail(ErrConsumerNotFound, "subscription %s has no consumer %q", sub.ID, p.Consumer)
 		}
 		return n, rewind(c)
 	}
@@ -117,20 +115,20 @@ type rewindRequest struct {
 	Consumer string    `json:"consumer"`
 }
 
-func (e *Engine) rewindRequest(ctx context.Context, sub *Subscription, body io.Reader) (int, any, error) {
+func (e *Engine) rewindRequest(ctx context.Context, r *http.Request, sub *Subscription) (int, any, error) {
 	var req rewindRequest
-	if err := readRequest(body, &req); err != nil {
+	if err := readRequest(r.Body, &req); err != nil {
 		return 0, nil, err
 	}
 	if _, ok := e.source.(OffsetFinder); !req.At.IsZero() && !ok {
-		return 0, nil, newAPIError(http.StatusBadRequest, CodeInvalidRequest, "%v", errNoOffsetFinder)
+		return 0, nil, errNoOffsetFinder
 	}
 	if (req.Offset == "") == req.At.IsZero() {
-		return 0, nil, newAPIError(http.StatusBadRequest, CodeInvalidRequest, "give offset or at, not both")
+		return 0, nil, invalid("offset", "give offset or at, not both")
 	}
 	if req.At.IsZero() {
 		if err := validateOffset(req.Offset); err != nil {
-			return 0, nil, newAPIError(http.StatusBadRequest, CodeInvalidRequest, "%v", err)
+			return 0, nil, err
 		}
 	}
 	if req.Consumer != "" {

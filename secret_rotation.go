@@ -2,8 +2,6 @@ package webhooks
 
 import (
 	"context"
-	"fmt"
-	"io"
 	"net/http"
 	"time"
 )
@@ -22,13 +20,14 @@ const (
 // signing beside it, a second signature in the same header, for overlap,
 // so that receivers can switch over without downtime; a rotation during
 // an overlap ends that one. The API never shows the previous secret. It
-// returns ErrSubscriptionNotFound if there is no such subscription.
+// returns ErrSubscriptionNotFound if there is no such subscription, and a
+// *ValidationError for an overlap outside 0 to MaxRotationOverlap.
 func (e *Engine) RotateSecret(ctx context.Context, id string, overlap time.Duration) (string, error) {
 	if err := e.checkLoaded(); err != nil {
 		return "", err
 	}
 	if overlap < 0 || overlap > MaxRotationOverlap {
-		return "", fmt.Errorf("webhooks: RotateSecret: overlap %v is not 0 to %v", overlap, MaxRotationOverlap)
+		return "", invalid("overlap_ms", "overlap %v is not 0 to %v", overlap, MaxRotationOverlap)
 	}
 	now := e.clock.Now()
 	var secret string
@@ -56,15 +55,15 @@ type rotateRequest struct {
 	OverlapMS *int64 `json:"overlap_ms"`
 }
 
-func (e *Engine) rotateRequest(ctx context.Context, sub *Subscription, body io.Reader) (int, any, error) {
+func (e *Engine) rotateRequest(ctx context.Context, r *http.Request, sub *Subscription) (int, any, error) {
 	var req rotateRequest
-	if err := readOptionalRequest(body, &req); err != nil {
+	if err := readOptionalRequest(r.Body, &req); err != nil {
 		return 0, nil, err
 	}
 	overlap := DefaultRotationOverlap
 	if req.OverlapMS != nil {
 		if *req.OverlapMS < 0 || *req.OverlapMS > MaxRotationOverlap.Milliseconds() {
-			return 0, nil, newAPIError(http.StatusBadRequest, CodeInvalidRequest, "overlap_ms must be 0 to %d", MaxRotationOverlap.Milliseconds())
+			return 0, nil, invalid("overlap_ms", "overlap_ms must be 0 to %d", MaxRotationOverlap.Milliseconds())
 		}
 		overlap = time.Duration(*req.OverlapMS) * time.Millisecond
 	}

@@ -1,129 +1,94 @@
+// The engine signs every POST it sends; package receiver verifies them,
+// with the same MACs (internal/webhooksig).
+
 package webhooks
 
 import (
-	"crypto/hmac"
-	"crypto/sha256"
+	"crypto/rand"
+	"encoding/base64"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net/http"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/streamhooks/webhooks/internal/webhooksig"
+	"github.com/streamhooks/webhooks/receiver"
 )
 
-// SignatureHeader is the header that carries a notification's signature:
-// "t=<unix seconds>,sha256=<lowercase hex HMAC-SHA256>". While a rotated
-// secret's overlap lasts, a second ",sha256=" entry follows, made with the
-// previous secret.
-const SignatureHeader = "Webhook-Signature"
+// Standard Webhooks asks for keys of 24 to 64 bytes.
+const (
+	minStandardKey = 24
+	maxStandardKey = 64
+)
 
-// maxSignatures bounds the sha256 entries VerifySignature accepts in one
-// header: rotation sends two, and a cap keeps a hostile header short.
-const maxSignatures = 8
+// errStandardSecret reports a secret the Standard Webhooks scheme cannot
+// key with. It never quotes the secret, so that it is safe to log.
+var errStandardSecret = errors.New("webhooks: secret is not whsec_ and 24 to 64 bytes in base64")
 
-// DefaultSignatureTolerance is the clock skew the spec allows between the
-// signing time and verification, in either direction.
-const DefaultSignatureTolerance = 5 * time.Minute
-
-// ErrInvalidSignature is wrapped by every error VerifySignature returns, so
-// a webhook handler can answer 401 on errors.Is(err, ErrInvalidSignature).
-var ErrInvalidSignature = errors.New("webhooks: invalid webhook signature")
-
-// SignPayload returns the SignatureHeader value for body signed at t with
-// secret. The key is the whole secret string, "whsec_" prefix included, as
-// the reference verifier uses it.
-func SignPayload(secret string, t time.Time, body []byte) string {
-	ts := strconv.FormatInt(t.Unix(), 10)
-	return "t=" + ts + ",sha256=" + hex.EncodeToString(signatureMAC(secret, ts, body))
-}
-
-// VerifySignature checks that header is a valid signature of the raw body
-// under secret, made no more than tolerance away from now. Pass the body
-// bytes exactly as received: re-encoded JSON will not verify. An empty
-// secret is refused, so that a missing configuration value cannot make
-// forged notifications verify.
-//
-// The header is "t=<unix>" followed by one to eight ",sha256=<hex>"
-// entries, each 64 lowercase hex digits; anything else, such as another
-// key or a space, is malformed. The header verifies if any entry is the
-// MAC under secret, so a receiver holding either secret verifies during a
-// rotation's overlap.
-func VerifySignature(secret, header string, body []byte, now time.Time, tolerance time.Duration) error {
-	if secret == "" {
-		return fmt.Errorf("%w: empty secret", ErrInvalidSignature)
+// signDelivery sets h's delivery id, timestamp and signature headers for a
+// POST of body with id deliveryID, signed at now in sub's scheme. Until
+// sub.PreviousSecretExpiresAt, the previous secret signs too, after the
+// current one: a verifier that reads only the first signature, as spec
+// 001's reference does, needs the new secret. On error h is unchanged.
+func signDelivery(h http.Header, sub *Subscription, deliveryID string, now time.Time, body []byte) error {
+	secrets := []string{sub.Secret}
+	if sub.PreviousSecret != "" && now.Before(sub.PreviousSecretExpiresAt) {
+		secrets = append(secrets, sub.PreviousSecret)
 	}
-	ts, sigs, err := parseSignatureHeader(header)
-	if err != nil {
-		return err
-	}
-	sec, err := strconv.ParseInt(ts, 10, 64)
-	if err != nil {
-		return fmt.Errorf("%w: malformed header: timestamp out of range", ErrInvalidSignature)
-	}
-	// Whole seconds on both sides, as the reference verifier compares them.
-	// The distance is taken in uint64, which holds that of any two int64s:
-	// a time.Duration saturates, and a far-off timestamp would pass.
-	nowSec := now.Unix()
-	if sec <= nowSec && outsideTolerance(uint64(nowSec)-uint64(sec), tolerance) {
-		return fmt.Errorf("%w: timestamp too old", ErrInvalidSignature)
-	}
-	if sec > nowSec && outsideTolerance(uint64(sec)-uint64(nowSec), tolerance) {
-		return fmt.Errorf("%w: timestamp in the future", ErrInvalidSignature)
-	}
-	// The timestamp is signed as written, like the reference verifier does.
-	want := signatureMAC(secret, ts, body)
-	for _, sig := range sigs {
-		if hmac.Equal(sig, want) {
-			return nil
+	ts := strconv.FormatInt(now.Unix(), 10)
+	var sig string
+	switch sub.Signature {
+	case "", SignatureStreamhooks:
+		sig = "t=" + ts
+		for _, s := range secrets {
+			sig += ",sha256=" + hex.EncodeToString(webhooksig.StreamhooksMAC(s, ts, body))
 		}
+	case SignatureStandard:
+		sigs := make([]string, len(secrets))
+		for i, s := range secrets {
+			key, err := standardKey(s)
+			if err != nil {
+				return err
+			}
+			sigs[i] = "v1," + base64.StdEncoding.EncodeToString(webhooksig.StandardMAC(key, deliveryID, ts, body))
+		}
+		sig = strings.Join(sigs, " ")
+	default:
+		return fmt.Errorf("webhooks: unknown signature scheme %q", sub.Signature)
 	}
-	return fmt.Errorf("%w: signature mismatch", ErrInvalidSignature)
+	// The Standard Webhooks names canonicalise to the ones spec 001 uses.
+	h.Set(receiver.IDHeader, deliveryID)
+	h.Set(receiver.TimestampHeader, ts)
+	h.Set(receiver.SignatureHeader, sig)
+	return nil
 }
 
-// outsideTolerance reports whether a skew of seconds exceeds tolerance.
-func outsideTolerance(seconds uint64, tolerance time.Duration) bool {
-	return tolerance < 0 || seconds > uint64(tolerance/time.Second)
-}
-
-// parseSignatureHeader splits "t=<digits>" and its ",sha256=<64 lowercase
-// hex>" entries into the timestamp as written and the decoded MACs.
-func parseSignatureHeader(header string) (ts string, sigs [][]byte, err error) {
-	malformed := func(why string) error {
-		return fmt.Errorf("%w: malformed header: %s", ErrInvalidSignature, why)
-	}
-	tPart, rest, ok := strings.Cut(header, ",")
+// standardKey returns the HMAC key of a Standard Webhooks secret: the
+// base64 after "whsec_". A spec-001 secret's 64 hex digits decode too, to
+// 48 bytes, so a subscription can change scheme and keep its secret.
+func standardKey(secret string) ([]byte, error) {
+	b64, ok := strings.CutPrefix(secret, webhooksig.SecretPrefix)
 	if !ok {
-		return "", nil, malformed("want t=<unix>,sha256=<hex>")
+		return nil, errStandardSecret
 	}
-	ts, ok = strings.CutPrefix(tPart, "t=")
-	if !ok {
-		return "", nil, malformed("missing t=")
+	key, err := base64.StdEncoding.DecodeString(b64)
+	if err != nil || len(key) < minStandardKey || len(key) > maxStandardKey {
+		return nil, errStandardSecret
 	}
-	if ts == "" || strings.Trim(ts, "0123456789") != "" {
-		return "", nil, malformed("timestamp is not a decimal number")
-	}
-	for part := range strings.SplitSeq(rest, ",") {
-		if len(sigs) == maxSignatures {
-			return "", nil, malformed("too many signatures")
-		}
-		hexSig, ok := strings.CutPrefix(part, "sha256=")
-		if !ok {
-			return "", nil, malformed("missing sha256=")
-		}
-		sig, err := hex.DecodeString(hexSig)
-		if err != nil || len(sig) != sha256.Size || hexSig != strings.ToLower(hexSig) {
-			return "", nil, malformed("signature is not 64 lowercase hex digits")
-		}
-		sigs = append(sigs, sig)
-	}
-	return ts, sigs, nil
+	return key, nil
 }
 
-// signatureMAC is HMAC-SHA256(secret, "<ts>.<body>").
-func signatureMAC(secret, ts string, body []byte) []byte {
-	m := hmac.New(sha256.New, []byte(secret))
-	m.Write([]byte(ts))
-	m.Write([]byte{'.'})
-	m.Write(body)
-	return m.Sum(nil)
+// newSecret returns a random secret for scheme: "whsec_" and 32 random
+// bytes, in hex for spec 001 as before, in base64 for Standard Webhooks,
+// whose verifiers decode their key from it.
+func newSecret(scheme SignatureScheme) string {
+	b := make([]byte, 32)
+	_, _ = rand.Read(b) // crypto/rand never fails: it crashes the program instead
+	if scheme == SignatureStandard {
+		return webhooksig.SecretPrefix + base64.StdEncoding.EncodeToString(b)
+	}
+	return webhooksig.SecretPrefix + hex.EncodeToString(b)
 }

@@ -32,6 +32,12 @@ type StreamInfo struct {
 	// fixed-width strings that sort in stream order. An empty stream has a
 	// tail too, its first offset, which a consumer acks after reading it.
 	Tail string
+	// Empty is true for a stream with no events yet. A consumer that has
+	// acked nothing of an empty stream has no pending work in it (spec 001,
+	// Pending Work), so only its creation wakes it. A source that leaves
+	// Empty false has such a consumer woken again after every wake cycle
+	// while the stream stays empty.
+	Empty bool
 }
 
 // OffsetValidator is an optional capability of a StreamSource: a source that

@@ -16,6 +16,7 @@ import (
 
 	webhooks "github.com/streamhooks/webhooks"
 	"github.com/streamhooks/webhooks/memstore"
+	"github.com/streamhooks/webhooks/receiver"
 )
 
 // startLoadStore records the contexts the engine loads its state with, and
@@ -99,11 +100,11 @@ func startRequire503(t *testing.T, resp *http.Response) {
 	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, string(raw))
 	require.Equal(t, "application/json", resp.Header.Get("Content-Type"))
 	require.Equal(t, "1", resp.Header.Get("Retry-After"))
-	var body webhooks.CallbackResponse
+	var body receiver.CallbackResponse
 	require.NoError(t, json.Unmarshal(raw, &body), string(raw))
 	require.False(t, body.OK)
 	require.NotNil(t, body.Error, string(raw))
-	require.Equal(t, webhooks.CodeServiceUnavailable, body.Error.Code)
+	require.Equal(t, receiver.ErrorCode("SERVICE_UNAVAILABLE"), body.Error.Code)
 	require.NotEmpty(t, body.Error.Message)
 }
 

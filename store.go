@@ -6,6 +6,8 @@ import (
 	"maps"
 	"slices"
 	"time"
+
+	"github.com/streamhooks/webhooks/receiver"
 )
 
 // Sentinel errors returned by Store implementations. Match them with errors.Is.
@@ -339,10 +341,9 @@ const (
 
 // StreamOffset pairs a stream path with an offset. In Consumer.Streams the
 // offset is the last acknowledged one; OffsetNone means nothing is acked.
-type StreamOffset struct {
-	Path   string `json:"path"`
-	Offset string `json:"offset"`
-}
+// It is the wire type of package receiver, which notifications and
+// callbacks carry.
+type StreamOffset = receiver.StreamOffset
 
 // OffsetNone is the acked offset of a stream of which nothing has been
 // processed.

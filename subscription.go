@@ -17,21 +17,22 @@ import (
 // MaxSubscriptionIDLength bounds subscription IDs, and so consumer IDs.
 const MaxSubscriptionIDLength = 128
 
-// ValidateSubscriptionID reports whether id may name a subscription: 1 to
+// ValidateSubscriptionID reports whether id may name a subscription, with a
+// *ValidationError if not: 1 to
 // MaxSubscriptionIDLength characters from A-Z, a-z, 0-9, '-', '_' and '.'.
 // ':' is excluded because it separates the parts of a consumer ID.
 func ValidateSubscriptionID(id string) error {
 	if id == "" {
-		return fmt.Errorf("subscription id is empty")
+		return invalid("subscription", "subscription id is empty")
 	}
 	if len(id) > MaxSubscriptionIDLength {
-		return fmt.Errorf("subscription id is longer than %d characters", MaxSubscriptionIDLength)
+		return invalid("subscription", "subscription id is longer than %d characters", MaxSubscriptionIDLength)
 	}
 	for _, r := range id {
 		switch {
 		case r >= 'a' && r <= 'z', r >= 'A' && r <= 'Z', r >= '0' && r <= '9', r == '-', r == '_', r == '.':
 		default:
-			return fmt.Errorf("subscription id %q may use only letters, digits, '-', '_' and '.'", id)
+			return invalid("subscription", "subscription id %q may use only letters, digits, '-', '_' and '.'", id)
 		}
 	}
 	return nil
@@ -94,18 +95,6 @@ type createRequest struct {
 	pushJSON
 }
 
-// isSubscriptionRequest reports whether r is for the subscription API: its
-// path is a pattern and its query names a subscription or asks for a list.
-func isSubscriptionRequest(r *http.Request) bool {
-	// Most requests a host routes through Handler are stream reads; skip
-	// parsing their query unless it can name the subscription API.
-	if !strings.Contains(r.URL.RawQuery, "subscription") {
-		return false
-	}
-	q := r.URL.Query()
-	return q.Has("subscription") || q.Has("subscriptions")
-}
-
 // SubscriptionHandler returns the handler of the subscription API. The
 // request path is the glob pattern, and the query says what to do:
 //
@@ -115,14 +104,17 @@ func isSubscriptionRequest(r *http.Request) bool {
 //	GET    {pattern}?subscriptions       list those whose pattern matches
 //
 // GET and DELETE find a subscription only if the request pattern matches
-// its pattern, so "/**" reaches every subscription.
+// its pattern, so "/**" reaches every subscription. The operator routes
+// add one query parameter (see the README). Every request passes the
+// Authorizer first, one whose method no route serves too; that one is then
+// answered 405 with an Allow header.
 func (e *Engine) SubscriptionHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		ctx, span := e.tel.tracer.Start(r.Context(), "webhooks.subscription."+strings.ToLower(r.Method))
 		defer span.End()
 		status, body, err := e.serveSubscription(ctx, r)
 		if err != nil {
-			span.SetAttributes(attribute.Int("http.response.status_code", asAPIError(err).status))
+			span.SetAttributes(attribute.Int("http.response.status_code", httpError(err).status))
 			span.SetStatus(codes.Error, err.Error())
 			e.writeError(w, r, err)
 			return
@@ -136,8 +128,20 @@ func (e *Engine) SubscriptionHandler() http.Handler {
 	})
 }
 
+// serveSubscription finds the route r asks for in the table, asks the
+// Authorizer, and serves it: a method that no route serves at r's shape is
+// answered 405 only once the Authorizer allowed the request, and without
+// looking the subscription up.
 func (e *Engine) serveSubscription(ctx context.Context, r *http.Request) (int, any, error) {
-	if err := e.authorize(r); err != nil {
+	q := r.URL.Query()
+	s := shapeOf(q)
+	name := operationName(s, q)
+	if s == shapeSubscription && name != "" {
+		trace.SpanFromContext(ctx).SetAttributes(attribute.String("webhooks.operation", name))
+	}
+	rt, allow := findRoute(s, name, r.Method)
+	at := target{id: q.Get("subscription")}
+	if err := e.authorize(r, s, rt, at.id); err != nil {
 		return 0, nil, err
 	}
 	if err := e.checkLoaded(); err != nil {
@@ -145,43 +149,27 @@ func (e *Engine) serveSubscription(ctx context.Context, r *http.Request) (int, a
 	}
 	pattern, err := ParsePattern(r.URL.Path)
 	if err != nil {
-		return 0, nil, newAPIError(http.StatusBadRequest, CodeInvalidRequest, "%v", err)
+		return 0, nil, asInvalid("pattern", err)
 	}
-	q := r.URL.Query()
-	if !q.Has("subscription") {
-		if r.Method != http.MethodGet {
-			return 0, nil, methodNotAllowed(http.MethodGet)
-		}
-		return e.listSubscriptions(ctx, pattern)
-	}
-	id := q.Get("subscription")
-	if err := ValidateSubscriptionID(id); err != nil {
-		return 0, nil, newAPIError(http.StatusBadRequest, CodeInvalidRequest, "%v", err)
-	}
-	if op := operation(q); op != "" {
-		trace.SpanFromContext(ctx).SetAttributes(attribute.String("webhooks.operation", op))
-		sub, err := e.findSubscription(ctx, pattern, id)
-		if err != nil {
+	at.pattern = pattern
+	if s == shapeSubscription {
+		if err := ValidateSubscriptionID(at.id); err != nil {
 			return 0, nil, err
 		}
-		return e.serveOperation(ctx, r, sub, op)
 	}
-	switch r.Method {
-	case http.MethodPut:
-		return e.createSubscription(ctx, pattern, id, r.Body)
-	case http.MethodGet:
-		sub, err := e.findSubscription(ctx, pattern, id)
-		if err != nil {
-			return 0, nil, err
-		}
-		return http.StatusOK, e.view(sub), nil
-	case http.MethodPatch:
-		return e.patchSubscription(ctx, pattern, id, r.Body)
-	case http.MethodDelete:
-		return e.deleteSubscription(ctx, pattern, id)
-	default:
-		return 0, nil, methodNotAllowed("GET, PUT, PATCH, DELETE")
+	if rt == nil {
+		return 0, nil, &methodError{allow: allow}
 	}
+	return rt.serve(e, ctx, r, at)
+}
+
+// getSubscription answers with the subscription as the API shows it.
+func (e *Engine) getSubscription(ctx context.Context, _ *http.Request, at target) (int, any, error) {
+	sub, err := e.findSubscription(ctx, at.pattern, at.id)
+	if err != nil {
+		return 0, nil, err
+	}
+	return http.StatusOK, e.view(sub), nil
 }
 
 // patchRequest is the body of a PATCH: the fields to change, every one
@@ -197,23 +185,24 @@ type patchRequest struct {
 // patchSubscription changes a subscription's status or mutable fields.
 // A status change is applied after the fields, so that a PATCH that
 // resumes a subscription and fixes its webhook delivers to the new one.
-func (e *Engine) patchSubscription(ctx context.Context, pattern *Pattern, id string, body io.Reader) (int, any, error) {
+func (e *Engine) patchSubscription(ctx context.Context, r *http.Request, at target) (int, any, error) {
+	pattern, id := at.pattern, at.id
 	var req patchRequest
-	if err := readRequest(body, &req); err != nil {
+	if err := readRequest(r.Body, &req); err != nil {
 		return 0, nil, err
 	}
 	if req.Status != nil && *req.Status != StatusActive && *req.Status != StatusPaused {
-		return 0, nil, newAPIError(http.StatusBadRequest, CodeInvalidRequest, "status must be %q or %q", StatusActive, StatusPaused)
+		return 0, nil, invalid("status", "status must be %q or %q", StatusActive, StatusPaused)
 	}
 	sub, err := e.findSubscription(ctx, pattern, id)
 	if err != nil {
 		return 0, nil, err
 	}
 	if req.Signature != "" && req.Signature != sub.signature() {
-		return 0, nil, newAPIError(http.StatusBadRequest, CodeInvalidRequest, "signature cannot be changed; delete and re-create the subscription")
+		return 0, nil, invalid("signature", "signature cannot be changed; delete and re-create the subscription")
 	}
 	if !req.pushJSON.empty() && !sub.pushes() {
-		return 0, nil, newAPIError(http.StatusBadRequest, CodeInvalidRequest,
+		return 0, nil, invalid(req.pushJSON.field(),
 			"batch, headers, timeout_ms and filter apply only to delivery %q", DeliveryEvents)
 	}
 	if req.Webhook != nil || req.Description != nil || req.Retry != nil || req.MaxDeliveriesPerMinute != nil || !req.pushJSON.empty() {
@@ -230,7 +219,7 @@ func (e *Engine) patchSubscription(ctx context.Context, pattern *Pattern, id str
 			req.optionsJSON.applyTo(s)
 			if s.Events != nil {
 				if err := req.pushJSON.applyTo(s.Events); err != nil {
-					return newAPIError(http.StatusBadRequest, CodeInvalidRequest, "%v", err)
+					return err
 				}
 			}
 			return nil
@@ -252,26 +241,21 @@ func (e *Engine) patchSubscription(ctx context.Context, pattern *Pattern, id str
 	return http.StatusOK, e.view(sub), nil
 }
 
-func methodNotAllowed(allow string) *apiError {
-	ae := newAPIError(http.StatusMethodNotAllowed, CodeInvalidRequest, "method not allowed; use %s", allow)
-	ae.allow = allow
-	return ae
-}
-
-func (e *Engine) createSubscription(ctx context.Context, pattern *Pattern, id string, body io.Reader) (int, any, error) {
+func (e *Engine) createSubscription(ctx context.Context, r *http.Request, at target) (int, any, error) {
+	pattern, id := at.pattern, at.id
 	var req createRequest
-	if err := readRequest(body, &req); err != nil {
+	if err := readRequest(r.Body, &req); err != nil {
 		return 0, nil, err
 	}
 	if req.Webhook == "" {
-		return 0, nil, newAPIError(http.StatusBadRequest, CodeInvalidRequest, "webhook is required")
+		return 0, nil, invalid("webhook", "webhook is required")
 	}
 	sub := &Subscription{ID: id, Pattern: pattern.String(), Webhook: req.Webhook, Description: req.Description,
-		Delivery: req.Delivery.orDefault(), Signature: req.Signature, RateLimit: DefaultRateLimit}
+		Delivery: req.Delivery.orDefault(), Signature: req.Signature}
 	switch sub.Delivery {
 	case DeliveryWake:
 		if !req.pushJSON.empty() {
-			return 0, nil, newAPIError(http.StatusBadRequest, CodeInvalidRequest,
+			return 0, nil, invalid(req.pushJSON.field(),
 				"batch, headers, timeout_ms and filter apply only to delivery %q", DeliveryEvents)
 		}
 	case DeliveryEvents:
@@ -280,11 +264,12 @@ func (e *Engine) createSubscription(ctx context.Context, pattern *Pattern, id st
 		}
 		sub.Events = defaultEventsOptions()
 		sub.Retry = &RetryPolicy{MaxAttempts: DefaultMaxAttempts}
+		sub.RateLimit = DefaultEventsRateLimit
 		if err := req.pushJSON.applyTo(sub.Events); err != nil {
-			return 0, nil, newAPIError(http.StatusBadRequest, CodeInvalidRequest, "%v", err)
+			return 0, nil, err
 		}
 	default:
-		return 0, nil, newAPIError(http.StatusBadRequest, CodeInvalidRequest, "unknown delivery %q; use %q or %q", req.Delivery, DeliveryWake, DeliveryEvents)
+		return 0, nil, invalid("delivery", "unknown delivery %q; use %q or %q", req.Delivery, DeliveryWake, DeliveryEvents)
 	}
 	if req.Retry != nil && sub.Retry == nil {
 		sub.Retry = &RetryPolicy{MaxAge: e.cfg.failureGCAfter}
@@ -292,7 +277,7 @@ func (e *Engine) createSubscription(ctx context.Context, pattern *Pattern, id st
 	req.optionsJSON.applyTo(sub)
 	start, err := deliverStart(req.DeliverPolicy, req.Offset)
 	if err != nil {
-		return 0, nil, newAPIError(http.StatusBadRequest, CodeInvalidRequest, "%v", err)
+		return 0, nil, err
 	}
 	sub, created, err := e.create(ctx, sub, pattern, start)
 	if err != nil {
@@ -318,7 +303,8 @@ func (e *Engine) createSubscription(ctx context.Context, pattern *Pattern, id st
 //
 // If sub's ID is taken by a subscription configured alike, it returns that
 // one, so that a host may create its subscriptions at every start; if by
-// one configured otherwise, an error wrapping ErrSubscriptionExists.
+// one configured otherwise, an error wrapping ErrSubscriptionExists. An
+// invalid field is a *ValidationError naming it.
 func (e *Engine) CreateSubscription(ctx context.Context, sub *Subscription, from string) (*Subscription, error) {
 	if err := e.checkLoaded(); err != nil {
 		return nil, err
@@ -328,22 +314,22 @@ func (e *Engine) CreateSubscription(ctx context.Context, sub *Subscription, from
 	}
 	pattern, err := ParsePattern(sub.Pattern)
 	if err != nil {
-		return nil, err
+		return nil, asInvalid("pattern", err)
 	}
 	if from != "" && from != OffsetNone {
 		if err := validateOffset(from); err != nil {
-			return nil, err
+			return nil, asInvalid("offset", err)
 		}
 	}
 	s := sub.Clone()
 	s.Pattern, s.Delivery, s.Status, s.Health = pattern.String(), s.Delivery.orDefault(), "", SubscriptionHealth{}
 	switch {
 	case s.Delivery != DeliveryWake && !s.pushes():
-		return nil, fmt.Errorf("webhooks: unknown delivery %q", s.Delivery)
+		return nil, invalid("delivery", "unknown delivery %q", s.Delivery)
 	case s.pushes() && s.Events == nil:
 		s.Events = defaultEventsOptions()
 	case !s.pushes() && s.Events != nil:
-		return nil, errors.New("webhooks: Events applies only to batching deliveries")
+		return nil, invalid("delivery", "Events applies only to batching deliveries")
 	}
 	if _, ok := e.source.(EventReader); s.pushes() && !ok {
 		return nil, errNoEventReader()
@@ -406,30 +392,24 @@ func readOptionalRequest(body io.Reader, v any) error {
 func decodeRequest(body io.Reader, v any, optional bool) error {
 	data, err := io.ReadAll(http.MaxBytesReader(nil, io.NopCloser(body), MaxSubscriptionBodyBytes))
 	if err != nil {
-		return newAPIError(http.StatusBadRequest, CodeInvalidRequest, "request body is unreadable or exceeds %d bytes", MaxSubscriptionBodyBytes)
+		return invalid("body", "request body is unreadable or exceeds %d bytes", MaxSubscriptionBodyBytes)
 	}
 	if optional && len(bytes.TrimSpace(data)) == 0 {
 		return nil
 	}
-	if err := decodeStrict(data, v); err != nil {
-		return newAPIError(http.StatusBadRequest, CodeInvalidRequest, "%v", err)
-	}
-	return nil
+	return decodeStrict(data, v)
 }
 
 // validate checks a subscription about to be stored: its description, its
 // destination (validateDestination), and its options.
 func (e *Engine) validate(sub *Subscription) error {
 	if len(sub.Description) > MaxDescriptionLength {
-		return newAPIError(http.StatusBadRequest, CodeInvalidRequest, "description is longer than %d characters", MaxDescriptionLength)
+		return invalid("description", "description is longer than %d characters", MaxDescriptionLength)
 	}
 	if err := e.validateDestination(sub); err != nil {
 		return err
 	}
-	if err := validateOptions(sub); err != nil {
-		return newAPIError(http.StatusBadRequest, CodeInvalidRequest, "%v", err)
-	}
-	return nil
+	return validateOptions(sub)
 }
 
 // deliverStart is the offset at which a new subscription's consumers of
@@ -439,21 +419,21 @@ func deliverStart(policy, offset string) (string, error) {
 	switch policy {
 	case "", deliverPolicyNew:
 		if offset != "" {
-			return "", fmt.Errorf("offset applies only to deliver_policy %q", deliverPolicyFrom)
+			return "", invalid("offset", "offset applies only to deliver_policy %q", deliverPolicyFrom)
 		}
 		return "", nil
 	case deliverPolicyAll:
 		if offset != "" {
-			return "", fmt.Errorf("offset applies only to deliver_policy %q", deliverPolicyFrom)
+			return "", invalid("offset", "offset applies only to deliver_policy %q", deliverPolicyFrom)
 		}
 		return OffsetNone, nil
 	case deliverPolicyFrom:
 		if err := validateOffset(offset); err != nil {
-			return "", err
+			return "", asInvalid("offset", err)
 		}
 		return offset, nil
 	default:
-		return "", fmt.Errorf("unknown deliver_policy %q; use %q, %q or %q", policy, deliverPolicyNew, deliverPolicyAll, deliverPolicyFrom)
+		return "", invalid("deliver_policy", "unknown deliver_policy %q; use %q, %q or %q", policy, deliverPolicyNew, deliverPolicyAll, deliverPolicyFrom)
 	}
 }
 
@@ -469,10 +449,8 @@ func (e *Engine) existing(ctx context.Context, want *Subscription) (*Subscriptio
 		return nil, err
 	}
 	if !sameConfiguration(have, want) {
-		ae := newAPIError(http.StatusConflict, CodeSubscriptionConflict,
-			"subscription %s exists with a different configuration; PATCH it, or delete it, to change it", want.ID)
-		ae.is = ErrSubscriptionExists
-		return nil, ae
+		return nil, detail(ErrSubscriptionExists,
+			"subscription %s exists with a different configuration; update it, or delete it, to change it", want.ID)
 	}
 	return have, nil
 }
@@ -525,12 +503,13 @@ func (e *Engine) adoptExistingStreams(ctx context.Context, pattern *Pattern, id,
 func (e *Engine) findSubscription(ctx context.Context, pattern *Pattern, id string) (*Subscription, error) {
 	sub, err := e.store.GetSubscription(ctx, id)
 	if errors.Is(err, ErrSubscriptionNotFound) || (err == nil && !pattern.Match(sub.Pattern)) {
-		return nil, newAPIError(http.StatusNotFound, CodeSubscriptionNotFound, "no subscription %s under %s", id, pattern)
+		return nil, detail(ErrSubscriptionNotFound, "no subscription %s under %s", id, pattern)
 	}
 	return sub, err
 }
 
-func (e *Engine) deleteSubscription(ctx context.Context, pattern *Pattern, id string) (int, any, error) {
+func (e *Engine) deleteSubscription(ctx context.Context, _ *http.Request, at target) (int, any, error) {
+	pattern, id := at.pattern, at.id
 	sub, err := e.findSubscription(ctx, pattern, id)
 	if err != nil {
 		return 0, nil, err
@@ -539,7 +518,7 @@ func (e *Engine) deleteSubscription(ctx context.Context, pattern *Pattern, id st
 	e.progressed.Send() // its consumers went with it
 	if err != nil {
 		if errors.Is(err, ErrSubscriptionNotFound) {
-			return 0, nil, newAPIError(http.StatusNotFound, CodeSubscriptionNotFound, "no subscription %s under %s", id, pattern)
+			return 0, nil, detail(ErrSubscriptionNotFound, "no subscription %s under %s", id, pattern)
 		}
 		return 0, nil, err
 	}
@@ -547,7 +526,8 @@ func (e *Engine) deleteSubscription(ctx context.Context, pattern *Pattern, id st
 	return http.StatusNoContent, nil, nil
 }
 
-func (e *Engine) listSubscriptions(ctx context.Context, pattern *Pattern) (int, any, error) {
+func (e *Engine) listSubscriptions(ctx context.Context, _ *http.Request, at target) (int, any, error) {
+	pattern := at.pattern
 	subs, err := e.store.ListSubscriptions(ctx)
 	if err != nil {
 		return 0, nil, err

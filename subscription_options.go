@@ -1,7 +1,6 @@
 package webhooks
 
 import (
-	"fmt"
 	"slices"
 	"time"
 )
@@ -10,9 +9,14 @@ import (
 // are signed, retried and rate limited. In the API their JSON sits beside
 // the event-push options.
 
-// DefaultRateLimit is the default of max_deliveries_per_minute, as seed
-// 002 has it.
-const DefaultRateLimit = 1000
+// DefaultEventsRateLimit is the default max_deliveries_per_minute of an
+// event-push subscription created through the API: a safety net a receiver
+// in normal use does not reach, since each host's lane already bounds the
+// POSTs in flight. Wake subscriptions have no limit by default (spec 001
+// has none): one consumer per stream, under a per-subscription limit, would
+// wake a pattern's streams a few a second. Handler subscriptions, created
+// in Go, have the limit they are given.
+const DefaultEventsRateLimit = 60_000
 
 // Limits on the options; a request past one is refused with 400
 // INVALID_REQUEST and a message naming the limit.
@@ -75,23 +79,23 @@ func validateOptions(s *Subscription) error {
 	switch s.Signature {
 	case "", SignatureStreamhooks, SignatureStandard:
 	default:
-		return fmt.Errorf("unknown signature %q; use %q or %q", s.Signature, SignatureStreamhooks, SignatureStandard)
+		return invalid("signature", "unknown signature %q; use %q or %q", s.Signature, SignatureStreamhooks, SignatureStandard)
 	}
 	if s.RateLimit < 0 || s.RateLimit > maxRateLimit {
-		return fmt.Errorf("max_deliveries_per_minute must be 0 (no limit) to %d", maxRateLimit)
+		return invalid("max_deliveries_per_minute", "max_deliveries_per_minute must be 0 (no limit) to %d", maxRateLimit)
 	}
 	if r := s.Retry; r != nil {
 		if len(r.Schedule) > maxRetrySchedule {
-			return fmt.Errorf("retry.schedule_ms has more than %d entries", maxRetrySchedule)
+			return invalid("retry.schedule_ms", "retry.schedule_ms has more than %d entries", maxRetrySchedule)
 		}
 		if slices.ContainsFunc(r.Schedule, func(d time.Duration) bool { return d < time.Millisecond || d > maxRetryWait }) {
-			return fmt.Errorf("retry.schedule_ms entries must be 1 to %d", maxRetryWait.Milliseconds())
+			return invalid("retry.schedule_ms", "retry.schedule_ms entries must be 1 to %d", maxRetryWait.Milliseconds())
 		}
 		if r.MaxAttempts < 0 || r.MaxAttempts > maxAttemptsLimit {
-			return fmt.Errorf("retry.max_attempts must be 0 (no limit) to %d", maxAttemptsLimit)
+			return invalid("retry.max_attempts", "retry.max_attempts must be 0 (no limit) to %d", maxAttemptsLimit)
 		}
 		if r.MaxAge < 0 || r.MaxAge > maxRetryAge {
-			return fmt.Errorf("retry.max_age_ms must be 0 (no limit) to %d", maxRetryAge.Milliseconds())
+			return invalid("retry.max_age_ms", "retry.max_age_ms must be 0 (no limit) to %d", maxRetryAge.Milliseconds())
 		}
 	}
 	if ev := s.Events; ev != nil {
@@ -126,10 +130,10 @@ func (s *Subscription) signature() SignatureScheme {
 // could ack.
 func validateOffset(offset string) error {
 	if offset == "" || len(offset) > MaxOffsetLength {
-		return fmt.Errorf("offset must be 1 to %d characters", MaxOffsetLength)
+		return invalid("offset", "offset must be 1 to %d characters", MaxOffsetLength)
 	}
 	if r, ok := controlChar(offset); ok {
-		return fmt.Errorf("offset contains the control character %U", r)
+		return invalid("offset", "offset contains the control character %U", r)
 	}
 	return nil
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net/http"
 	"time"
 )
 
@@ -14,8 +13,8 @@ import (
 // with no deadline, and deliveries already in flight finish. Resuming it
 // resumes each consumer from its cursor.
 
-// errImmutable refuses a change to a field no update may make.
-var errImmutable = errors.New("delivery, signature, secret and status cannot be changed by an update; delete and re-create the subscription, rotate its secret, or pause or resume it")
+// immutable says why a change to a field no update may make is refused.
+const immutable = "delivery, signature, secret and status cannot be changed by an update; delete and re-create the subscription, rotate its secret, or pause or resume it"
 
 // PauseSubscription pauses subscription id: its consumers start no new
 // delivery until ResumeSubscription. It returns the subscription as
@@ -95,7 +94,7 @@ func (e *Engine) UpdateSubscription(ctx context.Context, id string, fn func(s *S
 			s.Secret != before.Secret || s.PreviousSecret != before.PreviousSecret ||
 			!s.PreviousSecretExpiresAt.Equal(before.PreviousSecretExpiresAt) || s.status() != before.status() ||
 			(s.Events == nil) != (before.Events == nil) {
-			return newAPIError(http.StatusBadRequest, CodeInvalidRequest, "%v", errImmutable)
+			return invalid(immutableField(before, s), "%s", immutable)
 		}
 		return e.validate(s)
 	})
@@ -149,5 +148,20 @@ func (m *machine) resume(c *Consumer, sub *Subscription, t tails, now time.Time)
 		return m.start(c, sub, t, now)
 	default:
 		return noChange
+	}
+}
+
+// immutableField names the first field that no update may change and that
+// fn changed from before to after.
+func immutableField(before, after *Subscription) string {
+	switch {
+	case after.Delivery.orDefault() != before.Delivery.orDefault() || (after.Events == nil) != (before.Events == nil):
+		return "delivery"
+	case after.signature() != before.signature():
+		return "signature"
+	case after.status() != before.status():
+		return "status"
+	default:
+		return "secret"
 	}
 }

@@ -20,6 +20,7 @@ import (
 
 	webhooks "github.com/streamhooks/webhooks"
 	"github.com/streamhooks/webhooks/memstore"
+	"github.com/streamhooks/webhooks/receiver"
 )
 
 // subView is a subscription as the API shows it.
@@ -54,11 +55,11 @@ func subRequireNoSecret(t testing.TB, body []byte) {
 
 // subRequireError checks an API error response: status, the one JSON error
 // shape, code and a message.
-func subRequireError(t *testing.T, status int, code webhooks.ErrorCode, gotStatus int, raw []byte, ctype string) webhooks.ErrorBody {
+func subRequireError(t *testing.T, status int, code receiver.ErrorCode, gotStatus int, raw []byte, ctype string) receiver.ErrorBody {
 	t.Helper()
 	require.Equal(t, status, gotStatus, string(raw))
 	require.Contains(t, ctype, "application/json", string(raw))
-	var out webhooks.CallbackResponse
+	var out receiver.CallbackResponse
 	require.NoError(t, json.Unmarshal(raw, &out), string(raw))
 	require.False(t, out.OK, string(raw))
 	require.NotNil(t, out.Error, string(raw))
@@ -139,8 +140,8 @@ func TestSubscriptionCreate(t *testing.T) {
 		if strings.HasPrefix(d.n.ConsumerID, "agent-handler:") {
 			secret = v.WebhookSecret
 		}
-		require.NoError(t, webhooks.VerifySignature(secret, d.header.Get(webhooks.SignatureHeader), d.body,
-			h.clock.Now(), webhooks.DefaultSignatureTolerance))
+		require.NoError(t, verifySignature(secret, d.header, d.body,
+			h.clock.Now(), receiver.DefaultTolerance))
 	}
 }
 
@@ -202,7 +203,7 @@ func TestSubscriptionConflict(t *testing.T) {
 	for name, tc := range cases {
 		t.Run(name, func(t *testing.T) {
 			rec := h.do(http.MethodPut, tc.target, tc.body)
-			subRequireError(t, http.StatusConflict, webhooks.CodeSubscriptionConflict, rec.Code, rec.Body.Bytes(), rec.Header().Get("Content-Type"))
+			subRequireError(t, http.StatusConflict, receiver.ErrorCode("SUBSCRIPTION_CONFLICT"), rec.Code, rec.Body.Bytes(), rec.Header().Get("Content-Type"))
 			subRequireNoSecret(t, rec.Body.Bytes())
 		})
 	}
@@ -236,11 +237,11 @@ func TestSubscriptionCompareBeforePolicy(t *testing.T) {
 	subRequireNoSecret(t, rec.Body.Bytes())
 
 	rec = subServe(handler, http.MethodPut, "/agents/*?subscription=s1", subBody(h.recv.url(), "changed"))
-	subRequireError(t, http.StatusConflict, webhooks.CodeSubscriptionConflict, rec.Code, rec.Body.Bytes(), rec.Header().Get("Content-Type"))
+	subRequireError(t, http.StatusConflict, receiver.ErrorCode("SUBSCRIPTION_CONFLICT"), rec.Code, rec.Body.Bytes(), rec.Header().Get("Content-Type"))
 
 	// A new ID with the same loopback URL is refused by the strict engine.
 	rec = subServe(handler, http.MethodPut, "/agents/*?subscription=s2", body)
-	subRequireError(t, http.StatusBadRequest, webhooks.CodeInvalidRequest, rec.Code, rec.Body.Bytes(), rec.Header().Get("Content-Type"))
+	subRequireError(t, http.StatusBadRequest, receiver.CodeInvalidRequest, rec.Code, rec.Body.Bytes(), rec.Header().Get("Content-Type"))
 }
 
 func TestSubscriptionBadPatterns(t *testing.T) {
@@ -263,12 +264,12 @@ func TestSubscriptionBadPatterns(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			id := fmt.Sprintf("bp%d", i)
 			rec := h.do(http.MethodPut, pattern+"?subscription="+id, body)
-			subRequireError(t, http.StatusBadRequest, webhooks.CodeInvalidRequest, rec.Code, rec.Body.Bytes(), rec.Header().Get("Content-Type"))
+			subRequireError(t, http.StatusBadRequest, receiver.CodeInvalidRequest, rec.Code, rec.Body.Bytes(), rec.Header().Get("Content-Type"))
 			// Listing and getting with a bad pattern fail the same way.
 			rec = h.do(http.MethodGet, pattern+"?subscriptions", "")
-			subRequireError(t, http.StatusBadRequest, webhooks.CodeInvalidRequest, rec.Code, rec.Body.Bytes(), rec.Header().Get("Content-Type"))
+			subRequireError(t, http.StatusBadRequest, receiver.CodeInvalidRequest, rec.Code, rec.Body.Bytes(), rec.Header().Get("Content-Type"))
 			rec = h.do(http.MethodGet, pattern+"?subscription="+id, "")
-			subRequireError(t, http.StatusBadRequest, webhooks.CodeInvalidRequest, rec.Code, rec.Body.Bytes(), rec.Header().Get("Content-Type"))
+			subRequireError(t, http.StatusBadRequest, receiver.CodeInvalidRequest, rec.Code, rec.Body.Bytes(), rec.Header().Get("Content-Type"))
 		})
 	}
 	require.Empty(t, h.subList("/**"))
@@ -339,7 +340,7 @@ func TestSubscriptionInvalidIDs(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			for _, method := range []string{http.MethodPut, http.MethodGet, http.MethodDelete} {
 				rec := h.do(method, "/agents/*?"+q, body)
-				subRequireError(t, http.StatusBadRequest, webhooks.CodeInvalidRequest, rec.Code, rec.Body.Bytes(), rec.Header().Get("Content-Type"))
+				subRequireError(t, http.StatusBadRequest, receiver.CodeInvalidRequest, rec.Code, rec.Body.Bytes(), rec.Header().Get("Content-Type"))
 			}
 		})
 	}
@@ -375,7 +376,7 @@ func TestSubscriptionBadBodies(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			rec := h.do(http.MethodPut, "/agents/*?subscription=s1", body)
-			subRequireError(t, http.StatusBadRequest, webhooks.CodeInvalidRequest, rec.Code, rec.Body.Bytes(), rec.Header().Get("Content-Type"))
+			subRequireError(t, http.StatusBadRequest, receiver.CodeInvalidRequest, rec.Code, rec.Body.Bytes(), rec.Header().Get("Content-Type"))
 		})
 	}
 	require.Empty(t, h.subList("/**"))
@@ -395,7 +396,7 @@ func TestSubscriptionMethodNotAllowed(t *testing.T) {
 	h.subscribe("s1", "/agents/*")
 	for _, method := range []string{http.MethodPost, http.MethodHead} {
 		rec := h.do(method, "/agents/*?subscription=s1", subBody(h.recv.url(), ""))
-		subRequireError(t, http.StatusMethodNotAllowed, webhooks.CodeInvalidRequest, rec.Code, rec.Body.Bytes(), rec.Header().Get("Content-Type"))
+		subRequireError(t, http.StatusMethodNotAllowed, receiver.CodeInvalidRequest, rec.Code, rec.Body.Bytes(), rec.Header().Get("Content-Type"))
 		allow := rec.Header().Get("Allow")
 		for _, m := range []string{http.MethodGet, http.MethodPut, http.MethodPatch, http.MethodDelete} {
 			require.Contains(t, allow, m)
@@ -403,7 +404,7 @@ func TestSubscriptionMethodNotAllowed(t *testing.T) {
 	}
 	for _, method := range []string{http.MethodPut, http.MethodPost, http.MethodDelete} {
 		rec := h.do(method, "/agents/*?subscriptions", "")
-		subRequireError(t, http.StatusMethodNotAllowed, webhooks.CodeInvalidRequest, rec.Code, rec.Body.Bytes(), rec.Header().Get("Content-Type"))
+		subRequireError(t, http.StatusMethodNotAllowed, receiver.CodeInvalidRequest, rec.Code, rec.Body.Bytes(), rec.Header().Get("Content-Type"))
 		require.Equal(t, http.MethodGet, rec.Header().Get("Allow"))
 	}
 	// Nothing was deleted or changed.
@@ -464,7 +465,7 @@ func TestSubscriptionWebhookPolicy(t *testing.T) {
 	} {
 		t.Run(webhook, func(t *testing.T) {
 			rec := subServe(handler, http.MethodPut, fmt.Sprintf("/agents/*?subscription=s%d", i), subBody(webhook, ""))
-			subRequireError(t, http.StatusBadRequest, webhooks.CodeInvalidRequest, rec.Code, rec.Body.Bytes(), rec.Header().Get("Content-Type"))
+			subRequireError(t, http.StatusBadRequest, receiver.CodeInvalidRequest, rec.Code, rec.Body.Bytes(), rec.Header().Get("Content-Type"))
 		})
 	}
 	rec := subServe(handler, http.MethodGet, "/**?subscriptions", "")
@@ -485,7 +486,7 @@ func TestSubscriptionWebhookPolicyLoopback(t *testing.T) {
 	}
 	for i, webhook := range []string{"http://example.com/", "https://10.0.0.1/", "https://169.254.169.254/", "ftp://127.0.0.1/"} {
 		rec := h.do(http.MethodPut, fmt.Sprintf("/a/*?subscription=bad%d", i), subBody(webhook, ""))
-		subRequireError(t, http.StatusBadRequest, webhooks.CodeInvalidRequest, rec.Code, rec.Body.Bytes(), rec.Header().Get("Content-Type"))
+		subRequireError(t, http.StatusBadRequest, receiver.CodeInvalidRequest, rec.Code, rec.Body.Bytes(), rec.Header().Get("Content-Type"))
 	}
 }
 
@@ -504,15 +505,15 @@ func TestSubscriptionGet(t *testing.T) {
 	}
 	for _, pattern := range []string{"/other/*", "/agents/task-1", "/agents/*/inbox", "/*"} {
 		rec := h.do(http.MethodGet, pattern+"?subscription=s1", "")
-		subRequireError(t, http.StatusNotFound, webhooks.CodeSubscriptionNotFound, rec.Code, rec.Body.Bytes(), rec.Header().Get("Content-Type"))
+		subRequireError(t, http.StatusNotFound, receiver.ErrorCode("SUBSCRIPTION_NOT_FOUND"), rec.Code, rec.Body.Bytes(), rec.Header().Get("Content-Type"))
 	}
 	rec = h.do(http.MethodGet, "/**?subscription=nope", "")
-	subRequireError(t, http.StatusNotFound, webhooks.CodeSubscriptionNotFound, rec.Code, rec.Body.Bytes(), rec.Header().Get("Content-Type"))
+	subRequireError(t, http.StatusNotFound, receiver.ErrorCode("SUBSCRIPTION_NOT_FOUND"), rec.Code, rec.Body.Bytes(), rec.Header().Get("Content-Type"))
 
 	// A DELETE through a pattern that does not reach it finds nothing
 	// either, and leaves it in place.
 	rec = h.do(http.MethodDelete, "/other/*?subscription=s1", "")
-	subRequireError(t, http.StatusNotFound, webhooks.CodeSubscriptionNotFound, rec.Code, rec.Body.Bytes(), rec.Header().Get("Content-Type"))
+	subRequireError(t, http.StatusNotFound, receiver.ErrorCode("SUBSCRIPTION_NOT_FOUND"), rec.Code, rec.Body.Bytes(), rec.Header().Get("Content-Type"))
 	require.Equal(t, []string{"s1"}, h.subList("/**"))
 }
 
@@ -590,20 +591,20 @@ func TestSubscriptionDeleteCascades(t *testing.T) {
 	h.consumer(keep)
 
 	// In-flight callbacks get CONSUMER_GONE (S7).
-	r := h.callback(id, d.n.Token, webhooks.CallbackRequest{Epoch: epoch(d.n.Epoch), WakeID: d.n.WakeID})
-	requireError(t, r, http.StatusGone, webhooks.CodeConsumerGone)
-	r = h.callback(id, d.n.Token, webhooks.CallbackRequest{
+	r := h.callback(id, d.n.Token, receiver.CallbackRequest{Epoch: epoch(d.n.Epoch), WakeID: d.n.WakeID})
+	requireError(t, r, http.StatusGone, receiver.CodeConsumerGone)
+	r = h.callback(id, d.n.Token, receiver.CallbackRequest{
 		Epoch: epoch(d.n.Epoch),
 		Acks:  streamOffsets("/agents/task-1", offset(10)),
 		Done:  true,
 	})
-	requireError(t, r, http.StatusGone, webhooks.CodeConsumerGone)
+	requireError(t, r, http.StatusGone, receiver.CodeConsumerGone)
 
 	// It is gone for the API too.
 	rec = h.do(http.MethodDelete, "/agents/*?subscription=s1", "")
-	subRequireError(t, http.StatusNotFound, webhooks.CodeSubscriptionNotFound, rec.Code, rec.Body.Bytes(), rec.Header().Get("Content-Type"))
+	subRequireError(t, http.StatusNotFound, receiver.ErrorCode("SUBSCRIPTION_NOT_FOUND"), rec.Code, rec.Body.Bytes(), rec.Header().Get("Content-Type"))
 	rec = h.do(http.MethodGet, "/**?subscription=s1", "")
-	subRequireError(t, http.StatusNotFound, webhooks.CodeSubscriptionNotFound, rec.Code, rec.Body.Bytes(), rec.Header().Get("Content-Type"))
+	subRequireError(t, http.StatusNotFound, receiver.ErrorCode("SUBSCRIPTION_NOT_FOUND"), rec.Code, rec.Body.Bytes(), rec.Header().Get("Content-Type"))
 	require.Equal(t, []string{"keep"}, h.subList("/**"))
 
 	// Streams it matched spawn no consumers any more.
@@ -624,7 +625,7 @@ func TestSubscriptionDeleteCascades(t *testing.T) {
 	require.Equal(t, webhooks.StateIdle, c.State)
 	require.Zero(t, c.Epoch)
 	// The old token does not reach the new consumer: its epoch is ahead.
-	r = h.callback(id, d.n.Token, webhooks.CallbackRequest{Epoch: epoch(d.n.Epoch)})
+	r = h.callback(id, d.n.Token, receiver.CallbackRequest{Epoch: epoch(d.n.Epoch)})
 	require.NotEqual(t, http.StatusOK, r.status, r.raw)
 }
 
@@ -641,8 +642,8 @@ func TestSubscriptionDeleteDuringDelivery(t *testing.T) {
 	require.Equal(t, http.StatusNoContent, rec.Code, rec.Body.String())
 	close(hold)
 
-	r := h.callback(id, d.n.Token, webhooks.CallbackRequest{Epoch: epoch(d.n.Epoch), WakeID: d.n.WakeID})
-	requireError(t, r, http.StatusGone, webhooks.CodeConsumerGone)
+	r := h.callback(id, d.n.Token, receiver.CallbackRequest{Epoch: epoch(d.n.Epoch), WakeID: d.n.WakeID})
+	requireError(t, r, http.StatusGone, receiver.CodeConsumerGone)
 	// Stop waits for the delivery to finish; then the consumer must still be
 	// gone.
 	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
@@ -779,7 +780,7 @@ func TestSubscriptionConsumerIDInEngine(t *testing.T) {
 	require.Equal(t, path, d.n.PrimaryStream)
 	require.Equal(t, callbackBase+"/callback/"+id, d.n.Callback)
 	h.waitConsumer(id, func(c *webhooks.Consumer) bool { return c.State == webhooks.StateLive })
-	r := h.callback(id, d.n.Token, webhooks.CallbackRequest{Epoch: epoch(d.n.Epoch), Acks: streamOffsets(path, offset(10))})
+	r := h.callback(id, d.n.Token, receiver.CallbackRequest{Epoch: epoch(d.n.Epoch), Acks: streamOffsets(path, offset(10))})
 	require.Equal(t, http.StatusOK, r.status, r.raw)
 	require.Equal(t, streamOffsets(path, offset(10)), h.consumer(id).Streams)
 }
@@ -812,11 +813,11 @@ func TestSubscriptionTwoSubscriptionsOneStream(t *testing.T) {
 	}
 
 	// Tokens are not interchangeable between them.
-	r := h.callback(id2, d1.n.Token, webhooks.CallbackRequest{Epoch: epoch(1)})
-	requireError(t, r, http.StatusUnauthorized, webhooks.CodeTokenInvalid)
+	r := h.callback(id2, d1.n.Token, receiver.CallbackRequest{Epoch: epoch(1)})
+	requireError(t, r, http.StatusUnauthorized, receiver.CodeTokenInvalid)
 
 	// Acking and finishing one leaves the other as it was.
-	r = h.callback(id1, d1.n.Token, webhooks.CallbackRequest{
+	r = h.callback(id1, d1.n.Token, receiver.CallbackRequest{
 		Epoch:  epoch(1),
 		WakeID: d1.n.WakeID,
 		Acks:   streamOffsets("/agents/task-1", offset(10)),
@@ -882,7 +883,7 @@ func TestSubscriptionStoreErrorIsGeneric(t *testing.T) {
 		{http.MethodPut, "/a/*?subscription=s2", subBody("http://127.0.0.1:9/", "")},
 	} {
 		rec := subServe(handler, req.method, req.target, req.body)
-		eb := subRequireError(t, http.StatusInternalServerError, webhooks.CodeInternal, rec.Code, rec.Body.Bytes(), rec.Header().Get("Content-Type"))
+		eb := subRequireError(t, http.StatusInternalServerError, receiver.ErrorCode("INTERNAL_ERROR"), rec.Code, rec.Body.Bytes(), rec.Header().Get("Content-Type"))
 		for _, leak := range []string{"hunter2", "postgres", "db.internal", "connection refused"} {
 			require.NotContains(t, eb.Message, leak, "%s %s", req.method, req.target)
 			require.NotContains(t, rec.Body.String(), leak, "%s %s", req.method, req.target)
@@ -937,7 +938,7 @@ func TestSubscriptionDelivery(t *testing.T) {
 	}
 	for _, bad := range []string{`"push"`, `"Wake"`, `"Events"`, `1`} {
 		rec := h.do(http.MethodPut, "/a/*?subscription=bad", body(`,"delivery":`+bad))
-		subRequireError(t, http.StatusBadRequest, webhooks.CodeInvalidRequest, rec.Code, rec.Body.Bytes(), rec.Header().Get("Content-Type"))
+		subRequireError(t, http.StatusBadRequest, receiver.CodeInvalidRequest, rec.Code, rec.Body.Bytes(), rec.Header().Get("Content-Type"))
 		_, err := h.store.GetSubscription(ctx, "bad")
 		require.ErrorIs(t, err, webhooks.ErrSubscriptionNotFound, bad)
 	}
@@ -965,7 +966,7 @@ func TestDisabledWakeSubscriptionWakesNothing(t *testing.T) {
 	ctx := context.Background()
 	h := newHarness(t)
 	d := h.wake("s1", "/agents/*", agentA)
-	r := h.callback(agentAID, d.n.Token, webhooks.CallbackRequest{Epoch: epoch(1), WakeID: d.n.WakeID, Acks: streamOffsets(agentA, offset(10))})
+	r := h.callback(agentAID, d.n.Token, receiver.CallbackRequest{Epoch: epoch(1), WakeID: d.n.WakeID, Acks: streamOffsets(agentA, offset(10))})
 	require.Equal(t, http.StatusOK, r.status, r.raw)
 
 	_, err := h.store.UpdateSubscription(ctx, "s1", func(s *webhooks.Subscription) error {
@@ -978,7 +979,7 @@ func TestDisabledWakeSubscriptionWakesNothing(t *testing.T) {
 	}), "the feed brings the status to the engine")
 
 	h.appendTo(agentA, 5)
-	r = h.callback(agentAID, r.body.Token, webhooks.CallbackRequest{Epoch: epoch(1), Done: true})
+	r = h.callback(agentAID, r.body.Token, receiver.CallbackRequest{Epoch: epoch(1), Done: true})
 	require.Equal(t, http.StatusOK, r.status, r.raw)
 	c := h.consumer(agentAID)
 	require.Equal(t, webhooks.StateIdle, c.State, "done with pending work wakes nothing")

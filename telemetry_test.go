@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	webhooks "github.com/streamhooks/webhooks"
+	"github.com/streamhooks/webhooks/receiver"
 )
 
 // telHarness is a harness whose engine reports to a span recorder and a
@@ -166,12 +167,12 @@ func TestTelemetrySpansAndMetrics(t *testing.T) {
 	th.waitConsumer(id3, func(c *webhooks.Consumer) bool { return c.State == webhooks.StateIdle })
 
 	// A callback that succeeds and two that fail.
-	r := th.callback(id1, d1.n.Token, webhooks.CallbackRequest{Epoch: epoch(1), Acks: streamOffsets("/agents/t1", offset(5))})
+	r := th.callback(id1, d1.n.Token, receiver.CallbackRequest{Epoch: epoch(1), Acks: streamOffsets("/agents/t1", offset(5))})
 	require.Equal(t, http.StatusOK, r.status, r.raw)
-	r = th.callback(id1, d1.n.Token, webhooks.CallbackRequest{Epoch: epoch(0)})
-	requireError(t, r, http.StatusConflict, webhooks.CodeStaleEpoch)
-	r = th.callback(id1, "not-a-token", webhooks.CallbackRequest{Epoch: epoch(1)})
-	requireError(t, r, http.StatusUnauthorized, webhooks.CodeTokenInvalid)
+	r = th.callback(id1, d1.n.Token, receiver.CallbackRequest{Epoch: epoch(0)})
+	requireError(t, r, http.StatusConflict, receiver.CodeStaleEpoch)
+	r = th.callback(id1, "not-a-token", receiver.CallbackRequest{Epoch: epoch(1)})
+	requireError(t, r, http.StatusUnauthorized, receiver.CodeTokenInvalid)
 
 	callbacks := th.telEnded("webhooks.callback")
 	require.Len(t, callbacks, 3)
@@ -218,7 +219,7 @@ func TestTelemetrySpansAndMetrics(t *testing.T) {
 
 	// The gauge follows the store: after a done callback and the removal of
 	// the failing consumer's stream, one LIVE consumer fewer and no WAKING.
-	r = th.callback(id1, d1.n.Token, webhooks.CallbackRequest{Epoch: epoch(1), Acks: streamOffsets("/agents/t1", offset(10)), Done: true})
+	r = th.callback(id1, d1.n.Token, receiver.CallbackRequest{Epoch: epoch(1), Acks: streamOffsets("/agents/t1", offset(10)), Done: true})
 	require.Equal(t, http.StatusOK, r.status, r.raw)
 	th.source.remove("/agents/t2")
 	require.NoError(t, th.engine.StreamDeleted(ctx, "/agents/t2"))

@@ -3,7 +3,6 @@ package webhooks
 import (
 	"context"
 	"encoding/json"
-	"net/http"
 	"time"
 )
 
@@ -44,7 +43,7 @@ func (e *Engine) SendTestDelivery(ctx context.Context, id string) (*TestDelivery
 		return nil, err
 	}
 	if sub.Delivery == DeliveryHandler {
-		return nil, newAPIError(http.StatusBadRequest, CodeInvalidRequest, "a %q subscription has no webhook to test", DeliveryHandler)
+		return nil, invalid("delivery", "a %q subscription has no webhook to test", DeliveryHandler)
 	}
 	e.tel.operated(ctx, "test")
 	now := e.clock.Now()

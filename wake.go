@@ -11,6 +11,8 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/streamhooks/webhooks/receiver"
 )
 
 // The wake-up delivery mechanism (spec 001): a signed POST that tells a
@@ -184,7 +186,7 @@ func (e *Engine) notification(c *Consumer) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	return json.Marshal(Notification{
+	return json.Marshal(receiver.Notification{
 		ConsumerID:    c.ID,
 		Epoch:         c.Epoch,
 		WakeID:        c.WakeID,
@@ -268,7 +270,7 @@ func (e *Engine) post(ctx context.Context, url string, header http.Header, body 
 	// auto-acking on it could lose events.
 	data, err := io.ReadAll(io.LimitReader(resp.Body, MaxWebhookResponseBytes+1))
 	r.preview = responsePreview(data)
-	var d DoneResponse
+	var d receiver.DoneResponse
 	if err == nil && len(data) <= MaxWebhookResponseBytes && json.Unmarshal(data, &d) == nil && d.Done {
 		r.outcome = outcomeDone
 		return r

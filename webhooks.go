@@ -32,20 +32,13 @@ import (
 	"github.com/streamhooks/webhooks/internal/testsignal"
 )
 
-// ErrStopped is returned by Start after Stop.
-var ErrStopped = errors.New("webhooks: engine stopped")
-
-// ErrNotStarted is returned by StreamCreated and StreamAppended before Start
-// has loaded the subscriptions. Nothing is lost: Start's sweep gives every
-// matching stream its consumers and wakes those with pending work.
-var ErrNotStarted = errors.New("webhooks: engine not started")
-
 // Engine delivers webhooks for one host stream server. Create it with New,
 // mount its handlers, and call Start, which loads the token signing key and
 // the subscriptions from the Store. Until Start has loaded them, the
-// handlers answer 503 SERVICE_UNAVAILABLE and StreamCreated and
-// StreamAppended return ErrNotStarted; StreamDeleted needs only the Store
-// and works at any time. Its methods are safe for concurrent use.
+// handlers answer 503 SERVICE_UNAVAILABLE and every method but Start, Stop,
+// StreamDeleted and Authorize returns ErrNotStarted; StreamDeleted needs only the
+// Store and works at any time. Errors are typed (see ErrNotStarted and
+// ValidationError). Its methods are safe for concurrent use.
 type Engine struct {
 	store  Store
 	source StreamSource
@@ -85,6 +78,9 @@ type Engine struct {
 	attempts atomic.Int64
 	parkMu   sync.Mutex
 	parked   bool
+	// beat is the UnixNano at which the scheduler began its current step
+	// (Live).
+	beat atomic.Int64
 
 	// loaded is set once Start has set tokens, subs and stored, which are
 	// read only after it.
@@ -145,7 +141,7 @@ func New(store Store, source StreamSource, opts ...Option) (*Engine, error) {
 	if err != nil {
 		return nil, fmt.Errorf("webhooks: setting up telemetry: %w", err)
 	}
-	policy := netguard.Policy{AllowLoopback: cfg.webhookPolicy.AllowLoopback}
+	policy := cfg.webhookPolicy.netguard()
 	transport := cfg.transport
 	if transport == nil {
 		t := policy.Transport()
@@ -155,6 +151,12 @@ func New(store Store, source StreamSource, opts ...Option) (*Engine, error) {
 		t.MaxIdleConns = cfg.maxConcurrentDeliveries
 		t.MaxIdleConnsPerHost = cfg.maxConcurrentDeliveries
 		transport = t
+	}
+	if cfg.transport != nil || policy.Proxy != nil {
+		// Another transport, or the proxy, dials the webhook, past the
+		// default transport's checks at dial: the engine checks each
+		// POST's URL before handing it over.
+		transport = policy.Guard(transport)
 	}
 	e := &Engine{
 		store:  store,
@@ -214,6 +216,7 @@ func (e *Engine) Start(ctx context.Context) error {
 	e.cancel, e.runCtx = cancel, runCtx
 	e.sendCtx, e.sendCancel = context.WithCancel(context.WithoutCancel(ctx))
 	e.running = true
+	e.heartbeat()
 	e.metrics.start(ctx, runCtx, &e.deliveries)
 	// Stop waits for the start-up sweep and the stream sweeps as it does
 	// for deliveries.
@@ -264,13 +267,14 @@ func (e *Engine) load(ctx context.Context) error {
 	return nil
 }
 
-// checkLoaded refuses an API request that arrives before Start has loaded
-// the signing key and the subscriptions; the client may retry.
+// checkLoaded refuses a call that arrives before Start has loaded the
+// signing key and the subscriptions: ErrNotStarted, which the handlers
+// answer 503 so that the client retries.
 func (e *Engine) checkLoaded() error {
 	if e.loaded.Load() {
 		return nil
 	}
-	return newAPIError(http.StatusServiceUnavailable, CodeServiceUnavailable, "the webhook engine has not started; retry later")
+	return ErrNotStarted
 }
 
 // Stop stops the engine and waits, until ctx ends, for its goroutines to

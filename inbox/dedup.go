@@ -74,16 +74,6 @@ func (d *dedup) add(provider, id string, now time.Time) {
 	d.n++
 }
 
-// forget forgets the provider's id. Its entry stays in the ring, and if the
-// id is added again that entry, when it expires, forgets the id early: a
-// lapse deduplication allows, since it is best effort.
-func (d *dedup) forget(provider, id string) {
-	k := keyOf(provider, id)
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	delete(d.ids, k)
-}
-
 // grow doubles the ring, up to the capacity, so that memory follows use.
 func (d *dedup) grow() {
 	ring := make([]seenID, min(max(2*len(d.ring), 64), d.capacity))

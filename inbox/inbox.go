@@ -85,9 +85,13 @@ type Record struct {
 	// received, and the Handler's deduplication is only per process and
 	// within a window, so a processor must also skip ids it has processed.
 	DeliveryID string `json:"delivery_id,omitempty"`
-	// ReceivedAt is when the Handler received the delivery. Verification
-	// checks signed timestamps against it, not against the time of
-	// processing, so that a record still verifies after a processor outage.
+	// ReceivedAt is when the Handler received the delivery, by the
+	// server's clock. Verification checks signed timestamps against it,
+	// not against the time of processing, so that a record still verifies
+	// after a processor outage. The Processor trusts it, as every field:
+	// the host must let no one but the Handler and Replay append to a
+	// provider's stream, or anyone could have an old, captured delivery
+	// processed by appending it with a fresh ReceivedAt.
 	ReceivedAt time.Time `json:"received_at"`
 	// Header holds the request's Content-Type and the headers the Scheme
 	// names, under canonical keys; never credentials such as Authorization
@@ -96,6 +100,10 @@ type Record struct {
 	// Body is the request body exactly as received, base64 in JSON so that
 	// any bytes survive.
 	Body []byte `json:"body"`
+	// Replay is empty for a record the Handler appended, and a fresh id for
+	// one that Processor.Replay appended again: a new record, which the
+	// processor's note of the one it replays never covers.
+	Replay string `json:"replay,omitempty"`
 }
 
 // credentialHeaders are never recorded, whatever a Scheme names.
@@ -161,7 +169,8 @@ func WithDedup(window time.Duration, capacity int) Option {
 
 // New returns a Handler that appends deliveries to appender, for the
 // providers given. It refuses a provider without a valid Name or a Scheme,
-// with a Status that is not 2xx, or whose Scheme names a credential header.
+// with a Status that is not 2xx, whose Scheme names a credential header, or
+// whose StandardWebhooks secret is set but not base64 after "whsec_".
 func New(appender Appender, providers []Provider, opts ...Option) (*Handler, error) {
 	if appender == nil {
 		return nil, errors.New("inbox: nil Appender")
@@ -205,6 +214,12 @@ func New(appender Appender, providers []Provider, opts ...Option) (*Handler, err
 	return h, nil
 }
 
+// secretChecker is a Scheme whose secret, if set, has a format to check
+// before the first record: a malformed one would set every record aside.
+type secretChecker interface {
+	checkSecret() error
+}
+
 // resolve checks p and fills in its defaults.
 func resolve(p Provider) (*provider, error) {
 	if !validName(p.Name) {
@@ -225,6 +240,11 @@ func resolve(p Provider) (*provider, error) {
 	}
 	if r.status < 200 || r.status > 299 {
 		return nil, fmt.Errorf("inbox: provider %q: status %d is not 2xx", p.Name, r.status)
+	}
+	if c, ok := p.Scheme.(secretChecker); ok {
+		if err := c.checkSecret(); err != nil {
+			return nil, fmt.Errorf("inbox: provider %q: its secret %w", p.Name, err)
+		}
 	}
 	r.headers = []string{"Content-Type"}
 	for _, name := range p.Scheme.Headers() {
@@ -280,11 +300,15 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		w.WriteHeader(p.status)
 		return
 	}
+	header := keep(r.Header, p.headers)
+	if s, ok := p.scheme.(headerSealer); ok {
+		s.sealHeaders(header)
+	}
 	record, err := json.Marshal(Record{
 		Provider:   p.name,
 		DeliveryID: id,
 		ReceivedAt: h.clock.Now().UTC(),
-		Header:     keep(r.Header, p.headers),
+		Header:     header,
 		Body:       body,
 	})
 	if err == nil {
@@ -318,6 +342,13 @@ func (h *Handler) readBody(w http.ResponseWriter, r *http.Request) ([]byte, int)
 		return nil, http.StatusBadRequest
 	}
 	return body, 0
+}
+
+// headerSealer is a Scheme whose kept headers hold a credential: the
+// Handler lets it replace the credential with what Verify needs to check
+// it, before the record is stored.
+type headerSealer interface {
+	sealHeaders(h http.Header)
 }
 
 // keep returns the values of the named headers that h has.

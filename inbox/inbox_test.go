@@ -353,10 +353,19 @@ func TestNewRefuses(t *testing.T) {
 		{"credential header", []Provider{{Name: "x", Scheme: HMAC{Header: "authorization"}}}},
 		{"cookie as id", []Provider{{Name: "x", Scheme: HMAC{Header: "X-Sig", DeliveryIDHeader: "Cookie"}}}},
 		{"no header", []Provider{{Name: "x", Scheme: HMAC{}}}},
+		{"standard secret not base64", []Provider{{Name: "s", Scheme: StandardWebhooks{Secret: "whsec_not base64!"}}}},
+		{"standard secret empty after whsec_", []Provider{{Name: "s", Scheme: StandardWebhooks{Secret: "whsec_"}}}},
 	} {
 		_, err := New(app, tc.providers)
 		assert.Error(t, err, tc.name)
 	}
+	// An unset secret is allowed: it verifies nothing (ErrUnusableSecret).
+	for _, secret := range []string{"", "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw", "MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"} {
+		_, err := NewProcessor(app, []Provider{{Name: "s", Scheme: StandardWebhooks{Secret: secret}}})
+		assert.NoError(t, err, secret)
+	}
+	_, err = NewProcessor(app, []Provider{{Name: "s", Scheme: StandardWebhooks{Secret: "whsec_%%"}}})
+	assert.ErrorContains(t, err, `provider "s": its secret is not base64 after whsec_`)
 	for _, opt := range []Option{WithMaxBodyBytes(0), WithDedup(-time.Second, 1), WithDedup(time.Second, -1)} {
 		_, err := New(app, []Provider{{Name: "github", Scheme: gh}}, opt)
 		assert.Error(t, err)

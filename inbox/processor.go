@@ -2,7 +2,9 @@ package inbox
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"sync"
@@ -12,6 +14,9 @@ import (
 
 	webhooks "github.com/streamhooks/webhooks"
 )
+
+// errNotARecord refuses to replay a dead letter that holds no record.
+var errNotARecord = errors.New("inbox: the dead letter holds an event that was never a record; it cannot be replayed")
 
 // maxErrorHistory bounds the errors a dead letter keeps, the latest.
 const maxErrorHistory = 32
@@ -32,6 +37,10 @@ type DeadLetter struct {
 	// Reason but not listed.
 	Errors []string  `json:"errors,omitempty"`
 	DeadAt time.Time `json:"dead_at"`
+	// Raw is the event as stored, for one that is not a record of the
+	// stream's provider: its Record then holds only that Provider, and it
+	// cannot be replayed.
+	Raw json.RawMessage `json:"raw,omitempty"`
 }
 
 // Processor processes inbox records. It is the webhooks.BatchHandler of a
@@ -61,12 +70,28 @@ type DeadLetter struct {
 //
 // A record's attempts are its batch's, so that the count is durable: give
 // the subscription a batch size of 1 for each record to get all its
-// attempts whatever the others do. A record that is not JSON, or whose
-// provider the Processor lacks, fails its batch at every attempt, until the
-// engine dead-letters the consumer for an operator to see.
+// attempts whatever the others do. An event that is not a record of the
+// stream's provider (not JSON, not a record, another provider's) is a dead
+// letter with the reason and the event as stored (DeadLetter.Raw), so that
+// one bad event never blocks the others; an event of a stream that is no
+// provider's is skipped, and logged.
 //
-// Deduplication is in memory, and a batch may be delivered again after a
-// crash, so delivery is at least once: handlers must be idempotent by
+// Deduplication is in memory, per Processor, within its window and
+// capacity (WithDedup); it does not survive a restart and is not shared
+// between instances. What holds everywhere is the engine's durable cursor:
+// a record whose batch was acknowledged is never delivered again, by any
+// instance. So a record is processed again only when
+//   - its batch was not acknowledged (a crash, a Stop, a lost
+//     acknowledgement, a later record's error) and another instance, or
+//     this one after a restart, gets the batch again: the records it had
+//     dealt with are processed again;
+//   - the Handler appended a delivery twice (a sender's retry that reached
+//     another instance, or came after the Handler's window), and the two
+//     records are processed by different processes, or by this one more
+//     than its window or capacity apart;
+//   - it is replayed (Replay): each replay is processed once, on purpose.
+//
+// Delivery is therefore at least once: handlers must be idempotent by
 // Record.DeliveryID. The host creates each provider's dead-letter stream,
 // as a JSON stream, before the first dead letter.
 type Processor struct {
@@ -162,17 +187,27 @@ func (p *Processor) lock(stream string) chan struct{} {
 // process deals with one record of b, raw as stored: it returns an error
 // only to fail the batch.
 func (p *Processor) process(ctx context.Context, b *webhooks.Batch, raw []byte) error {
-	var rec Record
-	if err := json.Unmarshal(raw, &rec); err != nil {
-		return fmt.Errorf("inbox: a record of %s is not JSON: %w", b.Stream, err)
-	}
-	prov := p.providers[rec.Provider]
-	if prov == nil {
-		return fmt.Errorf("inbox: a record of %s is for provider %q, which the processor lacks", b.Stream, rec.Provider)
+	owner := p.owner(b.Stream)
+	if owner == nil {
+		// Not a provider's stream: there is nothing to process it with,
+		// nor a dead-letter stream for it; it stays where it is.
+		p.log.WarnContext(ctx, "inbox: skipped an event of a stream that is no provider's", "stream", b.Stream)
+		return nil
 	}
 	rawKey := string(raw)
 	now := p.clock.Now()
-	if p.seen(prov.name, rawKey, now) {
+	if p.seen(owner.name, rawKey, now) {
+		return nil
+	}
+	var rec Record
+	if err := json.Unmarshal(raw, &rec); err != nil {
+		return p.buryRaw(ctx, owner, raw, fmt.Sprintf("not a record: %v", err), now)
+	}
+	prov := p.providers[rec.Provider]
+	if prov == nil || prov.stream != b.Stream {
+		return p.buryRaw(ctx, owner, raw, fmt.Sprintf("a record for provider %q in the stream of %q", rec.Provider, owner.name), now)
+	}
+	if prov != owner && p.seen(prov.name, rawKey, now) { // providers that share a stream
 		return nil
 	}
 	if err := prov.scheme.Verify(&rec); err != nil {
@@ -182,7 +217,8 @@ func (p *Processor) process(ctx context.Context, b *webhooks.Batch, raw []byte) 
 		p.remember(prov.name, rawKey, "", now)
 		return nil
 	}
-	if rec.DeliveryID != "" && p.seen(prov.name, rec.DeliveryID, now) {
+	// A replay is processed again on purpose, whatever its delivery id.
+	if rec.DeliveryID != "" && rec.Replay == "" && p.seen(prov.name, rec.DeliveryID, now) {
 		p.remember(prov.name, rawKey, "", now)
 		return nil
 	}
@@ -225,7 +261,12 @@ func (p *Processor) call(ctx context.Context, rec *Record) (err error) {
 
 // bury appends rec to its provider's dead-letter stream.
 func (p *Processor) bury(ctx context.Context, prov *provider, rec *Record, reason string, errs []string) error {
-	data, err := json.Marshal(DeadLetter{Record: *rec, Reason: reason, Errors: errs, DeadAt: p.clock.Now().UTC()})
+	return p.append(ctx, prov, &DeadLetter{Record: *rec, Reason: reason, Errors: errs, DeadAt: p.clock.Now().UTC()})
+}
+
+// append appends d to prov's dead-letter stream.
+func (p *Processor) append(ctx context.Context, prov *provider, d *DeadLetter) error {
+	data, err := json.Marshal(d)
 	if err == nil {
 		err = p.appender.Append(ctx, prov.dead, data)
 	}
@@ -233,14 +274,41 @@ func (p *Processor) bury(ctx context.Context, prov *provider, rec *Record, reaso
 		return fmt.Errorf("inbox: appending a dead letter to %s: %w", prov.dead, err)
 	}
 	p.log.WarnContext(ctx, "inbox: a record is a dead letter",
-		"provider", prov.name, "delivery_id", rec.DeliveryID, "stream", prov.dead, "reason", reason)
+		"provider", prov.name, "delivery_id", d.DeliveryID, "stream", prov.dead, "reason", d.Reason)
+	return nil
+}
+
+// owner returns the provider whose records stream is stream, the first by
+// name if several share it, or nil.
+func (p *Processor) owner(stream string) *provider {
+	var first *provider
+	for _, prov := range p.providers {
+		if prov.stream == stream && (first == nil || prov.name < first.name) {
+			first = prov
+		}
+	}
+	return first
+}
+
+// buryRaw appends raw, an event of owner's stream that is not one of its
+// records, to owner's dead-letter stream, and notes it as dealt with.
+func (p *Processor) buryRaw(ctx context.Context, owner *provider, raw []byte, reason string, now time.Time) error {
+	if !json.Valid(raw) {
+		raw, _ = json.Marshal(string(raw)) // a JSON stream's events are JSON; this is defence
+	}
+	d := DeadLetter{Record: Record{Provider: owner.name}, Reason: reason, DeadAt: p.clock.Now().UTC(), Raw: raw}
+	if err := p.append(ctx, owner, &d); err != nil {
+		return err
+	}
+	p.remember(owner.name, string(raw), "", now)
 	return nil
 }
 
 // Replay appends the record of dead, a dead letter as read from a
-// dead-letter stream, to its provider's records stream again, and forgets
-// that it was dealt with, so that the Processor processes it as new. The
-// Scheme verifies it again, against the time it was first received.
+// dead-letter stream, to its provider's records stream again, as a new
+// record (Record.Replay), so that the Processor processes it whatever it
+// remembers of the original, and skips no delivery id for it. The Scheme
+// verifies it again, against the time it was first received.
 func (p *Processor) Replay(ctx context.Context, dead []byte) error {
 	var d DeadLetter
 	if err := json.Unmarshal(dead, &d); err != nil {
@@ -250,13 +318,13 @@ func (p *Processor) Replay(ctx context.Context, dead []byte) error {
 	if prov == nil {
 		return fmt.Errorf("inbox: no provider %q", d.Provider)
 	}
+	if d.Raw != nil {
+		return errNotARecord
+	}
+	d.Record.Replay = rand.Text()
 	record, err := json.Marshal(d.Record)
 	if err != nil {
 		return err
-	}
-	if p.done != nil {
-		p.done.forget(prov.name, string(record))
-		p.done.forget(prov.name, d.DeliveryID)
 	}
 	return p.appender.Append(ctx, prov.stream, record)
 }

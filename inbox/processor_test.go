@@ -45,6 +45,7 @@ type host struct {
 	inbox     *inbox.Handler
 	processor *inbox.Processor
 	dead      chan inbox.DeadLetter // each dead letter appended
+	onDead    func(raw []byte)      // if set, called with each dead letter as it is appended
 }
 
 // newHost starts a host whose processor's subscription gives a batch
@@ -143,6 +144,9 @@ func (h *host) Append(ctx context.Context, stream string, record []byte) error {
 			return err
 		}
 		h.dead <- d
+		if h.onDead != nil {
+			h.onDead(record)
+		}
 	}
 	return h.engine.StreamAppended(ctx, stream)
 }
@@ -296,6 +300,75 @@ func TestProcessorDeadLetterAndReplay(t *testing.T) {
 	rec = httptest.NewRecorder()
 	replay.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/", nil))
 	require.Equal(t, http.StatusMethodNotAllowed, rec.Code)
+}
+
+// A replay made the moment the dead letter is appended, before the
+// processor has noted the original as dealt with, is processed all the
+// same: the replayed record is a new record, which the note of the
+// original does not cover.
+func TestProcessorReplayRacesTheDeadLetter(t *testing.T) {
+	h := newHost(t, 5, 1)
+	replayed := make(chan error, 1)
+	var once sync.Once
+	h.onDead = func(raw []byte) {
+		once.Do(func() { replayed <- h.processor.Replay(context.Background(), raw) })
+	}
+	h.deliver("forged", `{"n":1}`, "not the secret")
+	first := h.nextDead()
+	require.NoError(t, <-replayed)
+	second := h.nextDead()
+	require.Equal(t, first.DeliveryID, second.DeliveryID, "verified again, and dead again")
+	require.Equal(t, first.Body, second.Body)
+	require.NotEmpty(t, second.Replay, "the replayed record says it is a replay")
+	require.Empty(t, first.Replay)
+}
+
+// appendRaw appends event to stream as a client with write access to the
+// stream could, bypassing the Handler.
+func (h *host) appendRaw(stream, event string) {
+	h.t.Helper()
+	require.NoError(h.t, h.Append(context.Background(), stream, []byte(event)))
+}
+
+// A record the processor cannot handle, whatever its shape, is a dead
+// letter with the reason and the event as stored, and the records after
+// it are processed: one bad record never blocks the others.
+func TestProcessorBadRecordsAreDeadLetters(t *testing.T) {
+	h := newHost(t, 3, 10)
+	handler, ids := processed(func(string) error { return nil })
+	h.processor.Handle("github", "", handler)
+	h.deliver("d1", `{"n":1}`, githubSecret)
+	bad := map[string]string{
+		`[1]`:                                   "not a record",
+		`"text"`:                                "not a record",
+		`{"provider":"github","body":"!!"}`:     "not a record",
+		`{"provider":"gitlab","body":"e30="}`:   `provider "gitlab"`,
+		`{"body":"e30="}`:                       `provider ""`,
+		`{"provider":"github","header":"nope"}`: "not a record",
+	}
+	for event := range bad {
+		h.appendRaw(records, event)
+	}
+	h.deliver("d2", `{"n":2}`, githubSecret)
+
+	for range bad {
+		d := h.nextDead()
+		want, ok := bad[string(d.Raw)]
+		require.True(t, ok, "the event as stored: %s", d.Raw)
+		require.Contains(t, d.Reason, want)
+		require.Equal(t, "github", d.Provider, "the stream's provider")
+		delete(bad, string(d.Raw))
+	}
+	require.Equal(t, []string{"d1", "d2"}, []string{next(t, ids), next(t, ids)}, "the stream goes on")
+
+	// Such a dead letter holds no record to replay.
+	h.mu.Lock()
+	dead := h.streams[deadLetters][0]
+	h.mu.Unlock()
+	require.Error(t, h.processor.Replay(context.Background(), dead))
+	rec := httptest.NewRecorder()
+	h.processor.ReplayHandler().ServeHTTP(rec, httptest.NewRequest(http.MethodPost, "/", bytes.NewReader(dead)))
+	require.Equal(t, http.StatusBadRequest, rec.Code, rec.Body.String())
 }
 
 // A record no handler takes is acknowledged unprocessed; a handler's

@@ -1,8 +1,11 @@
 package inbox
 
 import (
+	"crypto/sha256"
+	"crypto/subtle"
 	"encoding/base64"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"net/http"
 	"strings"
@@ -130,14 +133,35 @@ func (StandardWebhooks) DeliveryID(h http.Header, _ []byte) string {
 	return h.Get("Svix-Id")
 }
 
-// Verify implements Scheme.
-func (s StandardWebhooks) Verify(rec *Record) error {
+// key is the HMAC key of the secret.
+func (s StandardWebhooks) key() ([]byte, error) {
 	key, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(s.Secret, "whsec_"))
 	switch {
 	case err != nil:
-		return fmt.Errorf("%w: not base64 after whsec_", ErrUnusableSecret)
+		return nil, fmt.Errorf("%w: not base64 after whsec_", ErrUnusableSecret)
 	case len(key) == 0:
-		return fmt.Errorf("%w: empty", ErrUnusableSecret)
+		return nil, fmt.Errorf("%w: empty", ErrUnusableSecret)
+	}
+	return key, nil
+}
+
+// checkSecret implements secretChecker: a secret that is set must be
+// usable.
+func (s StandardWebhooks) checkSecret() error {
+	if s.Secret == "" {
+		return nil
+	}
+	if _, err := s.key(); err != nil {
+		return errors.New("is not base64 after whsec_, or is empty: a Standard Webhooks secret is whsec_ and the base64 of the key")
+	}
+	return nil
+}
+
+// Verify implements Scheme.
+func (s StandardWebhooks) Verify(rec *Record) error {
+	key, err := s.key()
+	if err != nil {
+		return err
 	}
 	prefix := "Webhook-"
 	if rec.Header.Get("Webhook-Signature") == "" && rec.Header.Get("Svix-Signature") != "" {
@@ -297,4 +321,80 @@ func (s HMAC) Verify(rec *Record) error {
 		return ErrSignatureMismatch
 	}
 	return nil
+}
+
+// Telegram is the Telegram Bot API's scheme: a bot registered with
+// setWebhook's secret_token receives it, as sent, in
+// X-Telegram-Bot-Api-Secret-Token on every update. Telegram signs no body
+// and no timestamp, so the token proves only the sender. The token is a
+// credential, so a record keeps only its SHA-256, never the token. The
+// delivery id is the update's "update_id".
+type Telegram struct {
+	// SecretToken is setWebhook's secret_token: 1 to 256 characters of
+	// A-Z, a-z, 0-9, '_' and '-'.
+	SecretToken string
+}
+
+// telegramTokenHeader carries a bot's secret_token.
+const telegramTokenHeader = "X-Telegram-Bot-Api-Secret-Token"
+
+// Headers implements Scheme.
+func (Telegram) Headers() []string { return []string{telegramTokenHeader} }
+
+// DeliveryID implements Scheme: the update's update_id, a number.
+func (Telegram) DeliveryID(_ http.Header, body []byte) string {
+	return jsonNumberField(body, "update_id")
+}
+
+// telegramDigestPrefix starts the header value a record keeps in place of
+// the token: the prefix and the hex SHA-256 of the token.
+const telegramDigestPrefix = "sha256:"
+
+// sealHeaders implements headerSealer: the record keeps the token's digest.
+func (Telegram) sealHeaders(h http.Header) {
+	if v := h.Get(telegramTokenHeader); v != "" {
+		d := sha256.Sum256([]byte(v))
+		h.Set(telegramTokenHeader, telegramDigestPrefix+hex.EncodeToString(d[:]))
+	}
+}
+
+// Verify implements Scheme, on a record's digest of the token or on the
+// token itself. It compares digests, so the time it takes tells nothing of
+// the token's content or length.
+func (s Telegram) Verify(rec *Record) error {
+	if !validTelegramToken(s.SecretToken) {
+		return fmt.Errorf("%w: a Telegram secret_token is 1 to 256 characters of A-Z, a-z, 0-9, _ and -", ErrUnusableSecret)
+	}
+	got, err := header(rec, telegramTokenHeader)
+	if err != nil {
+		return err
+	}
+	sent := sha256.Sum256([]byte(got))
+	if hexDigest, ok := strings.CutPrefix(got, telegramDigestPrefix); ok {
+		d, err := hex.DecodeString(hexDigest)
+		if err != nil || len(d) != sha256.Size {
+			return fmt.Errorf("%w: %s holds no SHA-256 digest after %s", ErrMalformedSignature, telegramTokenHeader, telegramDigestPrefix)
+		}
+		copy(sent[:], d)
+	}
+	want := sha256.Sum256([]byte(s.SecretToken))
+	if subtle.ConstantTimeCompare(want[:], sent[:]) != 1 {
+		return ErrSignatureMismatch
+	}
+	return nil
+}
+
+// validTelegramToken reports whether t is a secret_token setWebhook takes.
+func validTelegramToken(t string) bool {
+	if len(t) == 0 || len(t) > 256 {
+		return false
+	}
+	for _, c := range []byte(t) {
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9', c == '_', c == '-':
+		default:
+			return false
+		}
+	}
+	return true
 }

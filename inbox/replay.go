@@ -13,7 +13,7 @@ const maxDeadLetterBytes = 4 << 20
 // ReplayHandler returns an operator's http.Handler that replays the dead
 // letter a POST carries, as read from a provider's dead-letter stream
 // (Replay): 200 {"ok":true} once the record is appended again; 400 for a
-// body that is not a dead letter; 404 for a provider the Processor lacks;
+// body that is not a dead letter, or one that holds no record; 404 for a provider the Processor lacks;
 // 503 if the append fails. The host mounts it behind its own operator
 // authentication.
 func (p *Processor) ReplayHandler() http.Handler {
@@ -29,7 +29,7 @@ func (p *Processor) ReplayHandler() http.Handler {
 			return
 		}
 		var d DeadLetter
-		if json.Unmarshal(body, &d) != nil || d.Provider == "" || d.Reason == "" {
+		if json.Unmarshal(body, &d) != nil || d.Provider == "" || d.Reason == "" || d.Raw != nil {
 			writeError(w, http.StatusBadRequest, codeInvalidRequest, "the body is not a dead letter as read from a dead-letter stream")
 			return
 		}

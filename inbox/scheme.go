@@ -13,7 +13,7 @@ import (
 
 // Scheme is a provider's webhook conventions: which request headers a
 // record keeps, where a delivery's id is, and how its signature is checked.
-// GitHub, Stripe, StandardWebhooks, Slack and HMAC implement it.
+// GitHub, Stripe, StandardWebhooks, Slack, Telegram and HMAC implement it.
 type Scheme interface {
 	// Headers names the request headers a record keeps, besides
 	// Content-Type: those Verify and a processor need.
@@ -120,4 +120,25 @@ func jsonField(body []byte, name string) string {
 		return ""
 	}
 	return s
+}
+
+// jsonNumberField returns the integer field name of the JSON object body,
+// in decimal, or "" if body has no such field.
+func jsonNumberField(body []byte, name string) string {
+	var fields map[string]json.RawMessage
+	if json.Unmarshal(body, &fields) != nil {
+		return ""
+	}
+	raw := fields[name]
+	if len(raw) == 0 || raw[0] == '"' {
+		return ""
+	}
+	var n json.Number
+	if json.Unmarshal(raw, &n) != nil {
+		return ""
+	}
+	if _, err := n.Int64(); err != nil {
+		return ""
+	}
+	return n.String()
 }

@@ -6,6 +6,7 @@ import (
 	"fmt"
 
 	webhooks "github.com/streamhooks/webhooks"
+	"github.com/streamhooks/webhooks/receiver"
 )
 
 // cycleGoals are the fractions of the ceiling the wake cycle must reach on
@@ -51,8 +52,8 @@ func wakeCycle(ctx context.Context, b *bench) (_ []result, err error) {
 		if err != nil {
 			return err
 		}
-		cc := webhooks.NewCallbackClient(n, b.hc)
-		_, err = cc.Send(ctx, webhooks.CallbackRequest{Acks: []webhooks.StreamOffset{{Path: path, Offset: tail}}, Done: true})
+		cc := receiver.NewCallbackClient(n, b.hc)
+		_, err = cc.Send(ctx, receiver.CallbackRequest{Acks: []webhooks.StreamOffset{{Path: path, Offset: tail}}, Done: true})
 		return err
 	}
 	bare := func(int) error { return postBare(ctx, b.hc, bareURL) }

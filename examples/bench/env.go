@@ -18,6 +18,7 @@ import (
 
 	webhooks "github.com/streamhooks/webhooks"
 	"github.com/streamhooks/webhooks/examples/internal/exampleserver"
+	"github.com/streamhooks/webhooks/receiver"
 )
 
 // waitFor bounds every wait for one webhook; a wake takes milliseconds.
@@ -74,17 +75,17 @@ type env struct {
 	store      webhooks.Store
 	closeStore func() error
 	dir        string
-	recv       *receiver
+	recv       *hookServer
 }
 
 // onWake handles one verified notification that arrived at at. It returns
 // true to finish the wake synchronously with {"done":true}.
-type onWake func(n *webhooks.Notification, at time.Time) (done bool)
+type onWake func(n *receiver.Notification, at time.Time) (done bool)
 
 // onPush handles one verified event-push batch that arrived at at. It
 // returns true to hang: the POST is answered only when the engine gives up
 // on it.
-type onPush func(p *webhooks.EventsPayload, at time.Time) (hang bool)
+type onPush func(p *receiver.EventsPayload, at time.Time) (hang bool)
 
 // start opens a fresh Store, starts the example server on it and a receiver
 // that hands every notification to wake.
@@ -109,7 +110,7 @@ func (b *bench) startPush(ctx context.Context, wake onWake, push onPush) (_ *env
 		return e, fmt.Errorf("opening store: %w", err)
 	}
 	e.store, e.closeStore = store, closeStore
-	if e.recv, err = newReceiver(wake, push); err != nil {
+	if e.recv, err = newHookServer(wake, push); err != nil {
 		return e, err
 	}
 	e.srv, err = exampleserver.Start(ctx, exampleserver.Config{
@@ -150,40 +151,42 @@ func (e *env) close() error {
 	return err
 }
 
-// receiver is an in-process webhook endpoint on loopback. Subscription id's
-// webhook is url/hook/id, or url/push/id for event push; the receiver
+// hookServer is an in-process webhook endpoint on loopback. Subscription id's
+// webhook is url/hook/id, or url/push/id for event push; the server
 // verifies each POST with that subscription's secret before handing it on.
-type receiver struct {
-	srv     *http.Server
-	url     string
-	wake    onWake
-	push    onPush
-	secrets sync.Map // subscription ID → secret
-	served  chan error
+type hookServer struct {
+	srv       *http.Server
+	url       string
+	wake      onWake
+	push      onPush
+	verifiers sync.Map // subscription ID → *receiver.Verifier
+	served    chan error
 	// refused counts notifications that failed verification.
 	refused atomic.Int64
 }
 
-func newReceiver(wake onWake, push onPush) (*receiver, error) {
+func newHookServer(wake onWake, push onPush) (*hookServer, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
-	rc := &receiver{url: "http://" + ln.Addr().String(), wake: wake, push: push, served: make(chan error, 1)}
+	rc := &hookServer{url: "http://" + ln.Addr().String(), wake: wake, push: push, served: make(chan error, 1)}
 	rc.srv = &http.Server{Handler: rc, ReadHeaderTimeout: waitFor}
 	go func() { rc.served <- rc.srv.Serve(ln) }()
 	return rc, nil
 }
 
-func (rc *receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+func (rc *hookServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	at := time.Now()
 	if id, ok := strings.CutPrefix(r.URL.Path, "/push/"); ok {
 		rc.receivePush(w, r, id, at)
 		return
 	}
-	secret, _ := rc.secrets.Load(strings.TrimPrefix(r.URL.Path, "/hook/"))
-	s, _ := secret.(string)
-	n, err := webhooks.ParseNotification(r, s, at)
+	v, err := rc.verifier(strings.TrimPrefix(r.URL.Path, "/hook/"))
+	var n *receiver.Notification
+	if err == nil {
+		n, err = v.ParseNotification(r)
+	}
 	if err != nil {
 		rc.refused.Add(1)
 		http.Error(w, err.Error(), http.StatusBadRequest)
@@ -197,30 +200,33 @@ func (rc *receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 
 // receivePush verifies and decodes a batch of subscription id, as a
 // receiver must, and hands it on.
-func (rc *receiver) receivePush(w http.ResponseWriter, r *http.Request, id string, at time.Time) {
-	body, err := io.ReadAll(r.Body)
-	secret, _ := rc.secrets.Load(id)
-	s, _ := secret.(string)
+func (rc *hookServer) receivePush(w http.ResponseWriter, r *http.Request, id string, at time.Time) {
+	v, err := rc.verifier(id)
+	var p *receiver.EventsPayload
 	if err == nil {
-		err = webhooks.VerifySignature(s, r.Header.Get(webhooks.SignatureHeader), body, at, webhooks.DefaultSignatureTolerance)
-	}
-	var p webhooks.EventsPayload
-	if err == nil {
-		err = json.Unmarshal(body, &p)
+		p, err = v.ParseEvents(r)
 	}
 	if err != nil {
 		rc.refused.Add(1)
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
-	if rc.push(&p, at) {
+	if rc.push(p, at) {
 		<-r.Context().Done()
 		return
 	}
 	w.WriteHeader(http.StatusNoContent)
 }
 
-func (rc *receiver) close(ctx context.Context) error {
+// verifier returns the Verifier of subscription id.
+func (rc *hookServer) verifier(id string) (*receiver.Verifier, error) {
+	if v, ok := rc.verifiers.Load(id); ok {
+		return v.(*receiver.Verifier), nil
+	}
+	return nil, fmt.Errorf("no subscription %q", id)
+}
+
+func (rc *hookServer) close(ctx context.Context) error {
 	err := rc.srv.Shutdown(ctx)
 	if serr := <-rc.served; !errors.Is(serr, http.ErrServerClosed) {
 		err = errors.Join(err, serr)
@@ -281,7 +287,11 @@ func (e *env) create(ctx context.Context, id, pattern, body string) error {
 	if err := json.NewDecoder(resp.Body).Decode(&out); err != nil || resp.StatusCode != http.StatusCreated {
 		return fmt.Errorf("creating subscription %s: %s %v", id, resp.Status, err)
 	}
-	e.recv.secrets.Store(id, out.Secret)
+	v, err := receiver.NewVerifier(receiver.WithSecret(out.Secret))
+	if err != nil {
+		return err
+	}
+	e.recv.verifiers.Store(id, v)
 	return nil
 }
 

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	webhooks "github.com/streamhooks/webhooks"
+	"github.com/streamhooks/webhooks/receiver"
 )
 
 // hotStreams is how many streams the latency figures append to in turn, so
@@ -96,7 +97,7 @@ type arrival struct {
 // to do would.
 func recordArrivals() (onWake, <-chan arrival) {
 	ch := make(chan arrival, 1024)
-	return func(n *webhooks.Notification, at time.Time) bool {
+	return func(n *receiver.Notification, at time.Time) bool {
 		select {
 		case ch <- arrival{id: n.ConsumerID, at: at}:
 		default:
@@ -174,19 +175,19 @@ func await(arrivals <-chan arrival, id string) (arrival, error) {
 
 // inbox hands each consumer's notifications to the goroutine that plays
 // that consumer.
-type inbox map[string]chan *webhooks.Notification
+type inbox map[string]chan *receiver.Notification
 
 func newInbox(sub string, paths []string) inbox {
 	in := make(inbox, len(paths))
 	for _, p := range paths {
-		in[webhooks.ConsumerID(sub, p)] = make(chan *webhooks.Notification, 4)
+		in[webhooks.ConsumerID(sub, p)] = make(chan *receiver.Notification, 4)
 	}
 	return in
 }
 
 // wake is an onWake that answers 200 without done: the consumer calls
 // back.
-func (in inbox) wake(n *webhooks.Notification, _ time.Time) bool {
+func (in inbox) wake(n *receiver.Notification, _ time.Time) bool {
 	if ch, ok := in[n.ConsumerID]; ok {
 		select {
 		case ch <- n:
@@ -196,7 +197,7 @@ func (in inbox) wake(n *webhooks.Notification, _ time.Time) bool {
 	return false
 }
 
-func (in inbox) await(id string) (*webhooks.Notification, error) {
+func (in inbox) await(id string) (*receiver.Notification, error) {
 	select {
 	case n := <-in[id]:
 		return n, nil
@@ -312,7 +313,7 @@ func fanOutServer(ctx context.Context, b *bench, s int) (_ *prober, _ float64, e
 // idleScale measures what cfg.idleK consumers at rest, capped, cost: heap, RSS and the Store's files each, the time to
 // create them, and the goroutines they add (none).
 func idleScale(ctx context.Context, b *bench) (_ []result, err error) {
-	e, err := b.start(ctx, func(*webhooks.Notification, time.Time) bool { return true })
+	e, err := b.start(ctx, func(*receiver.Notification, time.Time) bool { return true })
 	if err != nil {
 		return nil, err
 	}
@@ -440,7 +441,7 @@ func callbackRate(ctx context.Context, b *bench) (_ []result, err error) {
 	}
 	// Wake each consumer and claim the wake: it is LIVE from then on, and
 	// every ack restarts its liveness timeout.
-	clients := make([]*webhooks.CallbackClient, c)
+	clients := make([]*receiver.CallbackClient, c)
 	acks := make([]webhooks.StreamOffset, c)
 	err = parallel(ctx, c, b.cfg.workers, func(i int) error {
 		tail, err := e.appendTo(ctx, paths[i])
@@ -451,7 +452,7 @@ func callbackRate(ctx context.Context, b *bench) (_ []result, err error) {
 		if err != nil {
 			return err
 		}
-		clients[i] = webhooks.NewCallbackClient(n, b.hc)
+		clients[i] = receiver.NewCallbackClient(n, b.hc)
 		acks[i] = webhooks.StreamOffset{Path: paths[i], Offset: tail}
 		_, err = clients[i].Ack(ctx, acks[i])
 		return err

@@ -15,6 +15,7 @@ import (
 	webhooks "github.com/streamhooks/webhooks"
 	"github.com/streamhooks/webhooks/examples/internal/exampleserver"
 	"github.com/streamhooks/webhooks/pgstore"
+	"github.com/streamhooks/webhooks/receiver"
 )
 
 // instanceCounts are the numbers of servers the instances figure compares.
@@ -30,7 +31,7 @@ type cluster struct {
 	dsn     string
 	drop    func() error
 	servers []*exampleserver.Running
-	recv    *receiver
+	recv    *hookServer
 }
 
 // startCluster starts n servers on a fresh schema of the database at dsn.
@@ -47,7 +48,7 @@ func startCluster(ctx context.Context, b *bench, dsn string, n int, sub, pattern
 	if c.dsn, c.drop, err = clusterDSN(ctx, dsn); err != nil {
 		return c, err
 	}
-	if c.recv, err = newReceiver(wake, nil); err != nil {
+	if c.recv, err = newHookServer(wake, nil); err != nil {
 		return c, err
 	}
 	for i := range n {
@@ -113,7 +114,7 @@ func clusterDSN(ctx context.Context, dsn string) (string, func() error, error) {
 
 // callbackOn points n's callback at server i, as a load balancer in front
 // of the servers would send it anywhere.
-func (c *cluster) callbackOn(n *webhooks.Notification, i int) {
+func (c *cluster) callbackOn(n *receiver.Notification, i int) {
 	u, err := url.Parse(n.Callback)
 	if err != nil {
 		return
@@ -179,8 +180,8 @@ func instanceRound(ctx context.Context, b *bench, n int, paths []string) (_ phas
 			return err
 		}
 		cl.callbackOn(note, i+1)
-		cc := webhooks.NewCallbackClient(note, b.hc)
-		_, err = cc.Send(ctx, webhooks.CallbackRequest{Acks: []webhooks.StreamOffset{{Path: path, Offset: tail}}, Done: true})
+		cc := receiver.NewCallbackClient(note, b.hc)
+		_, err = cc.Send(ctx, receiver.CallbackRequest{Acks: []webhooks.StreamOffset{{Path: path, Offset: tail}}, Done: true})
 		return err
 	}
 	// Each goroutine of runFor plays one consumer, so cycles of one
@@ -211,7 +212,7 @@ func takeover(ctx context.Context, b *bench) (_ []result, err error) {
 		arrived = make(chan struct{}, k)
 		allIn   = make(chan struct{}, 1)
 	)
-	wake := func(n *webhooks.Notification, at time.Time) bool {
+	wake := func(n *receiver.Notification, at time.Time) bool {
 		mu.Lock()
 		if !first[n.ConsumerID] {
 			first[n.ConsumerID] = true

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	webhooks "github.com/streamhooks/webhooks"
+	"github.com/streamhooks/webhooks/receiver"
 )
 
 // Event-push figures: the latency from an append to its POST, the rate of
@@ -25,7 +26,7 @@ import (
 func pushLatency(ctx context.Context, b *bench) (_ []result, err error) {
 	idle := b.capped(b.cfg.idle)
 	arrivals := make(chan arrival, 1024)
-	e, err := b.startPush(ctx, nil, func(p *webhooks.EventsPayload, at time.Time) bool {
+	e, err := b.startPush(ctx, nil, func(p *receiver.EventsPayload, at time.Time) bool {
 		select {
 		case arrivals <- arrival{id: webhooks.ConsumerID(p.SubscriptionID, p.Stream), at: at}:
 		default:
@@ -101,7 +102,7 @@ func pushRate(ctx context.Context, b *bench, size int) (_ result, err error) {
 	for _, p := range paths {
 		reached[p] = make(chan string, 4096)
 	}
-	e, err := b.startPush(ctx, nil, func(p *webhooks.EventsPayload, _ time.Time) bool {
+	e, err := b.startPush(ctx, nil, func(p *receiver.EventsPayload, _ time.Time) bool {
 		reached[p.Stream] <- p.Offset
 		return false
 	})
@@ -182,7 +183,7 @@ func pushRate(ctx context.Context, b *bench, size int) (_ result, err error) {
 // engine's growth, the appends' own cost in the host's streams taken off
 // (measured on as many streams no subscription matches), stays flat.
 func pushHang(ctx context.Context, b *bench) (_ []result, err error) {
-	e, err := b.startPush(ctx, nil, func(*webhooks.EventsPayload, time.Time) bool { return true })
+	e, err := b.startPush(ctx, nil, func(*receiver.EventsPayload, time.Time) bool { return true })
 	if err != nil {
 		return nil, err
 	}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	webhooks "github.com/streamhooks/webhooks"
+	"github.com/streamhooks/webhooks/receiver"
 )
 
 // wokenScale measures what cfg.wokenK consumers, capped, cost at rest after
@@ -18,7 +19,7 @@ import (
 // and ends the cycle. The appends' own cost in the host's streams is
 // measured on as many streams that no subscription matches, and taken off.
 func wokenScale(ctx context.Context, b *bench) (_ []result, err error) {
-	e, err := b.start(ctx, func(*webhooks.Notification, time.Time) bool { return true })
+	e, err := b.start(ctx, func(*receiver.Notification, time.Time) bool { return true })
 	if err != nil {
 		return nil, err
 	}

@@ -50,8 +50,9 @@ func run(ctx context.Context, out io.Writer) (err error) {
 	down.Store(true)
 	attempts := make(chan error, 16)
 	processed := make(chan *inbox.Record, 4)
+	token := rand.Text()
 	srv, err := exampleserver.Start(ctx, exampleserver.Config{
-		Addr: "127.0.0.1:0", Dev: true, Logger: narrate.Logger(), APIToken: rand.Text(),
+		Addr: "127.0.0.1:0", Dev: true, Logger: narrate.Logger(), APIToken: token,
 		Inbox: true, InboxSecrets: map[string]string{"github": secret},
 		InboxHandler: func(_ context.Context, rec *inbox.Record) error {
 			if down.Load() {
@@ -101,7 +102,7 @@ func run(ctx context.Context, out io.Writer) (err error) {
 		return err
 	}
 	p.Say("forger", "POST /inbox/github, forged-1, a made-up signature: %d (receipt checks no signature)", status)
-	dead, err := nextDeadLetter(ctx, hc, srv.URL)
+	dead, err := nextDeadLetter(ctx, hc, srv.URL, token)
 	if err != nil {
 		return err
 	}
@@ -139,12 +140,14 @@ func deliver(ctx context.Context, hc *http.Client, server, id string, body []byt
 	return resp.StatusCode, nil
 }
 
-// nextDeadLetter long-polls the dead-letter stream for its first entry.
-func nextDeadLetter(ctx context.Context, hc *http.Client, server string) (*inbox.DeadLetter, error) {
+// nextDeadLetter long-polls the dead-letter stream for its first entry,
+// as an operator, with the API token.
+func nextDeadLetter(ctx context.Context, hc *http.Client, server, token string) (*inbox.DeadLetter, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, server+"/inbox/github/dead?offset=-1&live=long-poll", nil)
 	if err != nil {
 		return nil, err
 	}
+	req.Header.Set("Authorization", "Bearer "+token)
 	resp, err := hc.Do(req)
 	if err != nil {
 		return nil, fmt.Errorf("reading the dead letters: %w", err)

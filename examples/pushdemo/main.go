@@ -21,6 +21,7 @@ import (
 	webhooks "github.com/streamhooks/webhooks"
 	"github.com/streamhooks/webhooks/examples/internal/narrate"
 	"github.com/streamhooks/webhooks/examples/internal/pushreceiver"
+	"github.com/streamhooks/webhooks/receiver"
 )
 
 // timeout bounds the whole demo; every step takes milliseconds.
@@ -69,16 +70,18 @@ func run(ctx context.Context, out io.Writer) (err error) {
 	}
 	p.Say("subscribed", "%s → %s, delivery events, filter type order.* or refund.** (secret %s…)", pattern, hook, secret[:len("whsec_")+4])
 
-	batches := make(chan *webhooks.EventsPayload, 8)
-	receiver := &http.Server{
-		Handler: pushreceiver.New(secret, func(b *webhooks.EventsPayload) error {
-			batches <- b
-			return nil
-		}),
-		ReadHeaderTimeout: 10 * time.Second,
+	batches := make(chan *receiver.EventsPayload, 8)
+	handler, err := pushreceiver.New(secret, func(b *receiver.EventsPayload) error {
+		batches <- b
+		return nil
+	})
+	if err != nil {
+		_ = ln.Close()
+		return err
 	}
-	go func() { _ = receiver.Serve(ln) }()
-	defer func() { err = errors.Join(err, narrate.CloseWithin("receiver", receiver.Shutdown)) }()
+	hookSrv := &http.Server{Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = hookSrv.Serve(ln) }()
+	defer func() { err = errors.Join(err, narrate.CloseWithin("receiver", hookSrv.Shutdown)) }()
 	defer hc.CloseIdleConnections()
 	p.Say("receiver", "at %s: checks the signature, handles each Webhook-Id once, answers 204", hook)
 
@@ -96,7 +99,7 @@ func run(ctx context.Context, out io.Writer) (err error) {
 			return fmt.Errorf("%s %s: %w", verb, stream, err)
 		}
 		p.Say(verb, "%s with %d events", stream, len(events))
-		var b *webhooks.EventsPayload
+		var b *receiver.EventsPayload
 		select {
 		case b = <-batches:
 		case <-ctx.Done():

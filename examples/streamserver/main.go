@@ -13,7 +13,8 @@
 // The subscription API lists webhook URLs and deletes subscriptions, so it
 // requires a bearer token, from -api-token or $STREAMHOOKS_API_TOKEN. Only
 // with -dev may it run without one, open to anyone who can reach it.
-// Streams and callbacks do not need the token.
+// Streams need the token too, unless -public-streams is given; callbacks
+// do not need it.
 //
 // The DSN comes from -postgres or $STREAMHOOKS_POSTGRES; -postgres and
 // -data exclude each other.
@@ -25,7 +26,9 @@
 // With -inbox, it receives third-party webhooks from GitHub and Standard
 // Webhooks senders at /inbox/github and /inbox/standard, each appended to
 // the stream /inbox/{provider}/records before it is answered;
-// -inbox-secret github=SECRET gives the secret a provider signs with.
+// -inbox-secret github=SECRET gives the secret a provider signs with. The
+// inbox's streams are read with the API token, and written only by the
+// inbox, even with -public-streams.
 package main
 
 import (
@@ -84,7 +87,8 @@ func parseConfig(args []string, getenv func(string) string) (exampleserver.Confi
 	waking := fs.Duration("waking-timeout", webhooks.DefaultWakingTimeout, "how long a woken consumer has to claim its wake")
 	data := fs.String("data", "", "keep streams and engine state in this directory (default: in memory)")
 	liveness := fs.Duration("liveness-timeout", webhooks.DefaultLivenessTimeout, "how long a LIVE consumer may stay silent")
-	token := fs.String("api-token", "", "bearer token the subscription API requires (default $"+apiTokenEnv+")")
+	token := fs.String("api-token", "", "bearer token the subscription API and streams require (default $"+apiTokenEnv+")")
+	publicStreams := fs.Bool("public-streams", false, "with an API token, leave streams open to anyone; the subscription API and the inbox's streams still need it")
 	postgres := fs.String("postgres", "", "keep streams and engine state in this PostgreSQL database, shared with other servers on it: a DSN (default $"+postgresEnv+")")
 	keyFile := fs.String("encryption-key-file", "", "file holding the key that seals secrets in -data or -postgres: 32 bytes, base64 (default $"+encryptionKeyEnv+")")
 	inbox := fs.Bool("inbox", false, "receive github and standard (Standard Webhooks) deliveries at /inbox/{provider} into the stream /inbox/{provider}/records")
@@ -129,6 +133,7 @@ func parseConfig(args []string, getenv func(string) string) (exampleserver.Confi
 		DataDir:       *data,
 		Postgres:      *postgres,
 		APIToken:      *token,
+		PublicStreams: *publicStreams,
 		EncryptionKey: key,
 		Inbox:         *inbox,
 		InboxSecrets:  secrets,

@@ -39,6 +39,11 @@ func TestParseConfigTakesTheTokenFromFlagOrEnvironment(t *testing.T) {
 	cfg, err = parseConfig([]string{"-dev"}, env(map[string]string{apiTokenEnv: "from-env"}))
 	require.NoError(t, err)
 	require.Equal(t, "from-env", cfg.APIToken, "-dev does not drop a token that is given")
+	require.False(t, cfg.PublicStreams, "streams need the token by default")
+
+	cfg, err = parseConfig([]string{"-public-streams"}, env(map[string]string{apiTokenEnv: "from-env"}))
+	require.NoError(t, err)
+	require.True(t, cfg.PublicStreams)
 }
 
 func TestParseConfigEncryptionKey(t *testing.T) {

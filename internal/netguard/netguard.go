@@ -6,6 +6,7 @@
 package netguard
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -30,6 +31,17 @@ type Policy struct {
 	// AllowLoopback permits loopback addresses (127.0.0.0/8, ::1,
 	// "localhost"), over plain HTTP too, for local development.
 	AllowLoopback bool
+	// AllowHosts, if not empty, are the only hosts a URL may name, and
+	// DenyHosts hosts it may not; a host in both is denied. Each entry is
+	// a host name or IP address, or "*.example.com" for every name under
+	// example.com (not example.com itself). Names compare without case or
+	// a trailing dot, addresses in their canonical form.
+	AllowHosts, DenyHosts []string
+	// Proxy, if set, is the HTTP proxy every request goes through, such as
+	// smokescreen. The proxy then dials the destination, so the check of
+	// the addresses a name resolves to is the proxy's to make: Transport
+	// dials only the proxy, and Guard still checks every request's URL.
+	Proxy *url.URL
 }
 
 // guardian decides which addresses are public. Its lists follow the IANA
@@ -53,39 +65,51 @@ func (p Policy) CheckURL(raw string) (*url.URL, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%w: %v", ErrBlocked, err)
 	}
+	if err := p.checkURL(u); err != nil {
+		return nil, err
+	}
+	return u, nil
+}
+
+// checkURL is CheckURL of a parsed URL.
+func (p Policy) checkURL(u *url.URL) error {
+	raw := u.Redacted()
 	if u.User != nil {
 		// Credentials in a webhook URL would leak into logs, and
 		// "https://good.example@evil.example" misleads readers.
-		return nil, fmt.Errorf("%w: URL has userinfo", ErrBlocked)
+		return fmt.Errorf("%w: URL has userinfo", ErrBlocked)
 	}
 	host := u.Hostname()
 	if host == "" {
-		return nil, fmt.Errorf("%w: URL %q has no host", ErrBlocked, raw)
+		return fmt.Errorf("%w: URL %q has no host", ErrBlocked, raw)
 	}
 	if strings.IndexFunc(host, func(r rune) bool { return r >= utf8.RuneSelf }) >= 0 {
 		// net/http maps a non-ASCII host with IDNA before dialing, so
 		// "127。0。0。1" would reach 127.0.0.1 unseen by the checks below.
-		return nil, fmt.Errorf("%w: host %q is not ASCII; use its xn-- (punycode) form", ErrBlocked, host)
+		return fmt.Errorf("%w: host %q is not ASCII; use its xn-- (punycode) form", ErrBlocked, host)
+	}
+	if err := p.CheckHost(host); err != nil {
+		return err
 	}
 	loopback, err := isLoopbackHost(host)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	switch {
 	case u.Scheme == "https":
 	case u.Scheme == "http" && p.AllowLoopback && loopback:
 	default:
-		return nil, fmt.Errorf("%w: scheme %q to host %q", ErrBlocked, u.Scheme, host)
+		return fmt.Errorf("%w: scheme %q to host %q", ErrBlocked, u.Scheme, host)
 	}
 	if loopback && !p.AllowLoopback {
-		return nil, fmt.Errorf("%w: %s is loopback", ErrBlocked, host)
+		return fmt.Errorf("%w: %s is loopback", ErrBlocked, host)
 	}
 	if ip, err := netip.ParseAddr(host); err == nil {
 		if err := p.CheckIP(ip); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	return u, nil
+	return nil
 }
 
 // isLoopbackHost reports whether a URL host is a loopback IP literal or a
@@ -176,9 +200,81 @@ func (p Policy) DialControl(network, address string, _ syscall.RawConn) error {
 	return p.CheckIP(ap.Addr())
 }
 
+// CheckHost refuses a URL host that DenyHosts names, or that AllowHosts,
+// if not empty, does not.
+func (p Policy) CheckHost(host string) error {
+	host = canonicalHost(host)
+	if slices.ContainsFunc(p.DenyHosts, func(pattern string) bool { return hostMatches(pattern, host) }) {
+		return fmt.Errorf("%w: host %s is denied", ErrBlocked, host)
+	}
+	if len(p.AllowHosts) > 0 && !slices.ContainsFunc(p.AllowHosts, func(pattern string) bool { return hostMatches(pattern, host) }) {
+		return fmt.Errorf("%w: host %s is not allowed", ErrBlocked, host)
+	}
+	return nil
+}
+
+// CheckHostPattern refuses an entry of AllowHosts or DenyHosts that is not
+// a host name, an IP address or "*." and a host name.
+func CheckHostPattern(pattern string) error {
+	name, wild := strings.CutPrefix(pattern, "*.")
+	if _, err := netip.ParseAddr(name); err == nil && !wild {
+		return nil
+	}
+	for _, label := range strings.Split(strings.TrimSuffix(name, "."), ".") {
+		if label == "" || strings.Trim(strings.ToLower(label), "abcdefghijklmnopqrstuvwxyz0123456789-_") != "" {
+			return fmt.Errorf("host pattern %q is not a host name, an IP address or *. and a host name", pattern)
+		}
+	}
+	return nil
+}
+
+// canonicalHost is host as the lists compare it: an IP address in its
+// canonical form, a name in lower case without a trailing dot.
+func canonicalHost(host string) string {
+	host = strings.TrimSuffix(strings.TrimPrefix(host, "["), "]")
+	if ip, err := netip.ParseAddr(host); err == nil {
+		return ip.String()
+	}
+	return strings.TrimSuffix(strings.ToLower(host), ".")
+}
+
+// hostMatches reports whether the canonical host matches pattern.
+func hostMatches(pattern, host string) bool {
+	if name, ok := strings.CutPrefix(pattern, "*."); ok {
+		suffix := "." + canonicalHost(name)
+		return len(host) > len(suffix) && strings.HasSuffix(host, suffix)
+	}
+	return canonicalHost(pattern) == host
+}
+
+// Guard returns rt checking each request's URL with p first (CheckURL),
+// so that a request p refuses is never handed to rt. It is the check that
+// holds whatever rt dials, and through a proxy.
+func (p Policy) Guard(rt http.RoundTripper) http.RoundTripper {
+	return guard{p: p, next: rt}
+}
+
+// guard is the RoundTripper Guard returns.
+type guard struct {
+	p    Policy
+	next http.RoundTripper
+}
+
+// RoundTrip implements http.RoundTripper.
+func (g guard) RoundTrip(r *http.Request) (*http.Response, error) {
+	if err := g.p.checkURL(r.URL); err != nil {
+		if r.Body != nil {
+			_ = r.Body.Close()
+		}
+		return nil, err
+	}
+	return g.next.RoundTrip(r)
+}
+
 // Transport returns a clone of http.DefaultTransport that dials only
-// addresses p allows. It uses no proxy: a proxy would make the connection
-// to the destination itself, unchecked.
+// hosts and addresses p allows. Without p.Proxy it uses no proxy, for a
+// proxy would make the connection to the destination itself, unchecked;
+// with one it dials only the proxy, which must check the addresses.
 func (p Policy) Transport() *http.Transport {
 	return p.transport(&net.Dialer{Timeout: 30 * time.Second, KeepAlive: 30 * time.Second})
 }
@@ -189,6 +285,11 @@ func (p Policy) Transport() *http.Transport {
 // through without dialing it.
 func (p Policy) transport(d *net.Dialer) *http.Transport {
 	t := http.DefaultTransport.(*http.Transport).Clone()
+	if p.Proxy != nil {
+		t.Proxy = http.ProxyURL(p.Proxy)
+		t.DialContext = d.DialContext
+		return t
+	}
 	t.Proxy = nil
 	next := d.Control
 	d.Control = func(network, address string, c syscall.RawConn) error {
@@ -197,6 +298,14 @@ func (p Policy) transport(d *net.Dialer) *http.Transport {
 		}
 		return next(network, address, c)
 	}
-	t.DialContext = d.DialContext
+	t.DialContext = func(ctx context.Context, network, address string) (net.Conn, error) {
+		// The name, before it resolves: the lists name hosts.
+		if host, _, err := net.SplitHostPort(address); err == nil {
+			if err := p.CheckHost(host); err != nil {
+				return nil, err
+			}
+		}
+		return d.DialContext(ctx, network, address)
+	}
 	return t
 }

@@ -15,9 +15,8 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
-	"time"
 
-	webhooks "github.com/streamhooks/webhooks"
+	"github.com/streamhooks/webhooks/receiver"
 )
 
 // maxReadBytes bounds one stream read, so a huge stream cannot exhaust the
@@ -45,7 +44,7 @@ const (
 type Step struct {
 	Kind StepKind
 	// Notification is the wake the step belongs to.
-	Notification *webhooks.Notification
+	Notification *receiver.Notification
 	// Stream is the stream read or acked.
 	Stream string
 	// From is the offset a read started at.
@@ -80,11 +79,11 @@ type Config struct {
 // request open would; http.Server.Shutdown therefore waits for wakes in
 // progress.
 type Agent struct {
-	secret string
-	server *url.URL
-	hc     *http.Client
-	log    *slog.Logger
-	onStep func(Step)
+	verifier *receiver.Verifier
+	server   *url.URL
+	hc       *http.Client
+	log      *slog.Logger
+	onStep   func(Step)
 }
 
 // New returns an agent configured by cfg.
@@ -96,7 +95,11 @@ func New(cfg Config) (*Agent, error) {
 	if err != nil || (server.Scheme != "http" && server.Scheme != "https") || server.Host == "" {
 		return nil, fmt.Errorf("agent: stream server %q is not an absolute http(s) URL", cfg.StreamServer)
 	}
-	a := &Agent{secret: cfg.Secret, server: server, hc: cfg.HTTPClient, log: cfg.Logger, onStep: cfg.OnStep}
+	v, err := receiver.NewVerifier(receiver.WithSecret(cfg.Secret))
+	if err != nil {
+		return nil, fmt.Errorf("agent: %w", err)
+	}
+	a := &Agent{verifier: v, server: server, hc: cfg.HTTPClient, log: cfg.Logger, onStep: cfg.OnStep}
 	if a.hc == nil {
 		a.hc = http.DefaultClient
 	}
@@ -116,10 +119,10 @@ func (a *Agent) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
 		return
 	}
-	n, err := webhooks.ParseNotification(r, a.secret, time.Now())
+	n, err := a.verifier.ParseNotification(r)
 	if err != nil {
 		status := http.StatusBadRequest
-		if errors.Is(err, webhooks.ErrInvalidSignature) {
+		if errors.Is(err, receiver.ErrInvalidSignature) {
 			status = http.StatusUnauthorized
 		}
 		a.log.WarnContext(r.Context(), "agent: rejected notification", "status", status, "error", err)
@@ -137,11 +140,11 @@ func (a *Agent) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // handle runs one wake: claim, then read and ack each stream, then done.
 // A STALE_EPOCH, ALREADY_CLAIMED or CONSUMER_GONE refusal ends it: a newer
 // wake, or nobody, owns the consumer now.
-func (a *Agent) handle(ctx context.Context, n *webhooks.Notification) error {
+func (a *Agent) handle(ctx context.Context, n *receiver.Notification) error {
 	a.report(ctx, Step{Kind: StepWoken, Notification: n})
-	cc := webhooks.NewCallbackClient(n, a.hc)
+	cc := receiver.NewCallbackClient(n, a.hc)
 	// The first callback carries the wake_id, which claims the wake.
-	if _, err := cc.Send(ctx, webhooks.CallbackRequest{}); err != nil {
+	if _, err := cc.Send(ctx, receiver.CallbackRequest{}); err != nil {
 		return fmt.Errorf("claiming the wake: %w", err)
 	}
 	a.report(ctx, Step{Kind: StepClaimed, Notification: n})
@@ -156,7 +159,7 @@ func (a *Agent) handle(ctx context.Context, n *webhooks.Notification) error {
 		a.report(ctx, Step{Kind: StepRead, Notification: n, Stream: s.Path, From: s.Offset, Offset: next, Events: events})
 		// Stream-Next-Offset is the tail the read reached; acking it marks
 		// everything read as processed.
-		if _, err := cc.Ack(ctx, webhooks.StreamOffset{Path: s.Path, Offset: next}); err != nil {
+		if _, err := cc.Ack(ctx, receiver.StreamOffset{Path: s.Path, Offset: next}); err != nil {
 			return fmt.Errorf("acking %s at %s: %w", s.Path, next, err)
 		}
 		a.report(ctx, Step{Kind: StepAcked, Notification: n, Stream: s.Path, Offset: next})

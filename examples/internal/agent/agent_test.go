@@ -1,15 +1,18 @@
 package agent
 
 import (
+	"encoding/hex"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
-	webhooks "github.com/streamhooks/webhooks"
+	"github.com/streamhooks/webhooks/internal/webhooksig"
+	"github.com/streamhooks/webhooks/receiver"
 )
 
 // TestRejectsUnverifiedNotifications checks that the agent acts only on
@@ -30,13 +33,13 @@ func TestRejectsUnverifiedNotifications(t *testing.T) {
 		want      int
 	}{
 		{"unsigned", body, "", http.StatusUnauthorized},
-		{"other secret", body, webhooks.SignPayload("whsec_other", time.Now(), []byte(body)), http.StatusUnauthorized},
-		{"stale", body, webhooks.SignPayload(secret, time.Now().Add(-time.Hour), []byte(body)), http.StatusUnauthorized},
-		{"not a notification", `{"epoch":1}`, webhooks.SignPayload(secret, time.Now(), []byte(`{"epoch":1}`)), http.StatusBadRequest},
+		{"other secret", body, sign("whsec_other", time.Now(), []byte(body)), http.StatusUnauthorized},
+		{"stale", body, sign(secret, time.Now().Add(-time.Hour), []byte(body)), http.StatusUnauthorized},
+		{"not a notification", `{"epoch":1}`, sign(secret, time.Now(), []byte(`{"epoch":1}`)), http.StatusBadRequest},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			req := httptest.NewRequest(http.MethodPost, "/wake", strings.NewReader(tc.body))
-			req.Header.Set(webhooks.SignatureHeader, tc.signature)
+			req.Header.Set(receiver.SignatureHeader, tc.signature)
 			rec := httptest.NewRecorder()
 			a.ServeHTTP(rec, req)
 			require.Equal(t, tc.want, rec.Code, rec.Body.String())
@@ -52,4 +55,11 @@ func TestNewValidates(t *testing.T) {
 	require.ErrorContains(t, err, "secret")
 	_, err = New(Config{Secret: "whsec_x", StreamServer: "127.0.0.1:8787"})
 	require.ErrorContains(t, err, "not an absolute")
+}
+
+// sign is a spec 001 signature header of body by secret at t, as the
+// engine makes it.
+func sign(secret string, t time.Time, body []byte) string {
+	ts := strconv.FormatInt(t.Unix(), 10)
+	return "t=" + ts + ",sha256=" + hex.EncodeToString(webhooksig.StreamhooksMAC(secret, ts, body))
 }

@@ -146,10 +146,17 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 }
 
 // storageError logs a change the disk did not take, which therefore did not
-// happen, and returns the request's answer.
+// happen, and returns the request's answer. It logs one failure of each
+// operation an interval (storageLogInterval), with the count of those it
+// did not log.
 func (s *Server) storageError(ctx context.Context, op, path string, err error) *httpError {
-	s.log.LogAttrs(ctx, slog.LevelError, "dstream: storage failed",
-		slog.String("op", op), slog.String("path", path), slog.Any("error", err))
+	if ok, suppressed := s.storageLog.allow(op); ok {
+		attrs := []slog.Attr{slog.String("op", op), slog.String("path", path), slog.Any("error", err)}
+		if suppressed > 0 {
+			attrs = append(attrs, slog.Int("suppressed", suppressed))
+		}
+		s.log.LogAttrs(ctx, slog.LevelError, "dstream: storage failed", attrs...)
+	}
 	if s.store.transient(err) {
 		return &httpError{http.StatusServiceUnavailable, "storage unavailable; retry later"}
 	}

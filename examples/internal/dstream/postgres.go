@@ -447,7 +447,7 @@ func (p *pgStorage) match(ctx context.Context, pattern *webhooks.Pattern) ([]web
 	)
 	_, err = pgx.ForEachRow(rows, []any{&path, &tail}, func() error {
 		if pattern.Match(path) {
-			out = append(out, webhooks.StreamInfo{Path: path, Tail: formatOffset(int(tail))})
+			out = append(out, streamInfo(path, int(tail)))
 		}
 		return nil
 	})

@@ -88,7 +88,7 @@ func TestPostgresServersShareStreams(t *testing.T) {
 	got, err = b.s.MatchStreams(ctx, p)
 	require.NoError(t, err)
 	require.Equal(t, []webhooks.StreamInfo{
-		{Path: "/agents", Tail: off(0)}, {Path: "/agents/x", Tail: tail}, {Path: "/agents/y", Tail: off(3)},
+		{Path: "/agents", Tail: off(0), Empty: true}, {Path: "/agents/x", Tail: tail}, {Path: "/agents/y", Tail: off(3)},
 	}, got)
 
 	// An ETag names the same content through either Server.

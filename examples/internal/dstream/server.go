@@ -86,8 +86,9 @@ type Server struct {
 	closed    chan struct{}
 	closeOnce sync.Once
 
-	store   storage
-	waiters waiters
+	store      storage
+	storageLog *logSampler // samples the logs of storage failures
+	waiters    waiters
 	// recheck, if positive, is how often a long-poll reads its stream again
 	// in case a wake-up from another Server was lost.
 	recheck time.Duration
@@ -113,6 +114,7 @@ func New(opts Options) *Server {
 	if s.clock == nil {
 		s.clock = clock.New()
 	}
+	s.storageLog = &logSampler{clock: s.clock, interval: storageLogInterval}
 	if s.timeout <= 0 {
 		s.timeout = DefaultLongPollTimeout
 	}
@@ -201,9 +203,14 @@ func (s *Server) notify(ctx context.Context, event, path string, call func(Obser
 	}
 }
 
+// ErrContentTypeConflict is wrapped by Create's error for a stream that
+// exists with another media type.
+var ErrContentTypeConflict = errors.New("dstream: a stream exists with another Content-Type")
+
 // Create creates an empty stream at path with contentType, as a PUT
 // without a body does, and tells the Observer. A stream already at path is
-// left as it is if it has the same media type, and is an error otherwise.
+// left as it is if it has the same media type, and is an error wrapping
+// ErrContentTypeConflict otherwise.
 func (s *Server) Create(ctx context.Context, path, contentType string) error {
 	if e := s.store.checkPath(path); e != nil {
 		return e
@@ -217,7 +224,7 @@ func (s *Server) Create(ctx context.Context, path, contentType string) error {
 	case err != nil:
 		return err
 	case !created && old.mediaType != st.mediaType:
-		return fmt.Errorf("dstream: stream %s exists with Content-Type %s", path, old.contentType)
+		return fmt.Errorf("%w: stream %s exists with Content-Type %s", ErrContentTypeConflict, path, old.contentType)
 	case created:
 		s.notify(ctx, "created", path, Observer.StreamCreated)
 	}

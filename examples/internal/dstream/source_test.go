@@ -199,7 +199,7 @@ func TestStreamSource(t *testing.T) {
 
 		info, err = s.Stream(ctx, "/agents/b")
 		require.NoError(t, err)
-		require.Equal(t, webhooks.StreamInfo{Path: "/agents/b", Tail: off(0)}, info)
+		require.Equal(t, webhooks.StreamInfo{Path: "/agents/b", Tail: off(0), Empty: true}, info)
 
 		p, err := webhooks.ParsePattern("/agents/*")
 		require.NoError(t, err)
@@ -207,7 +207,7 @@ func TestStreamSource(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, []webhooks.StreamInfo{
 			{Path: "/agents/a", Tail: tail},
-			{Path: "/agents/b", Tail: off(0)},
+			{Path: "/agents/b", Tail: off(0), Empty: true},
 		}, got)
 
 		p, err = webhooks.ParsePattern("/none/*")

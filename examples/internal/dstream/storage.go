@@ -144,7 +144,7 @@ func (m *memStorage) match(_ context.Context, pattern *webhooks.Pattern) ([]webh
 	var out []webhooks.StreamInfo
 	for path, st := range m.streams {
 		if pattern.Match(path) {
-			out = append(out, webhooks.StreamInfo{Path: path, Tail: formatOffset(st.tail())})
+			out = append(out, streamInfo(path, st.tail()))
 		}
 	}
 	return out, nil

@@ -325,7 +325,13 @@ func (s *Server) Stream(ctx context.Context, path string) (webhooks.StreamInfo, 
 	case !ok:
 		return webhooks.StreamInfo{}, webhooks.ErrStreamNotFound
 	}
-	return webhooks.StreamInfo{Path: path, Tail: formatOffset(m.tail)}, nil
+	return streamInfo(path, m.tail), nil
+}
+
+// streamInfo describes the stream at path with the given tail. Offsets
+// count bytes from 0, so a stream is empty at 0.
+func streamInfo(path string, tail int) webhooks.StreamInfo {
+	return webhooks.StreamInfo{Path: path, Tail: formatOffset(tail), Empty: tail == 0}
 }
 
 // ReadEvents implements webhooks.EventReader. A JSON stream's events are

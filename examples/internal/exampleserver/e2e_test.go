@@ -16,6 +16,7 @@ import (
 
 	webhooks "github.com/streamhooks/webhooks"
 	"github.com/streamhooks/webhooks/examples/internal/exampleserver"
+	"github.com/streamhooks/webhooks/receiver"
 )
 
 // TestMain fails the package if a stopped server leaves goroutines behind.
@@ -28,24 +29,24 @@ const wait = 10 * time.Second
 
 // delivery is one webhook POST as the receiver got it.
 type delivery struct {
-	signature string
-	body      []byte
+	header http.Header
+	body   []byte
 }
 
-// receiver is a webhook endpoint that hands each delivery to the test and
+// endpoint is a webhook endpoint that hands each delivery to the test and
 // holds the response until the test releases it, so that the consumer stays
 // WAKING until the test claims the wake.
-type receiver struct {
+type endpoint struct {
 	deliveries chan delivery
 	release    chan struct{}
 }
 
-func (rc *receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+func (rc *endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	body, err := io.ReadAll(r.Body)
 	if err != nil {
 		return
 	}
-	rc.deliveries <- delivery{signature: r.Header.Get(webhooks.SignatureHeader), body: body}
+	rc.deliveries <- delivery{header: r.Header.Clone(), body: body}
 	select {
 	case <-rc.release:
 		w.WriteHeader(http.StatusOK)
@@ -54,7 +55,7 @@ func (rc *receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 }
 
 // next waits for the next delivery.
-func (rc *receiver) next(t *testing.T) delivery {
+func (rc *endpoint) next(t *testing.T) delivery {
 	t.Helper()
 	select {
 	case d := <-rc.deliveries:
@@ -93,12 +94,12 @@ func (c *client) do(t *testing.T, method, path, contentType, token string, body 
 }
 
 // callback posts req to a callback URL and decodes the response.
-func (c *client) callback(t *testing.T, url, token string, req map[string]any) (int, webhooks.CallbackResponse) {
+func (c *client) callback(t *testing.T, url, token string, req map[string]any) (int, receiver.CallbackResponse) {
 	t.Helper()
 	body, err := json.Marshal(req)
 	require.NoError(t, err)
 	resp, data := c.do(t, http.MethodPost, strings.TrimPrefix(url, c.base), "application/json", token, body)
-	var out webhooks.CallbackResponse
+	var out receiver.CallbackResponse
 	require.NoError(t, json.Unmarshal(data, &out), "callback response %s", data)
 	return resp.StatusCode, out
 }
@@ -111,7 +112,7 @@ func TestEndToEnd(t *testing.T) {
 	const e2eToken = "e2e-api-token"
 	srv, err := exampleserver.Start(ctx, exampleserver.Config{Addr: "127.0.0.1:0", Dev: true, APIToken: e2eToken})
 	require.NoError(t, err)
-	rc := &receiver{deliveries: make(chan delivery, 4), release: make(chan struct{})}
+	rc := &endpoint{deliveries: make(chan delivery, 4), release: make(chan struct{})}
 	hook := httptest.NewServer(rc)
 	c := &client{hc: &http.Client{Transport: &http.Transport{}}, base: srv.URL}
 	t.Cleanup(func() {
@@ -150,9 +151,9 @@ func TestEndToEnd(t *testing.T) {
 	require.True(t, strings.HasPrefix(sub.Secret, "whsec_"), "secret %q", sub.Secret)
 
 	// Create the stream and append two events.
-	resp, body = c.do(t, http.MethodPut, stream, "application/json", "", nil)
+	resp, body = c.do(t, http.MethodPut, stream, "application/json", e2eToken, nil)
 	require.Equal(t, http.StatusCreated, resp.StatusCode, "%s", body)
-	resp, body = c.do(t, http.MethodPost, stream, "application/json", "", []byte(`[{"n":1},{"n":2}]`))
+	resp, body = c.do(t, http.MethodPost, stream, "application/json", e2eToken, []byte(`[{"n":1},{"n":2}]`))
 	require.Equal(t, http.StatusNoContent, resp.StatusCode, "%s", body)
 	tail1 := resp.Header.Get("Stream-Next-Offset")
 	require.NotEmpty(t, tail1)
@@ -179,7 +180,7 @@ func TestEndToEnd(t *testing.T) {
 	token := cb.Token
 
 	// Read over the ordinary stream protocol, from the start.
-	resp, body = c.do(t, http.MethodGet, stream+"?offset=-1", "", "", nil)
+	resp, body = c.do(t, http.MethodGet, stream+"?offset=-1", "", e2eToken, nil)
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	require.JSONEq(t, `[{"n":1},{"n":2}]`, string(body))
 	next := resp.Header.Get("Stream-Next-Offset")
@@ -191,7 +192,7 @@ func TestEndToEnd(t *testing.T) {
 		"epoch": 1, "acks": []webhooks.StreamOffset{{Path: stream, Offset: "0000000000000000_00000000000000!!"}},
 	})
 	require.Equal(t, http.StatusConflict, status, "%+v", cb)
-	require.Equal(t, webhooks.CodeInvalidOffset, cb.Error.Code)
+	require.Equal(t, receiver.CodeInvalidOffset, cb.Error.Code)
 
 	// Ack what was read, then done: no pending work, so IDLE.
 	status, cb = c.callback(t, n1.Callback, token, map[string]any{
@@ -206,7 +207,7 @@ func TestEndToEnd(t *testing.T) {
 	require.EqualValues(t, 1, idle.Epoch)
 
 	// A new event wakes the consumer again, at epoch 2, from the acked offset.
-	resp, body = c.do(t, http.MethodPost, stream, "application/json", "", []byte(`{"n":3}`))
+	resp, body = c.do(t, http.MethodPost, stream, "application/json", e2eToken, []byte(`{"n":3}`))
 	require.Equal(t, http.StatusNoContent, resp.StatusCode, "%s", body)
 	n2 := verify(t, rc.next(t), sub.Secret)
 	require.EqualValues(t, 2, n2.Epoch)
@@ -218,13 +219,13 @@ func TestEndToEnd(t *testing.T) {
 	require.Equal(t, http.StatusConflict, status)
 	require.False(t, cb.OK)
 	require.NotNil(t, cb.Error)
-	require.Equal(t, webhooks.CodeStaleEpoch, cb.Error.Code)
+	require.Equal(t, receiver.CodeStaleEpoch, cb.Error.Code)
 
 	// The current cycle reads only the new event and finishes.
 	status, cb = c.callback(t, n2.Callback, n2.Token, map[string]any{"epoch": 2, "wake_id": n2.WakeID})
 	require.Equal(t, http.StatusOK, status, "%+v", cb.Error)
 	rc.release <- struct{}{}
-	resp, body = c.do(t, http.MethodGet, stream+"?offset="+next, "", "", nil)
+	resp, body = c.do(t, http.MethodGet, stream+"?offset="+next, "", e2eToken, nil)
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	require.JSONEq(t, `[{"n":3}]`, string(body))
 	next = resp.Header.Get("Stream-Next-Offset")
@@ -240,10 +241,12 @@ func TestEndToEnd(t *testing.T) {
 
 // verify checks a delivery's signature as a consumer must, against the raw
 // body, and decodes it.
-func verify(t *testing.T, d delivery, secret string) *webhooks.Notification {
+func verify(t *testing.T, d delivery, secret string) *receiver.Notification {
 	t.Helper()
-	require.NoError(t, webhooks.VerifySignature(secret, d.signature, d.body, time.Now(), webhooks.DefaultSignatureTolerance))
-	var n webhooks.Notification
+	v, err := receiver.NewVerifier(receiver.WithSecret(secret))
+	require.NoError(t, err)
+	require.NoError(t, v.Verify(context.Background(), d.header, d.body))
+	var n receiver.Notification
 	require.NoError(t, json.Unmarshal(d.body, &n))
 	return &n
 }

@@ -7,8 +7,6 @@ package exampleserver
 
 import (
 	"context"
-	"crypto/sha256"
-	"crypto/subtle"
 	"errors"
 	"fmt"
 	"io"
@@ -17,7 +15,6 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -58,10 +55,15 @@ type Config struct {
 	// serve the same streams and subscriptions. It excludes DataDir.
 	Postgres string
 	// APIToken, if set, is the bearer token every subscription API request
-	// must carry; others get 401. Empty leaves the subscription API open to
-	// anyone who can reach the address, and Start logs a warning. Streams
-	// and callbacks are not affected.
+	// and, unless PublicStreams, every stream request must carry; others
+	// get 401. Empty leaves both open to anyone who can reach the address,
+	// and Start logs a warning. Callbacks are not affected: their own
+	// tokens authenticate them.
 	APIToken string
+	// PublicStreams leaves streams open to anyone, with an APIToken for the
+	// subscription API only. Streams under /inbox/ are never public (see
+	// Inbox).
+	PublicStreams bool
 	// EncryptionKey, if set, seals webhook secrets and the token key in the
 	// store Start opens in DataDir (sqlitestore.WithEncryptionKey) or
 	// Postgres (pgstore.WithEncryptionKey). It needs one of them and no
@@ -70,11 +72,13 @@ type Config struct {
 	// Inbox mounts an inbox (package inbox) at /inbox/{provider} for the
 	// providers "github" and "standard" (Standard Webhooks). Each appends
 	// its deliveries to the JSON stream /inbox/{provider}/records, which
-	// Start creates, readable like any stream. Paths of one segment under
-	// /inbox/ are then the inbox's: no stream can be there. A Processor
-	// processes the records through the handler subscription "inbox",
-	// which Start creates if it is missing, and logs each; dead letters go
-	// to the JSON stream /inbox/{provider}/dead.
+	// Start creates. A Processor processes the records through the handler
+	// subscription "inbox", which Start creates if it is missing, and logs
+	// each; dead letters go to the JSON stream /inbox/{provider}/dead.
+	// Those streams are read with GET and HEAD at their paths, with the
+	// APIToken, and written only by the inbox. Whether or not Inbox is
+	// set, the stream API serves no path under /inbox/, and the
+	// subscription API creates and updates no subscription "inbox".
 	Inbox bool
 	// InboxSecrets maps an inbox provider to the secret its deliveries are
 	// signed with, which verifies its records when they are processed. It
@@ -112,6 +116,10 @@ type Running struct {
 	// Store holds the engine's subscriptions and consumers; tests and the
 	// demo read consumer state from it.
 	Store webhooks.Store
+	// Problems lists what Start found wrong in data that clients wrote
+	// before it could refuse it, and worked around instead of failing;
+	// each is also logged at ERROR.
+	Problems []string
 
 	streams *dstream.Server
 	owned   io.Closer // the store or database pool Start opened, if any
@@ -121,9 +129,10 @@ type Running struct {
 }
 
 // Start listens on cfg.Addr and serves the stream protocol with the engine
-// mounted: subscription requests and callbacks go to the engine, with
-// cfg.Inbox deliveries to /inbox/{provider} to the inbox, and all other
-// requests to the stream server, which tells the engine about every change.
+// mounted: the operator's screen is at UIPrefix, behind cfg.APIToken;
+// subscription requests and callbacks go to the engine, with cfg.Inbox
+// deliveries to /inbox/{provider} to the inbox, and all other requests to
+// the stream server, which tells the engine about every change.
 // ctx is used only while starting.
 func Start(ctx context.Context, cfg Config) (*Running, error) {
 	log := cfg.Logger
@@ -153,10 +162,9 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 	if cfg.Dev {
 		opts = append(opts, webhooks.WithWebhookPolicy(webhooks.WebhookPolicy{AllowLoopback: true}))
 	}
-	if cfg.APIToken != "" {
-		opts = append(opts, webhooks.WithAuthorizer(bearerAuthorizer(cfg.APIToken)))
-	} else {
-		log.Warn("the subscription API is open: anyone who can reach " + url + " can list webhook URLs and delete subscriptions; set an API token")
+	opts = append(opts, webhooks.WithAuthorizer(apiAuthorizer(cfg.APIToken)))
+	if cfg.APIToken == "" {
+		log.Warn("the subscription API and the streams are open: anyone who can reach " + url + " can list webhook URLs, delete subscriptions and read and write streams; set an API token")
 	}
 	opts = append(opts, cfg.EngineOptions...)
 	streams, store, owned, err := open(ctx, cfg, log)
@@ -188,9 +196,10 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 	// The engine is built from the stream server, so it is registered as
 	// its observer afterwards, before any request can arrive.
 	streams.SetObserver(engine)
-	var next http.Handler = streams
+	next := guardStreams(streams, cfg.APIToken, cfg.PublicStreams)
+	var problems []string
 	if cfg.Inbox {
-		if next, err = mountInbox(ctx, engine, streams, providers, processor, cfg.APIToken, log); err != nil {
+		if next, problems, err = mountInbox(ctx, engine, streams, next, providers, processor, cfg.APIToken, log); err != nil {
 			_ = ln.Close()
 			streams.Close()
 			err = errors.Join(err, engine.Stop(ctx))
@@ -200,15 +209,26 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 			return nil, err
 		}
 	}
+	handler, err := withUI(engine, engine.Handler(next), cfg.APIToken, uiInbox(providers, streams, processor))
+	if err != nil {
+		_ = ln.Close()
+		streams.Close()
+		err = errors.Join(err, engine.Stop(ctx))
+		if owned != nil {
+			err = errors.Join(err, owned.Close())
+		}
+		return nil, err
+	}
 	r := &Running{
 		URL:     url,
 		Store:   store,
 		streams: streams,
 		owned:   owned,
 		engine:  engine,
-		http:    newHTTPServer(engine.Handler(next), log),
+		http:    newHTTPServer(opsHandler(engine, log, handler), log),
 		served:  make(chan error, 1),
 	}
+	r.Problems = problems
 	go func() { r.served <- r.http.Serve(ln) }()
 	return r, nil
 }
@@ -259,59 +279,6 @@ func newProcessor(streams *dstream.Server, providers []inbox.Provider, then inbo
 	return p, nil
 }
 
-// mountInbox creates the providers' inbox and dead-letter streams and the
-// processor's subscription, and returns the handler that serves deliveries
-// at /inbox/{provider}, one segment, and passes every other request to
-// streams. The engine's handler sees requests first, so subscription
-// requests for patterns such as /inbox/* still reach the engine.
-func mountInbox(ctx context.Context, engine *webhooks.Engine, streams *dstream.Server, providers []inbox.Provider,
-	processor *inbox.Processor, apiToken string, log *slog.Logger) (http.Handler, error) {
-	for _, p := range providers {
-		for _, kind := range []string{"records", "dead"} {
-			if err := streams.Create(ctx, "/inbox/"+p.Name+"/"+kind, "application/json"); err != nil {
-				return nil, fmt.Errorf("creating the inbox stream of %s: %w", p.Name, err)
-			}
-		}
-	}
-	// One record a batch, so that each gets every attempt (inbox.Processor);
-	// from the streams' start, so that no record is skipped. Processing is
-	// in process and quick: a batch a crash left in flight is retried
-	// after 5 s, not after a webhook's 30.
-	_, err := engine.CreateSubscription(ctx, &webhooks.Subscription{
-		ID: inboxHandler, Pattern: "/inbox/*/records", Delivery: webhooks.DeliveryHandler, Handler: inboxHandler,
-		Events: &webhooks.EventsOptions{MaxBatchEvents: 1, MaxBatchBytes: webhooks.DefaultMaxBatchBytes, Timeout: 5 * time.Second},
-		Retry:  &webhooks.RetryPolicy{MaxAttempts: webhooks.DefaultMaxAttempts},
-	}, webhooks.OffsetNone)
-	if err != nil {
-		return nil, fmt.Errorf("creating the inbox's subscription: %w", err)
-	}
-	h, err := inbox.New(streams, providers, inbox.WithLogger(log))
-	if err != nil {
-		return nil, err
-	}
-	replay := processor.ReplayHandler()
-	authorized := func(r *http.Request) bool {
-		return apiToken == "" || bearerAuthorizer(apiToken)(r, webhooks.OpOperate, "") == nil
-	}
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		rest, ok := strings.CutPrefix(r.URL.Path, "/inbox/")
-		switch {
-		case ok && rest != "" && !strings.Contains(rest, "/"):
-			h.ServeHTTP(w, r)
-		case ok && strings.HasSuffix(rest, "/dead") && r.URL.Query().Has("replay"):
-			// An operator's replay of a dead letter, with the API's token.
-			if !authorized(r) {
-				w.Header().Set("WWW-Authenticate", "Bearer")
-				http.Error(w, `{"ok":false,"error":{"code":"UNAUTHORIZED","message":"the replay needs the API token"}}`, http.StatusUnauthorized)
-				return
-			}
-			replay.ServeHTTP(w, r)
-		default:
-			streams.ServeHTTP(w, r)
-		}
-	}), nil
-}
-
 func newHTTPServer(h http.Handler, log *slog.Logger) *http.Server {
 	return &http.Server{
 		Handler:           h,
@@ -320,22 +287,6 @@ func newHTTPServer(h http.Handler, log *slog.Logger) *http.Server {
 		WriteTimeout:      WriteTimeout,
 		IdleTimeout:       IdleTimeout,
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-	}
-}
-
-// bearerAuthorizer admits subscription API requests that carry token as
-// their bearer token. Both sides are hashed before the constant-time
-// comparison, so that neither the token nor its length leaks through
-// timing.
-func bearerAuthorizer(token string) webhooks.Authorizer {
-	want := sha256.Sum256([]byte(token))
-	return func(r *http.Request, _ webhooks.Operation, _ string) error {
-		scheme, given, _ := strings.Cut(r.Header.Get("Authorization"), " ")
-		got := sha256.Sum256([]byte(given))
-		if !strings.EqualFold(scheme, "Bearer") || subtle.ConstantTimeCompare(got[:], want[:]) != 1 {
-			return webhooks.ErrUnauthorized
-		}
-		return nil
 	}
 }
 

@@ -15,8 +15,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	webhooks "github.com/streamhooks/webhooks"
 	"github.com/streamhooks/webhooks/examples/internal/exampleserver"
+	"github.com/streamhooks/webhooks/receiver"
 )
 
 // startServer starts the example server with cfg on a free loopback port.
@@ -44,13 +44,13 @@ func requireRefused(t *testing.T, resp *http.Response, body []byte) {
 	t.Helper()
 	require.Equal(t, http.StatusUnauthorized, resp.StatusCode, "%s", body)
 	require.Equal(t, "Bearer", resp.Header.Get("WWW-Authenticate"))
-	var out webhooks.CallbackResponse
+	var out receiver.CallbackResponse
 	require.NoError(t, json.Unmarshal(body, &out), "%s", body)
 	require.NotNil(t, out.Error, "%s", body)
-	require.Equal(t, webhooks.CodeUnauthorized, out.Error.Code)
+	require.Equal(t, receiver.ErrorCode("UNAUTHORIZED"), out.Error.Code)
 }
 
-func TestAPITokenGuardsTheSubscriptionAPIOnly(t *testing.T) {
+func TestAPITokenGuardsTheSubscriptionAPI(t *testing.T) {
 	const token = "the-api-token"
 	c, _ := startServer(t, exampleserver.Config{Dev: true, APIToken: token})
 	create := []byte(`{"webhook":"http://127.0.0.1:1/hook"}`)
@@ -82,19 +82,52 @@ func TestAPITokenGuardsTheSubscriptionAPIOnly(t *testing.T) {
 	resp, body = c.do(t, http.MethodDelete, "/agents/*?subscription=s1", "", "", nil)
 	requireRefused(t, resp, body)
 
-	// Streams need no token.
-	resp, body = c.do(t, http.MethodPut, "/agents/a", "application/json", "", nil)
+}
+
+// With an API token, every stream request needs it too, unless streams
+// are public.
+func TestAPITokenGuardsStreams(t *testing.T) {
+	const token = "the-api-token"
+	c, _ := startServer(t, exampleserver.Config{Dev: true, APIToken: token})
+	for _, given := range []string{"", "wrong-token"} {
+		for _, req := range []struct{ method, path, body string }{
+			{http.MethodPut, "/agents/a", ""}, {http.MethodPost, "/agents/a", `[{"n":1}]`},
+			{http.MethodGet, "/agents/a?offset=-1", ""}, {http.MethodDelete, "/agents/a", ""},
+		} {
+			resp, body := c.do(t, req.method, req.path, "application/json", given, []byte(req.body))
+			requireRefused(t, resp, body)
+		}
+		resp, body := c.do(t, http.MethodHead, "/agents/a", "", given, nil)
+		require.Equal(t, http.StatusUnauthorized, resp.StatusCode, "%s", body)
+	}
+	requireStreamsServe(t, c, token)
+
+	public, _ := startServer(t, exampleserver.Config{Dev: true, APIToken: token, PublicStreams: true})
+	requireStreamsServe(t, public, "")
+	resp, body := public.do(t, http.MethodGet, "/**?subscriptions", "", "", nil)
+	requireRefused(t, resp, body)
+}
+
+// requireStreamsServe creates, appends to, reads and deletes a stream with
+// token.
+func requireStreamsServe(t *testing.T, c *client, token string) {
+	t.Helper()
+	resp, body := c.do(t, http.MethodPut, "/agents/a", "application/json", token, nil)
 	require.Equal(t, http.StatusCreated, resp.StatusCode, "%s", body)
-	resp, body = c.do(t, http.MethodPost, "/agents/a", "application/json", "", []byte(`[{"n":1}]`))
+	resp, body = c.do(t, http.MethodPost, "/agents/a", "application/json", token, []byte(`[{"n":1}]`))
 	require.Equal(t, http.StatusNoContent, resp.StatusCode, "%s", body)
-	resp, body = c.do(t, http.MethodGet, "/agents/a?offset=-1", "", "", nil)
+	resp, body = c.do(t, http.MethodGet, "/agents/a?offset=-1", "", token, nil)
 	require.Equal(t, http.StatusOK, resp.StatusCode, "%s", body)
+	require.JSONEq(t, `[{"n":1}]`, string(body))
+	resp, body = c.do(t, http.MethodDelete, "/agents/a", "", token, nil)
+	require.Equal(t, http.StatusNoContent, resp.StatusCode, "%s", body)
 }
 
 func TestWithoutAPITokenTheSubscriptionAPIIsOpen(t *testing.T) {
 	c, _ := startServer(t, exampleserver.Config{Dev: true})
 	resp, body := c.do(t, http.MethodGet, "/**?subscriptions", "", "", nil)
 	require.Equal(t, http.StatusOK, resp.StatusCode, "%s", body)
+	requireStreamsServe(t, c, "")
 }
 
 func TestEncryptionKeySealsSecretsOnDisk(t *testing.T) {

@@ -77,6 +77,11 @@ func TestInboxConfigRefused(t *testing.T) {
 		_, err := exampleserver.Start(ctx, cfg)
 		require.Error(t, err, name)
 	}
+	// A Standard Webhooks secret that could verify nothing is refused at
+	// start-up, not found out record by record.
+	_, err := exampleserver.Start(ctx, exampleserver.Config{Addr: "127.0.0.1:0", Dev: true, Inbox: true,
+		InboxSecrets: map[string]string{"standard": "whsec_not-base64!"}})
+	require.ErrorContains(t, err, `provider "standard": its secret is not base64 after whsec_`)
 }
 
 // TestInboxProcessing: the server's processor checks each record, and
@@ -89,7 +94,9 @@ func TestInboxProcessing(t *testing.T) {
 	require.Equal(t, http.StatusAccepted, c.post(t, "/inbox/github", []byte(`{}`),
 		"X-GitHub-Delivery", "forged-1", "X-Hub-Signature-256", "sha256=00").StatusCode)
 
-	resp, data := c.do(t, http.MethodGet, "/inbox/github/dead?offset=-1&live=long-poll", "", "", nil)
+	resp, data := c.do(t, http.MethodGet, "/inbox/github/dead?offset=-1", "", "", nil)
+	requireRefused(t, resp, data)
+	resp, data = c.do(t, http.MethodGet, "/inbox/github/dead?offset=-1&live=long-poll", "", token, nil)
 	require.Equal(t, http.StatusOK, resp.StatusCode, "%s", data)
 	var dead []inbox.DeadLetter
 	require.NoError(t, json.Unmarshal(data, &dead))
@@ -110,7 +117,7 @@ func TestInboxProcessing(t *testing.T) {
 	require.Equal(t, http.StatusUnauthorized, resp.StatusCode, "%s", data)
 	resp, data = c.do(t, http.MethodPost, "/inbox/github/dead?replay", "application/json", token, letter)
 	require.Equal(t, http.StatusOK, resp.StatusCode, "%s", data)
-	resp, data = c.do(t, http.MethodGet, "/inbox/github/dead?live=long-poll&offset="+after, "", "", nil)
+	resp, data = c.do(t, http.MethodGet, "/inbox/github/dead?live=long-poll&offset="+after, "", token, nil)
 	require.Equal(t, http.StatusOK, resp.StatusCode, "%s", data)
 	require.NoError(t, json.Unmarshal(data, &dead))
 	require.Len(t, dead, 1, "replayed, verified again, and dead again")

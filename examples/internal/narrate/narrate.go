@@ -68,10 +68,11 @@ func CloseWithin(what string, shutdown func(context.Context) error) error {
 
 // StartServer starts the example server for a demo, in memory on
 // loopback, with its subscription API behind a fresh bearer token, which it
-// returns, and says where it listens.
+// returns, and public streams, which the demo's consumers read without it;
+// it says where it listens.
 func StartServer(ctx context.Context, p *Printer) (*exampleserver.Running, string, error) {
 	token := rand.Text()
-	srv, err := exampleserver.Start(ctx, exampleserver.Config{Addr: "127.0.0.1:0", Dev: true, Logger: Logger(), APIToken: token})
+	srv, err := exampleserver.Start(ctx, exampleserver.Config{Addr: "127.0.0.1:0", Dev: true, Logger: Logger(), APIToken: token, PublicStreams: true})
 	if err != nil {
 		return nil, "", fmt.Errorf("starting the stream server: %w", err)
 	}

@@ -13,8 +13,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	webhooks "github.com/streamhooks/webhooks"
 	"github.com/streamhooks/webhooks/examples/internal/agent"
+	"github.com/streamhooks/webhooks/receiver"
 )
 
 // kind is how a consumer's webhook endpoint behaves. Each kind has its own
@@ -103,12 +103,16 @@ func (e *endpoints) handler(k kind, secret, streamServer string, hc *http.Client
 	if err != nil {
 		return nil, err
 	}
+	verifier, err := receiver.NewVerifier(receiver.WithSecret(secret))
+	if err != nil {
+		return nil, err
+	}
 	var h http.HandlerFunc
 	switch k {
 	case kindHealthy:
 		h = healthy.ServeHTTP
 	case kindDone:
-		h = func(w http.ResponseWriter, r *http.Request) { answerDone(w, r, secret) }
+		h = func(w http.ResponseWriter, r *http.Request) { answerDone(w, r, verifier) }
 	case kindSlow:
 		h = func(w http.ResponseWriter, r *http.Request) { e.slow(w, r, healthy) }
 	case kindFail5xx:
@@ -133,13 +137,13 @@ func (e *endpoints) handler(k kind, secret, streamServer string, hc *http.Client
 }
 
 // answerDone verifies the notification and finishes the wake synchronously.
-func answerDone(w http.ResponseWriter, r *http.Request, secret string) {
-	if _, err := webhooks.ParseNotification(r, secret, time.Now()); err != nil {
+func answerDone(w http.ResponseWriter, r *http.Request, v *receiver.Verifier) {
+	if _, err := v.ParseNotification(r); err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(webhooks.DoneResponse{Done: true})
+	_ = json.NewEncoder(w).Encode(receiver.DoneResponse{Done: true})
 }
 
 // slow lets the first delivery of each wake outlive the engine's request

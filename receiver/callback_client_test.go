@@ -1,4 +1,4 @@
-package webhooks
+package receiver
 
 import (
 	"context"
@@ -74,7 +74,7 @@ func testNotification(callback string) *Notification {
 func signedRequest(t *testing.T, body string) *http.Request {
 	t.Helper()
 	r := httptest.NewRequest(http.MethodPost, "/hook", strings.NewReader(body))
-	r.Header.Set(SignatureHeader, SignPayload(testSecret, testSignTime, []byte(body)))
+	r.Header.Set(SignatureHeader, signStreamhooks(testSecret, testSignTime, []byte(body)))
 	return r
 }
 
@@ -86,7 +86,7 @@ func TestParseNotification(t *testing.T) {
 	}
 	// A field the server may add later must not break consumers.
 	body = append(body[:len(body)-1], `,"added_later":1}`...)
-	got, err := ParseNotification(signedRequest(t, string(body)), testSecret, testSignTime.Add(time.Minute))
+	got, err := verifierAt(t, testSignTime.Add(time.Minute), testSecret).ParseNotification(signedRequest(t, string(body)))
 	if err != nil {
 		t.Fatalf("ParseNotification: %v", err)
 	}
@@ -97,24 +97,24 @@ func TestParseNotification(t *testing.T) {
 
 func TestParseNotificationRejectsSignature(t *testing.T) {
 	const body = `{"consumer_id":"c","epoch":1,"wake_id":"w","callback":"https://x/cb","token":"t"}`
-	if _, err := ParseNotification(signedRequest(t, body), testSecret, testSignTime); err != nil {
+	if _, err := verifierAt(t, testSignTime, testSecret).ParseNotification(signedRequest(t, body)); err != nil {
 		t.Fatalf("control: ParseNotification: %v", err)
 	}
 
 	r := signedRequest(t, body)
 	r.Header.Del(SignatureHeader)
-	if _, err := ParseNotification(r, testSecret, testSignTime); !errors.Is(err, ErrInvalidSignature) {
+	if _, err := verifierAt(t, testSignTime, testSecret).ParseNotification(r); !errors.Is(err, ErrInvalidSignature) {
 		t.Errorf("unsigned: err = %v, want ErrInvalidSignature", err)
 	}
-	if _, err := ParseNotification(signedRequest(t, body), "whsec_other", testSignTime); !errors.Is(err, ErrInvalidSignature) {
+	if _, err := verifierAt(t, testSignTime, "whsec_other").ParseNotification(signedRequest(t, body)); !errors.Is(err, ErrInvalidSignature) {
 		t.Errorf("wrong secret: err = %v, want ErrInvalidSignature", err)
 	}
 	r = signedRequest(t, body)
 	r.Body = io.NopCloser(strings.NewReader(strings.Replace(body, `"epoch":1`, `"epoch":2`, 1)))
-	if _, err := ParseNotification(r, testSecret, testSignTime); !errors.Is(err, ErrInvalidSignature) {
+	if _, err := verifierAt(t, testSignTime, testSecret).ParseNotification(r); !errors.Is(err, ErrInvalidSignature) {
 		t.Errorf("tampered: err = %v, want ErrInvalidSignature", err)
 	}
-	if _, err := ParseNotification(signedRequest(t, body), testSecret, testSignTime.Add(time.Hour)); !errors.Is(err, ErrInvalidSignature) {
+	if _, err := verifierAt(t, testSignTime.Add(time.Hour), testSecret).ParseNotification(signedRequest(t, body)); !errors.Is(err, ErrInvalidSignature) {
 		t.Errorf("replayed: err = %v, want ErrInvalidSignature", err)
 	}
 }
@@ -134,7 +134,7 @@ func TestParseNotificationRejectsBody(t *testing.T) {
 	}
 	for name, body := range tests {
 		t.Run(name, func(t *testing.T) {
-			n, err := ParseNotification(signedRequest(t, body), testSecret, testSignTime)
+			n, err := verifierAt(t, testSignTime, testSecret).ParseNotification(signedRequest(t, body))
 			if err == nil {
 				t.Fatalf("ParseNotification = %+v, want error", n)
 			}
@@ -338,7 +338,7 @@ func TestCallbackClientKeepsFreshestToken(t *testing.T) {
 
 func TestCallbackErrorMessage(t *testing.T) {
 	err := error(&CallbackError{StatusCode: 409, Code: CodeStaleEpoch, Message: "epoch 7 < 8"})
-	if got, want := err.Error(), "webhooks: callback failed: 409 STALE_EPOCH: epoch 7 < 8"; got != want {
+	if got, want := err.Error(), "receiver: callback failed: 409 STALE_EPOCH: epoch 7 < 8"; got != want {
 		t.Fatalf("Error() = %q, want %q", got, want)
 	}
 }
