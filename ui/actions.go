@@ -1,6 +1,7 @@
 package ui
 
 import (
+	"errors"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -134,9 +135,12 @@ func (h *Handler) rewind(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	n, err := h.engine.Rewind(r.Context(), p)
+	var invalid *webhooks.ValidationError
+	if n == 0 && errors.As(err, &invalid) {
+		h.failed(w, r, err) // the operator's input: say why
+		return
+	}
 	if err != nil {
-		// Its text may be an offset past a tail or a Store's failure;
-		// only the log tells them apart.
 		h.log.WarnContext(r.Context(), "ui: rewind", "subscription", id, "consumer", p.Consumer, "error", err)
 	}
 	h.render(w, r, http.StatusOK, "rewound", "Rewind", rewindData{id, p.Consumer, n, err != nil})

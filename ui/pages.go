@@ -62,6 +62,7 @@ func (h *Handler) fail(w http.ResponseWriter, r *http.Request, status int, msg s
 // failed logs err and answers: 404 for a subscription or consumer that is
 // not there, a generic 500 otherwise.
 func (h *Handler) failed(w http.ResponseWriter, r *http.Request, err error) {
+	var invalid *webhooks.ValidationError
 	switch {
 	case errors.Is(err, webhooks.ErrSubscriptionNotFound):
 		h.fail(w, r, http.StatusNotFound, "There is no such subscription.")
@@ -70,6 +71,12 @@ func (h *Handler) failed(w http.ResponseWriter, r *http.Request, err error) {
 	case errors.Is(err, webhooks.ErrNotStarted):
 		w.Header().Set("Retry-After", "1")
 		h.fail(w, r, http.StatusServiceUnavailable, "The engine is starting; retry shortly.")
+	case errors.Is(err, webhooks.ErrStoreUnavailable):
+		w.Header().Set("Retry-After", "1")
+		h.fail(w, r, http.StatusServiceUnavailable, "The engine cannot reach its store; retry shortly.")
+	case errors.As(err, &invalid):
+		// The reason is written for the operator: it names the field.
+		h.fail(w, r, http.StatusBadRequest, invalid.Reason)
 	default:
 		h.log.ErrorContext(r.Context(), "ui: request failed", "path", r.URL.Path, "error", err)
 		h.fail(w, r, http.StatusInternalServerError, "Something failed; it is logged.")

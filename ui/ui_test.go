@@ -411,3 +411,14 @@ func TestEngineNotStarted(t *testing.T) {
 		assert.Equal(t, "1", w.Header().Get("Retry-After"), p)
 	}
 }
+
+// An action the engine refuses as invalid is the operator's to correct: a
+// 400 page that says why, not a 500.
+func TestInvalidActionSaysWhy(t *testing.T) {
+	f := newFixture(t)
+	w := f.request(http.MethodPost, "/ui/subscription/rewind", operatorToken,
+		url.Values{"id": {"events-active"}, "offset": {"not-an-offset"}}, nil)
+	assert.Equal(t, http.StatusBadRequest, w.Code, w.Body.String())
+	assert.Contains(t, w.Body.String(), "offset")
+	assert.NotContains(t, w.Body.String(), "it is logged")
+}
