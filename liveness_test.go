@@ -83,8 +83,13 @@ func TestFailedStreamReadIsRetried(t *testing.T) {
 	h.source.grow(agentA, 5)
 	require.ErrorIs(t, h.engine.StreamAppended(context.Background(), agentA), webhooks.ErrStoreUnavailable)
 	src.down.Store(false)
+	// The scheduler retries at its poll, or a second after a retry it
+	// made while the source was down: each step ends at one of them, so
+	// no POST's timeout passes while it is sent.
 	h.waitIdle()
-	h.clock.Add(testPollInterval)
+	h.clock.Add(time.Second)
+	h.waitIdle()
+	h.clock.Add(testPollInterval - time.Second)
 	again := h.nextDelivery()
 	require.Equal(t, agentAID, again.n.ConsumerID)
 	require.Equal(t, []string{agentA}, again.n.TriggeredBy)
