@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"time"
 	"unicode/utf8"
 
 	"github.com/streamhooks/webhooks/receiver"
@@ -90,9 +91,17 @@ func (e *Engine) callback(ctx context.Context, r *http.Request) (*successRespons
 		return nil, err
 	}
 	expired := errors.Is(terr, errTokenExpired)
-	c, err := e.update(ctx, id, func(c *Consumer) (change, error) {
-		return e.applyCallback(ctx, c, claims, expired, req)
-	})
+	subID, _, _ := ParseConsumerID(id) // canonical: callbackConsumerID parsed it
+	sub, err := e.subscription(ctx, subID)
+	if errors.Is(err, ErrSubscriptionNotFound) {
+		err = ErrConsumerNotFound // it took its consumers with it
+	}
+	var c *Consumer
+	if err == nil {
+		c, err = e.core.update(ctx, id, func(c *Consumer) (change, error) {
+			return e.applyCallback(ctx, c, e.latest(sub), claims, expired, req)
+		})
+	}
 	if errors.Is(err, ErrConsumerNotFound) {
 		return nil, refuse(receiver.CodeConsumerGone, "consumer %s no longer exists", id)
 	}
@@ -110,9 +119,10 @@ func (e *Engine) callback(ctx context.Context, r *http.Request) (*successRespons
 	return resp, nil
 }
 
-// applyCallback is the transition a callback makes, atomic in one
-// UpdateConsumer: it fails as a whole or applies as a whole.
-func (e *Engine) applyCallback(ctx context.Context, c *Consumer, claims *tokenClaims, expired bool, req *receiver.CallbackRequest) (change, error) {
+// applyCallback checks a callback of consumer c, of sub, against c and
+// makes its transition, atomic in one UpdateConsumer: it fails as a whole
+// or applies as a whole.
+func (e *Engine) applyCallback(ctx context.Context, c *Consumer, sub *Subscription, claims *tokenClaims, expired bool, req *receiver.CallbackRequest) (change, error) {
 	if c.State == StateFailed {
 		// A dead letter is removed from the wake cycle, as spec 001's
 		// failure GC removes the consumer; only its cursor is kept.
@@ -148,15 +158,20 @@ func (e *Engine) applyCallback(ctx context.Context, c *Consumer, claims *tokenCl
 	if req.WakeID != "" && req.WakeID != c.WakeID {
 		return noChange, refuse(receiver.CodeAlreadyClaimed, "wake_id %q is not the current wake", req.WakeID)
 	}
-	t, err := e.readTails(ctx, callbackPaths(c, req))
+	t, err := e.core.readTails(ctx, callbackPaths(c, req))
 	if err != nil {
 		return noChange, err
 	}
-	now := e.clock.Now()
-	if c.State == StateWaking {
+	return e.core.rules.callback(c, sub, req, t, e.source, e.clock.Now())
+}
+
+// callback is the transition of c, of sub, that a current callback req
+// makes, with the tails t of the streams it names.
+func (m *cursorMachine) callback(c *Consumer, sub *Subscription, req *receiver.CallbackRequest, t tails, source StreamSource, now time.Time) (change, error) {
+	if c.State == stateDelivering {
 		// A current-epoch token reaches only the woken consumer, so any
 		// callback from it claims the wake, with or without wake_id.
-		e.m.goLive(c, now)
+		m.goLive(c, now)
 	}
 	for _, p := range req.Subscribe {
 		if streamIndex(c.Streams, p) >= 0 {
@@ -175,7 +190,7 @@ func (e *Engine) applyCallback(ctx context.Context, c *Consumer, claims *tokenCl
 		return noChange, invalid("subscribe", "a consumer may subscribe to at most %d streams", MaxStreamsPerConsumer)
 	}
 	for _, a := range req.Acks {
-		if err := ack(c, a, t, e.source); err != nil {
+		if err := m.ack(c, a, t, source); err != nil {
 			return noChange, err
 		}
 	}
@@ -185,9 +200,9 @@ func (e *Engine) applyCallback(ctx context.Context, c *Consumer, claims *tokenCl
 	}
 	ch := changeSave
 	if req.Done && c.State == StateLive {
-		ch = e.m.finish(c, e.subs.get(c.SubscriptionID), t, now)
+		ch = m.finish(c, sub, t, now)
 	}
-	e.m.touch(c, now)
+	m.touch(c, now)
 	return ch, nil
 }
 
@@ -197,7 +212,7 @@ func (e *Engine) applyCallback(ctx context.Context, c *Consumer, claims *tokenCl
 // An ack of a stream the consumer does not hold, as one it has just
 // unsubscribed from, is ignored as the reference servers do: it moves no
 // cursor, and spec 001 names no error for it.
-func ack(c *Consumer, a StreamOffset, t tails, source StreamSource) error {
+func (m *cursorMachine) ack(c *Consumer, a StreamOffset, t tails, source StreamSource) error {
 	i := streamIndex(c.Streams, a.Path)
 	if i < 0 {
 		return nil

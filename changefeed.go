@@ -8,36 +8,6 @@ import (
 	"time"
 )
 
-// SubscriptionFeed is an optional Store capability that lets engines
-// sharing one Store cooperate: each learns of the subscriptions created or
-// deleted through the others, and reloads them into the index by which it
-// gives new streams their consumers and from which it takes each webhook's
-// URL and secret. The engine finds it by type assertion on its Store.
-//
-// Only subscriptions go through the feed. Deadlines set by another engine
-// need none: the scheduler reads the Store's deadlines at least every poll
-// interval (WithPollInterval).
-//
-// Learning of a subscription takes a notification and a reload, so there
-// is a window: a stream created through engine B after a subscription was
-// created through engine A, but before B has reloaded, gets no consumer of
-// it then (A adopts only the streams that existed when it created the
-// subscription); it gets one, positioned before its first event, at its
-// next append after B has reloaded. A subscription learned from the feed is
-// not swept for existing streams as Start's subscriptions are: the engine
-// that created it adopted them.
-type SubscriptionFeed interface {
-	// WatchSubscriptions calls changed after each subscription create,
-	// update or delete committed through any handle on the same data, this one
-	// included, until ctx ends; it may call it spuriously. It calls changed
-	// once as soon as it watches, and again after reconnecting, since
-	// changes may have been missed meanwhile: every change committed after
-	// a call is followed by another. It returns ctx's error once ctx ends,
-	// or another error if it cannot watch, and the engine calls it again
-	// after a pause.
-	WatchSubscriptions(ctx context.Context, changed func()) error
-}
-
 // subscriptionSet is the engine's view of the subscriptions: each one, as
 // stored, with its parsed pattern, and the index built from the patterns.
 // Deliveries take a subscription's webhook and secret from it rather than
@@ -278,8 +248,8 @@ func (e *Engine) reloadSubscriptions(ctx context.Context, changed <-chan struct{
 		if len(added)+len(removed) > 0 {
 			e.log.InfoContext(ctx, "webhooks: subscriptions changed through another engine", "added", added, "removed", removed)
 		}
-		e.progressed.Send()
-		e.reloaded.Send()
+		e.signals.subscriptionsReloaded.Send()
+		e.signals.reloadEnded.Send()
 	}
 }
 

@@ -2,24 +2,24 @@ package webhooks
 
 import (
 	"context"
-	"encoding/hex"
 	"errors"
-	"fmt"
 	"slices"
 	"time"
-
-	"github.com/google/uuid"
 )
 
-// machine holds the rules of the consumer state machine. Its methods change
-// a consumer in place and run inside Store.UpdateConsumer, so each is one
-// atomic transition; none does I/O. Stream tails are passed in as a map of
-// the consumer's existing streams, read inside the same update so that an
-// append racing with a transition to IDLE cannot be missed.
+// cursorMachine holds the rules of the consumer state machine, the cursor
+// core: cursors, epochs, attempts, deadlines and retries. Its methods are
+// the transitions, and the only code that writes a Consumer's fields. Each
+// changes a consumer in place inside Store.UpdateConsumer, so each is one
+// atomic transition, and none does I/O. Stream tails are passed in as a map
+// of the consumer's existing streams, read inside the same update so that
+// an append racing with a transition to IDLE cannot be missed.
 //
-// Transitions that depend on the subscription's delivery mode take the
-// subscription; nil stands for a wake one.
-type machine struct {
+// What differs between delivery modes, the machine asks of the
+// subscription's mechanism (mechanism.go), which picks among the
+// transitions; so every transition that may start or end a delivery takes
+// the subscription, never nil.
+type cursorMachine struct {
 	wakingTimeout   time.Duration
 	livenessTimeout time.Duration
 	requestTimeout  time.Duration
@@ -27,6 +27,11 @@ type machine struct {
 	backoff         func(retry int) time.Duration
 	maxRetryAfter   time.Duration
 }
+
+// stateDelivering is StateWaking as the core means it: a delivery, a wake
+// cycle or an event-push batch, with an attempt in flight or awaiting its
+// retry. Its wire name stays the spec's WAKING.
+const stateDelivering = StateWaking
 
 // tails maps a stream path to what the source said of it; missing paths have
 // no stream.
@@ -44,28 +49,6 @@ func newConsumer(sub, path, offset string, now time.Time) *Consumer {
 		CreatedAt:      now,
 		UpdatedAt:      now,
 	}
-}
-
-// readTails asks the source about each path once. Paths with no stream are
-// left out. Any other failure of the source is marked ErrStoreUnavailable:
-// the read may succeed later, so the engine retries what needed it, and its
-// APIs answer 503, not 500.
-func (e *Engine) readTails(ctx context.Context, paths []string) (tails, error) {
-	t := make(tails, len(paths))
-	for _, p := range paths {
-		if _, seen := t[p]; seen {
-			continue
-		}
-		info, err := e.source.Stream(ctx, p)
-		if errors.Is(err, ErrStreamNotFound) {
-			continue
-		}
-		if err != nil {
-			return nil, fmt.Errorf("reading stream %s: %w: %w", p, ErrStoreUnavailable, err)
-		}
-		t[p] = info
-	}
-	return t, nil
 }
 
 // streamPaths lists the paths of c's subscribed streams.
@@ -136,33 +119,6 @@ func owedCreationWake(c *Consumer, s StreamOffset) bool {
 	return c.Epoch == 0 && s.Path == c.PrimaryStream && s.Offset == OffsetNone
 }
 
-func newWakeID() string {
-	id := uuid.New()
-	return "w_" + hex.EncodeToString(id[:])
-}
-
-// wake starts a new wake cycle: IDLE → WAKING (or LIVE → WAKING on done with
-// pending work), and marks its first attempt as sent in the same transition,
-// which the caller hands to the lanes once it is stored: a wake costs no
-// further write to start its POST. The WAKING timeout runs from now, so if
-// the process dies between the commit and the POST, the attempt times out
-// and is retried like a lost POST; and, marked before any POST, it is sent
-// by the one engine whose transition woke the consumer.
-func (m *machine) wake(c *Consumer, t tails, triggeredBy []string, now time.Time) {
-	c.State = StateWaking
-	c.Epoch++
-	c.WakeID = newWakeID()
-	c.TriggeredBy = triggeredBy
-	c.WakeTails = c.WakeTails[:0]
-	for _, s := range c.Streams {
-		if info, ok := t[s.Path]; ok {
-			c.WakeTails = append(c.WakeTails, StreamOffset{Path: s.Path, Offset: info.Tail})
-		}
-	}
-	c.Attempt = 0
-	m.startAttempt(c, nil, now)
-}
-
 // change is what a transition did to a consumer, and so what the
 // UpdateConsumer that ran it must do.
 type change int
@@ -186,22 +142,9 @@ func (ch change) action() UpdateAction {
 	}
 }
 
-// wakeIfPending wakes an IDLE consumer that has pending work.
-func (m *machine) wakeIfPending(c *Consumer, t tails, now time.Time) change {
-	if c.State != StateIdle {
-		return noChange
-	}
-	pending := pendingStreams(c, t)
-	if len(pending) == 0 {
-		return noChange
-	}
-	m.wake(c, t, pending, now)
-	return changeSend
-}
-
-// finish ends a wake cycle: to IDLE, or straight into a new wake if work is
+// finish ends a delivery: to IDLE, or straight into a new one if work is
 // pending (L3; the same rule keeps L1 after a liveness timeout).
-func (m *machine) finish(c *Consumer, sub *Subscription, t tails, now time.Time) change {
+func (m *cursorMachine) finish(c *Consumer, sub *Subscription, t tails, now time.Time) change {
 	c.State = StateIdle
 	c.InFlight = false
 	c.Deadline = time.Time{}
@@ -218,7 +161,7 @@ func (m *machine) finish(c *Consumer, sub *Subscription, t tails, now time.Time)
 // goLive moves a WAKING consumer to LIVE and starts its liveness timeout.
 // Both ways in, a 2xx and a claim, prove the notification arrived, so the
 // failure run ends.
-func (m *machine) goLive(c *Consumer, now time.Time) {
+func (m *cursorMachine) goLive(c *Consumer, now time.Time) {
 	c.State = StateLive
 	c.InFlight = false
 	deliveryOK(c)
@@ -226,7 +169,7 @@ func (m *machine) goLive(c *Consumer, now time.Time) {
 }
 
 // touch restarts the liveness timeout of a LIVE consumer.
-func (m *machine) touch(c *Consumer, now time.Time) {
+func (m *cursorMachine) touch(c *Consumer, now time.Time) {
 	if c.State == StateLive {
 		c.Deadline = now.Add(m.livenessTimeout)
 	}
@@ -239,76 +182,54 @@ func deliveryOK(c *Consumer) {
 	c.LastError = ""
 }
 
-// startAttempt marks a delivery attempt of a WAKING consumer of sub as
-// sent: the first, when the wake or batch starts, or a retry that has come
+// begin starts a new delivery of c, of sub, under delivery id id: its
+// epoch fences the outcomes and callbacks of every earlier one. It marks
+// the first attempt as sent in the same transition, which the caller
+// hands to the lanes once it is stored: a delivery costs no further write
+// to start. The attempt's timeout runs from now, so if the process dies
+// between the commit and the send, the attempt times out and is retried
+// like a lost POST; and, marked before it is sent, it is sent by the one
+// engine whose transition started it.
+func (m *cursorMachine) begin(c *Consumer, sub *Subscription, id string, now time.Time) change {
+	c.State = stateDelivering
+	c.Epoch++
+	c.WakeID = id
+	c.Attempt = 0
+	m.startAttempt(c, sub, now)
+	return changeSend
+}
+
+// startAttempt marks a delivery attempt of a delivering consumer of sub as
+// sent: the first, when the delivery begins, or a retry that has come
 // due. It moves the deadline on to the attempt's timeout, so that of
 // several engines sharing a Store only the first finds the attempt due.
-func (m *machine) startAttempt(c *Consumer, sub *Subscription, now time.Time) {
+func (m *cursorMachine) startAttempt(c *Consumer, sub *Subscription, now time.Time) {
 	c.Attempt++
 	c.InFlight = true
-	c.Deadline = m.ageCap(c, m.retryPolicy(sub), now.Add(m.attemptTimeout(sub)))
+	c.Deadline = m.ageCap(c, m.retryPolicy(sub), now.Add(mechanismOf(sub).attemptTimeout(m, sub)))
 }
 
-// attemptTimeout is how long an attempt for sub may stay in flight before
-// it counts as failed: the WAKING timeout, or for event push the POST's
-// own timeout and a grace, so that an engine that is alive always ends its
-// POST before another may send the batch again.
-func (m *machine) attemptTimeout(sub *Subscription) time.Duration {
-	if !sub.pushes() {
-		return m.wakingTimeout
-	}
-	return m.pushTimeout(sub) + pushTimeoutGrace
-}
-
-// deliveryResult is the outcome of one wake-up POST.
-type deliveryResult struct {
-	epoch   int64
-	wakeID  string
-	attempt int
-	ok      bool             // 2xx
-	done    bool             // 2xx with {"done": true}
-	failure *deliveryFailure // why it failed, if it did
-}
-
-// applyDelivery applies a wake-up outcome. A response from a wake cycle
-// that has ended changes nothing.
-func (m *machine) applyDelivery(c *Consumer, sub *Subscription, r deliveryResult, t tails, now time.Time) change {
-	if c.Epoch != r.epoch || c.WakeID != r.wakeID {
+// failAttempt fails c's attempt in flight with r's failure if r is that
+// attempt's outcome: a failure counts only for the attempt in flight.
+func (m *cursorMachine) failAttempt(c *Consumer, sub *Subscription, r attemptResult, now time.Time) change {
+	if c.State != stateDelivering || !c.InFlight || c.Attempt != r.attempt {
 		return noChange
 	}
-	switch {
-	case r.ok && r.done:
-		if c.State == StateIdle {
-			return noChange
-		}
-		deliveryOK(c)
-		m.autoAck(c)
-		return m.finish(c, sub, t, now)
-	case r.ok:
-		// LIVE and IDLE consumers have no failure run to end: goLive
-		// ended it.
-		if c.State != StateWaking {
-			return noChange
-		}
-		m.goLive(c, now)
-		return changeSave
-	default:
-		if c.State != StateWaking || !c.InFlight || c.Attempt != r.attempt {
-			return noChange
-		}
-		return m.fail(c, sub, r.failure, now)
-	}
+	return m.fail(c, sub, r.failure, now)
 }
 
-// autoAck acks every stream up to its tail when the wake began: the
-// synchronous-done shortcut, which cannot have seen anything newer.
-func (m *machine) autoAck(c *Consumer) {
-	for _, wt := range c.WakeTails {
-		i := streamIndex(c.Streams, wt.Path)
-		if i >= 0 && compareOffsets(wt.Offset, c.Streams[i].Offset) > 0 {
-			c.Streams[i].Offset = wt.Offset
-		}
+// deferAttempt puts back c's attempt in flight, the one that sent was
+// marked as sent for, to be sent at until, its turn under a rate limit:
+// the attempt is not counted, and c waits as for a retry, never past when
+// a failing consumer gives up.
+func (m *cursorMachine) deferAttempt(c, sent *Consumer, sub *Subscription, until time.Time) change {
+	if c.State != stateDelivering || !c.InFlight || c.Epoch != sent.Epoch || c.WakeID != sent.WakeID || c.Attempt != sent.Attempt {
+		return noChange
 	}
+	c.InFlight = false
+	c.Attempt--
+	c.Deadline = m.ageCap(c, m.retryPolicy(sub), until)
+	return changeSave
 }
 
 // fail records failed attempt f of a consumer of sub and schedules the
@@ -316,7 +237,7 @@ func (m *machine) autoAck(c *Consumer) {
 // if the webhook asked for it with Retry-After. A consumer that has failed
 // for as long, or as many times, as the policy allows becomes a dead
 // letter instead.
-func (m *machine) fail(c *Consumer, sub *Subscription, f *deliveryFailure, now time.Time) change {
+func (m *cursorMachine) fail(c *Consumer, sub *Subscription, f *deliveryFailure, now time.Time) change {
 	c.InFlight = false
 	c.Failures++
 	c.LastError = f.reason()
@@ -336,29 +257,23 @@ func (m *machine) fail(c *Consumer, sub *Subscription, f *deliveryFailure, now t
 }
 
 // deadLetter stops c in StateFailed, its cursor where it is.
-func (m *machine) deadLetter(c *Consumer) change {
+func (m *cursorMachine) deadLetter(c *Consumer) change {
 	c.State = StateFailed
 	c.InFlight = false
 	c.Deadline = time.Time{}
 	return changeSave
 }
 
-// retryPolicy is sub's retry policy, or its mode's default: event push
-// gives up on a batch after DefaultMaxAttempts, and a wake-up after the
-// failure GC period (spec 001's three days).
-func (m *machine) retryPolicy(sub *Subscription) RetryPolicy {
-	switch {
-	case sub != nil && sub.Retry != nil:
+// retryPolicy is sub's retry policy, or its mechanism's default.
+func (m *cursorMachine) retryPolicy(sub *Subscription) RetryPolicy {
+	if sub.Retry != nil {
 		return *sub.Retry
-	case sub.pushes():
-		return RetryPolicy{MaxAttempts: DefaultMaxAttempts}
-	default:
-		return RetryPolicy{MaxAge: m.failureGCAfter}
 	}
+	return mechanismOf(sub).defaultRetry(m)
 }
 
 // retryWait is the wait before retry number failures under p.
-func (m *machine) retryWait(p RetryPolicy, failures int) time.Duration {
+func (m *cursorMachine) retryWait(p RetryPolicy, failures int) time.Duration {
 	if n := len(p.Schedule); n > 0 {
 		return p.Schedule[min(failures, n)-1]
 	}
@@ -367,7 +282,7 @@ func (m *machine) retryWait(p RetryPolicy, failures int) time.Duration {
 
 // ageCap brings t forward to when failing consumer c gives up under p, if
 // that is sooner.
-func (m *machine) ageCap(c *Consumer, p RetryPolicy, t time.Time) time.Time {
+func (m *cursorMachine) ageCap(c *Consumer, p RetryPolicy, t time.Time) time.Time {
 	if c.FailingSince.IsZero() || p.MaxAge <= 0 {
 		return t
 	}
@@ -378,7 +293,7 @@ func (m *machine) ageCap(c *Consumer, p RetryPolicy, t time.Time) time.Time {
 }
 
 // tooOld reports whether c has been failing for as long as p allows.
-func (m *machine) tooOld(c *Consumer, p RetryPolicy, now time.Time) bool {
+func (m *cursorMachine) tooOld(c *Consumer, p RetryPolicy, now time.Time) bool {
 	return p.MaxAge > 0 && !c.FailingSince.IsZero() && !now.Before(c.FailingSince.Add(p.MaxAge))
 }
 
@@ -387,12 +302,12 @@ func (m *machine) tooOld(c *Consumer, p RetryPolicy, now time.Time) bool {
 // collects the consumer, or starts an IDLE one's delivery that its
 // mechanism scheduled. A deadline not yet passed is another engine's
 // doing: it got there first.
-func (m *machine) onDue(c *Consumer, sub *Subscription, t tails, now time.Time) change {
+func (m *cursorMachine) onDue(c *Consumer, sub *Subscription, t tails, now time.Time) change {
 	if c.Deadline.IsZero() || c.Deadline.After(now) {
 		return noChange
 	}
 	switch c.State {
-	case StateWaking:
+	case stateDelivering:
 		if m.tooOld(c, m.retryPolicy(sub), now) {
 			return m.deadLetter(c)
 		}
@@ -421,51 +336,11 @@ func (m *machine) onDue(c *Consumer, sub *Subscription, t tails, now time.Time) 
 // start is the transition of IDLE consumer c of sub: its subscription's
 // mechanism starts delivering pending work, unless the subscription is
 // disabled.
-func (m *machine) start(c *Consumer, sub *Subscription, t tails, now time.Time) change {
+func (m *cursorMachine) start(c *Consumer, sub *Subscription, t tails, now time.Time) change {
 	if !sub.active() {
 		return noChange
 	}
 	return mechanismOf(sub).start(m, c, sub, t, now)
-}
-
-// update runs one atomic transition of a consumer through the Store,
-// stamping UpdatedAt, counting wakes, sending the delivery attempt the
-// transition started, and waking the scheduler when the consumer has a
-// deadline.
-func (e *Engine) update(ctx context.Context, id string, fn func(c *Consumer) (change, error)) (*Consumer, error) {
-	var (
-		before    int64
-		wasFailed bool
-		ch        change
-	)
-	c, err := e.store.UpdateConsumer(ctx, id, func(c *Consumer) (UpdateAction, error) {
-		before, wasFailed = c.Epoch, c.State == StateFailed
-		var err error
-		ch, err = fn(c)
-		action := ch.action()
-		if action == UpdateSave {
-			c.UpdatedAt = e.clock.Now()
-		}
-		return action, err
-	})
-	e.progressed.Send()
-	if err != nil || c == nil {
-		return c, err
-	}
-	if c.Epoch > before {
-		e.tel.started(ctx, c)
-	}
-	if c.State == StateFailed && !wasFailed {
-		e.log.InfoContext(ctx, deadLetterMsg,
-			"consumer_id", c.ID, "attempts", c.Attempt, "failing_since", c.FailingSince, "last_error", c.LastError)
-	}
-	if ch == changeSend {
-		e.sendStarted(c)
-	}
-	if !c.Deadline.IsZero() {
-		e.kickScheduler(c.Deadline)
-	}
-	return c, nil
 }
 
 // deadLetterMsg is logged when a consumer's deliveries have failed for as
@@ -495,35 +370,51 @@ func (e *Engine) ResumeConsumer(ctx context.Context, id string) error {
 		return err
 	}
 	e.tel.operated(ctx, "revive")
-	_, err = e.update(ctx, id, func(c *Consumer) (change, error) {
+	_, err = e.core.update(ctx, id, func(c *Consumer) (change, error) {
 		if c.State != StateFailed {
 			return noChange, nil
 		}
-		t, err := e.readTails(ctx, streamPaths(c))
+		t, err := e.core.readTails(ctx, streamPaths(c))
 		if err != nil {
 			return noChange, err
 		}
-		return e.m.revive(c, sub, t, e.clock.Now()), nil
+		return e.core.rules.revive(c, sub, t, e.clock.Now()), nil
 	})
 	return err
 }
 
-// revive brings dead letter c of sub back at its cursor: an events
-// consumer retries its batch, and one whose batch a rewind dropped, like a
-// wake consumer, starts afresh.
-func (m *machine) revive(c *Consumer, sub *Subscription, t tails, now time.Time) change {
+// revive brings dead letter c of sub back at its cursor, its failures
+// forgotten, as its mechanism says.
+func (m *cursorMachine) revive(c *Consumer, sub *Subscription, t tails, now time.Time) change {
 	c.Failures, c.FailingSince, c.LastError = 0, time.Time{}, ""
-	if !sub.pushes() || c.Batch == (ReadLimit{}) {
-		c.Attempt = 0
-		return m.finish(c, sub, t, now)
-	}
-	c.State = StateWaking
+	return mechanismOf(sub).revive(m, c, sub, t, now)
+}
+
+// restart starts c afresh from its cursor, its attempts forgotten: IDLE,
+// or a new delivery if work is pending.
+func (m *cursorMachine) restart(c *Consumer, sub *Subscription, t tails, now time.Time) change {
 	c.Attempt = 0
-	if !sub.active() {
-		// The batch waits, with no deadline, for its subscription.
-		c.InFlight, c.Deadline = false, time.Time{}
-		return changeSave
+	return m.finish(c, sub, t, now)
+}
+
+// removeStream takes the stream at path out of c, and c with it if it was
+// c's primary stream or last one. If before is set it leaves c alone if c
+// was created after it.
+func (m *cursorMachine) removeStream(c *Consumer, path string, before time.Time) change {
+	if !before.IsZero() && c.CreatedAt.After(before) {
+		return noChange
 	}
-	m.startAttempt(c, sub, now)
-	return changeSend
+	if c.PrimaryStream == path {
+		return changeDelete
+	}
+	n := len(c.Streams)
+	c.Streams = slices.DeleteFunc(c.Streams, func(s StreamOffset) bool { return s.Path == path })
+	switch {
+	case len(c.Streams) == 0:
+		return changeDelete
+	case len(c.Streams) < n:
+		return changeSave
+	default:
+		return noChange
+	}
 }

@@ -2,8 +2,6 @@ package webhooks
 
 import (
 	"context"
-	"encoding/binary"
-	"errors"
 	"log/slog"
 	"slices"
 	"sync"
@@ -12,96 +10,6 @@ import (
 
 	"github.com/benbjohnson/clock"
 )
-
-// DeliveryLog is an optional Store capability: a bounded log of each
-// consumer's latest delivery attempts, which the subscription API shows
-// (…&deliveries&consumer=ID). The engine finds it by type assertion on its
-// Store; without it the engine keeps no log. memstore, sqlitestore and
-// pgstore implement it.
-type DeliveryLog interface {
-	// AppendAttempts adds attempts to their consumers' logs, keeping only
-	// the newest keep of each consumer's, so that a log never grows past
-	// keep. Attempts of a consumer that no longer exists are dropped.
-	// Deleting a consumer deletes its log.
-	AppendAttempts(ctx context.Context, attempts []*DeliveryAttempt, keep int) error
-	// ListAttempts returns up to limit of the newest attempts of consumer
-	// id, newest first; none if it has no log.
-	ListAttempts(ctx context.Context, consumerID string, limit int) ([]*DeliveryAttempt, error)
-}
-
-// DeliveryAttempt is one delivery attempt in a DeliveryLog.
-type DeliveryAttempt struct {
-	ConsumerID string
-	// At is when the attempt was made.
-	At time.Time
-	// DeliveryID is the wake id of a wake-up, or the delivery id of a
-	// batch.
-	DeliveryID string
-	// Attempt numbers the attempt within its delivery, from 1.
-	Attempt int
-	// StatusCode is the response's status, or 0 if none arrived.
-	StatusCode int
-	// Latency is how long the request took.
-	Latency time.Duration
-	// ErrorClass is empty for a 2xx, and otherwise says why the attempt
-	// failed: dns, connect, tls, timeout, ssrf_blocked, status_3xx,
-	// status_4xx, status_5xx, body, other, or handler for a BatchHandler's
-	// error or panic.
-	ErrorClass string
-	// Error is the failure's detail.
-	Error string
-	// ResponseBody is the start of the response body, at most
-	// MaxResponsePreview bytes.
-	ResponseBody string
-}
-
-// MaxResponsePreview bounds DeliveryAttempt.ResponseBody, in bytes.
-const MaxResponsePreview = 500
-
-// deliveryAttemptV1 is the format MarshalData writes: a version byte
-// and every field but ConsumerID, in order.
-const deliveryAttemptV1 = 1
-
-var errCorruptAttempt = errors.New("webhooks: corrupt delivery attempt")
-
-// MarshalData encodes every field of a but ConsumerID, which a Store
-// keeps as a column, as one opaque value. It fails for a time outside the
-// years 1678 to 2262. Like Consumer.MarshalData, it is not MarshalBinary,
-// since it leaves a field out.
-func (a *DeliveryAttempt) MarshalData() ([]byte, error) {
-	b, err := appendTime([]byte{deliveryAttemptV1}, a.At)
-	if err != nil {
-		return nil, err
-	}
-	b = appendString(b, a.DeliveryID)
-	b = binary.AppendVarint(b, int64(a.Attempt))
-	b = binary.AppendVarint(b, int64(a.StatusCode))
-	b = binary.AppendVarint(b, int64(a.Latency))
-	b = appendString(b, a.ErrorClass)
-	b = appendString(b, a.Error)
-	return appendString(b, a.ResponseBody), nil
-}
-
-// UnmarshalData sets every field of a but ConsumerID from data that
-// MarshalData wrote. It leaves a unchanged if data is corrupt.
-func (a *DeliveryAttempt) UnmarshalData(data []byte) error {
-	d := decoder{b: data}
-	if d.byte() != deliveryAttemptV1 {
-		return errCorruptAttempt
-	}
-	out := DeliveryAttempt{ConsumerID: a.ConsumerID, At: d.time(), DeliveryID: d.string()}
-	out.Attempt = int(d.varint())
-	out.StatusCode = int(d.varint())
-	out.Latency = time.Duration(d.varint())
-	out.ErrorClass = d.string()
-	out.Error = d.string()
-	out.ResponseBody = d.string()
-	if d.err != nil || len(d.b) != 0 {
-		return errCorruptAttempt
-	}
-	*a = out
-	return nil
-}
 
 // DefaultDeliveryLogKeep is how many attempts of each consumer the
 // delivery log keeps by default.

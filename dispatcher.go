@@ -3,7 +3,12 @@ package webhooks
 import (
 	"context"
 	"errors"
+	"log/slog"
+	"sync"
+	"sync/atomic"
 	"time"
+
+	"github.com/benbjohnson/clock"
 )
 
 const (
@@ -20,119 +25,154 @@ const (
 // (the WAKING timeout, for a wake), while its POST may still be open.
 var errAttemptTimeout = errors.New("no 2xx within the attempt's timeout")
 
-// kickScheduler makes the scheduler look at the Store again if deadline is
+// scheduler is the engine's one scheduling loop: a single timer at the
+// earliest consumer deadline in the Store. It reads the Store's deadlines
+// and nothing else of it; what is due it hands to the cursor core (due),
+// after the events missed in a Store outage (catchUp).
+type scheduler struct {
+	clock        clock.Clock
+	store        Store
+	log          *slog.Logger
+	pollInterval time.Duration
+	// catchUp makes up for the stream events missed while the Store was
+	// unavailable, and reports false if it still is.
+	catchUp func(ctx context.Context) bool
+	// due acts on a consumer whose deadline has passed.
+	due          func(ctx context.Context, c *Consumer) error
+	parkedSignal func()
+
+	kick  chan struct{}
+	armed atomic.Int64 // UnixNano the timer waits for; 0 while it works
+	// parked is set while it waits for its timer or a kick: a test moves
+	// a mock clock only while the engine is idle (see kickAt).
+	parkMu sync.Mutex
+	parked bool
+	// beat is the UnixNano at which it began its current step (Live).
+	beat atomic.Int64
+}
+
+// stalled reports whether the scheduler has spent longer than limit on
+// its current step at now, not waiting for work.
+func (s *scheduler) stalled(now time.Time, limit time.Duration) bool {
+	s.parkMu.Lock()
+	parked := s.parked
+	s.parkMu.Unlock()
+	return !parked && now.Sub(time.Unix(0, s.beat.Load())) > limit
+}
+
+// kickAt makes the scheduler look at the Store again if deadline is
 // earlier than the one its timer waits for. The channel holds one element,
 // so kicks that arrive while it works merge into one.
-func (e *Engine) kickScheduler(deadline time.Time) {
-	if armed := e.armed.Load(); armed != 0 && deadline.UnixNano() >= armed {
+func (s *scheduler) kickAt(deadline time.Time) {
+	if armed := s.armed.Load(); armed != 0 && deadline.UnixNano() >= armed {
 		return
 	}
 	// The kick is sent with parked cleared, under one lock, so that the
 	// scheduler never counts as parked with a kick it is about to take.
-	e.parkMu.Lock()
-	e.parked = false
+	s.parkMu.Lock()
+	s.parked = false
 	select {
-	case e.kick <- struct{}{}:
+	case s.kick <- struct{}{}:
 	default:
 	}
-	e.parkMu.Unlock()
+	s.parkMu.Unlock()
 }
 
-// schedule is the engine's one scheduling loop. It keeps a single timer at
+// run is the engine's one scheduling loop. It keeps a single timer at
 // the earliest deadline in the Store, or the poll interval away if that is
 // sooner, and acts on what is due; there is no goroutine or timer per
 // consumer, so a durable Store resumes every deadline after a restart.
-func (e *Engine) schedule(ctx context.Context) {
-	timer := e.clock.Timer(time.Hour)
+func (s *scheduler) run(ctx context.Context) {
+	timer := s.clock.Timer(time.Hour)
 	defer timer.Stop()
 	for {
 		// While it works every new deadline kicks it; once it knows the
 		// next deadline, only earlier ones do.
-		e.armed.Store(0)
-		e.heartbeat()
-		next := e.runDue(ctx)
+		s.armed.Store(0)
+		s.beat.Store(s.clock.Now().UnixNano())
+		next := s.runDue(ctx)
 		if ctx.Err() != nil {
 			return
 		}
 		// Only this engine's own transitions kick it: a deadline written to
 		// the Store by anything else waits for the poll.
-		if poll := e.clock.Now().Add(e.cfg.pollInterval); next.IsZero() || next.After(poll) {
+		if poll := s.clock.Now().Add(s.pollInterval); next.IsZero() || next.After(poll) {
 			next = poll
 		}
-		now := e.clock.Now()
-		wait := e.clock.Until(next)
+		now := s.clock.Now()
+		wait := s.clock.Until(next)
 		if wait <= 0 {
 			// Due already: a timer set to zero would wait for the next
 			// tick of a mock clock.
 			continue
 		}
-		e.armed.Store(next.UnixNano())
+		s.armed.Store(next.UnixNano())
 		timer.Reset(wait)
-		if e.clock.Since(now) > armSlack {
+		if s.clock.Since(now) > armSlack {
 			// The clock jumped while the timer was being armed (a paused
 			// process, or a mock clock set by a test), so the timer fires
 			// late by the jump: look again.
 			continue
 		}
-		e.park(true)
+		s.park(true)
 		select {
 		case <-ctx.Done():
 			return
-		case <-e.kick:
+		case <-s.kick:
 		case <-timer.C:
 		}
-		e.park(false)
+		s.park(false)
 	}
 }
 
 // park records whether the scheduler waits for work, and tells a test when
 // it starts to. It does not count as waiting with a kick pending.
-func (e *Engine) park(waiting bool) {
-	e.parkMu.Lock()
-	e.parked = waiting && len(e.kick) == 0
-	e.parkMu.Unlock()
+func (s *scheduler) park(waiting bool) {
+	s.parkMu.Lock()
+	s.parked = waiting && len(s.kick) == 0
+	s.parkMu.Unlock()
 	if waiting {
-		e.progressed.Send()
+		s.parkedSignal()
 	}
 }
 
 // runDue handles every consumer whose deadline has passed and returns when
 // to look again: the next deadline, a retry time after a Store error, or
 // the zero time if no consumer has a deadline.
-func (e *Engine) runDue(ctx context.Context) time.Time {
-	if !e.retryMissed(ctx) {
-		return e.clock.Now().Add(storeErrorRetry)
+func (s *scheduler) runDue(ctx context.Context) time.Time {
+	if !s.catchUp(ctx) {
+		return s.clock.Now().Add(storeErrorRetry)
 	}
 	for {
-		due, err := e.store.DueConsumers(ctx, e.clock.Now(), dueBatch)
+		due, err := s.store.DueConsumers(ctx, s.clock.Now(), dueBatch)
 		if err != nil {
 			if ctx.Err() == nil {
-				e.log.ErrorContext(ctx, "webhooks: listing due consumers", "error", err)
+				s.log.ErrorContext(ctx, "webhooks: listing due consumers", "error", err)
 			}
-			return e.clock.Now().Add(storeErrorRetry)
+			return s.clock.Now().Add(storeErrorRetry)
 		}
 		for _, c := range due {
-			e.heartbeat()
-			if err := e.handleDue(ctx, c); err != nil {
+			s.beat.Store(s.clock.Now().UnixNano())
+			if err := s.due(ctx, c); err != nil {
 				if ctx.Err() != nil {
 					return time.Time{}
 				}
-				e.log.ErrorContext(ctx, "webhooks: handling due consumer", "consumer_id", c.ID, "error", err)
-				return e.clock.Now().Add(storeErrorRetry)
+				s.log.ErrorContext(ctx, "webhooks: handling due consumer", "consumer_id", c.ID, "error", err)
+				return s.clock.Now().Add(storeErrorRetry)
 			}
 		}
 		if len(due) < dueBatch {
 			break
 		}
 	}
-	e.heartbeat()
-	next, ok, err := e.store.NextDeadline(ctx)
+	s.beat.Store(s.clock.Now().UnixNano())
+	next, ok, err := s.store.NextDeadline(ctx)
 	switch {
 	case err != nil:
 		if ctx.Err() == nil {
-			e.log.ErrorContext(ctx, "webhooks: reading next deadline", "error", err)
+			s.log.ErrorContext(ctx, "webhooks: reading next deadline", "error", err)
 		}
-		return e.clock.Now().Add(storeErrorRetry)
+		return s.clock.Now().Add(storeErrorRetry)
 	case !ok:
 		return time.Time{}
 	default:
@@ -157,17 +197,17 @@ func (e *Engine) handleDue(ctx context.Context, snapshot *Consumer) error {
 	if err != nil {
 		return err
 	}
-	c, err := e.update(ctx, snapshot.ID, func(c *Consumer) (change, error) {
+	c, err := e.core.update(ctx, snapshot.ID, func(c *Consumer) (change, error) {
 		timedOut = nil
 		before := *c
 		var t tails
 		if c.State == StateLive || c.State == StateIdle {
 			var err error
-			if t, err = e.readTails(ctx, streamPaths(c)); err != nil {
+			if t, err = e.core.readTails(ctx, streamPaths(c)); err != nil {
 				return noChange, err
 			}
 		}
-		ch = e.m.onDue(c, sub, t, e.clock.Now())
+		ch = e.core.rules.onDue(c, sub, t, e.clock.Now())
 		if c.Failures > before.Failures {
 			timedOut = &before
 		}

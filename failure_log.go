@@ -144,6 +144,6 @@ func (l *failureLog) sweep(now time.Time) map[string]int {
 // WAKING timeout may have scheduled it before the POST ended; once the
 // retry is in flight, or the wake over, there is none to report.
 func retryScheduled(c, stored *Consumer) bool {
-	return stored != nil && stored.State == StateWaking && !stored.InFlight &&
+	return stored != nil && stored.State == stateDelivering && !stored.InFlight &&
 		stored.Epoch == c.Epoch && stored.WakeID == c.WakeID && !stored.Deadline.IsZero()
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/streamhooks/webhooks/receiver"
 )
@@ -70,19 +71,52 @@ const failHandler failureClass = "handler"
 // abandoned at its timeout, has not returned.
 var errStillHandling = errors.New("the handler's last call for this stream, abandoned at its timeout, has not returned")
 
-// callHandler calls the handler of sub with b, within sub's timeout, and
+// handlerTransport calls the BatchHandler that a subscription names.
+type handlerTransport struct{}
+
+// send calls the handler of sub with msg's batch, within msg's timeout,
+// and classifies what it came to as a POST's response is classified.
+func (handlerTransport) send(ctx context.Context, x *executor, sub *Subscription, msg *message, _ func()) (response, error) {
+	return x.callHandler(ctx, sub, msg.batch, msg.timeout), nil
+}
+
+// lane is the handler's, whose calls the lane's limit then bounds.
+func (handlerTransport) lane(sub *Subscription) string { return "handler:" + sub.Handler }
+
+// validate checks that sub names a handler registered on this engine,
+// and no webhook.
+func (handlerTransport) validate(x *executor, sub *Subscription) error {
+	switch {
+	case sub.Webhook != "":
+		return invalid("webhook", "delivery %q has no webhook URL", DeliveryHandler)
+	case x.handlers[sub.Handler] == nil:
+		return invalid("handler", "no handler %q is registered on this engine", sub.Handler)
+	}
+	return nil
+}
+
+// testable refuses a test delivery: there is no webhook to test.
+func (handlerTransport) testable() error {
+	return invalid("delivery", "a %q subscription has no webhook to test", DeliveryHandler)
+}
+
+// offeredOverHTTP is false: a handler is the host's Go function, so its
+// subscriptions are created in Go only.
+func (handlerTransport) offeredOverHTTP() bool { return false }
+
+// callHandler calls the handler of sub with b, within timeout, and
 // classifies what it came to as a POST's response is classified.
-func (e *Engine) callHandler(ctx context.Context, sub *Subscription, b *Batch) (r response) {
-	r.sentAt = e.clock.Now()
-	defer func() { r.latency = e.clock.Since(r.sentAt) }()
-	h := e.cfg.handlers[sub.Handler]
+func (x *executor) callHandler(ctx context.Context, sub *Subscription, b *Batch, timeout time.Duration) (r response) {
+	r.sentAt = x.clock.Now()
+	defer func() { r.latency = x.clock.Since(r.sentAt) }()
+	h := x.handlers[sub.Handler]
 	if h == nil {
 		r.outcome = outcomeHandlerError
 		r.failure = &deliveryFailure{class: failHandler, err: fmt.Errorf("no handler %q is registered", sub.Handler)}
 		return r
 	}
 	key := ConsumerID(sub.ID, b.Stream)
-	if _, busy := e.handling.LoadOrStore(key, struct{}{}); busy {
+	if _, busy := x.handling.LoadOrStore(key, struct{}{}); busy {
 		r.outcome = outcomeHandlerError
 		r.failure = &deliveryFailure{class: failHandler, err: errStillHandling}
 		return r
@@ -90,13 +124,13 @@ func (e *Engine) callHandler(ctx context.Context, sub *Subscription, b *Batch) (
 	// The timeout runs on the engine's clock, as a POST's does.
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	timer := e.clock.AfterFunc(e.m.pushTimeout(sub), func() { cancel(errRequestTimeout) })
+	timer := x.clock.AfterFunc(timeout, func() { cancel(errRequestTimeout) })
 	defer timer.Stop()
 	done := make(chan error, 1) // the handler never blocks on sending, even abandoned
 	go func() {
 		done <- runHandler(ctx, h, b)
-		e.handling.Delete(key)
-		e.progressed.Send()
+		x.handling.Delete(key)
+		x.handlerReturned()
 	}()
 	select {
 	case err := <-done:
@@ -124,37 +158,4 @@ func runHandler(ctx context.Context, h BatchHandler, b *Batch) (err error) {
 		}
 	}()
 	return h(ctx, b)
-}
-
-// laneOf is the lane of sub's deliveries: its webhook's host, or its
-// handler, whose calls the lane's limit then bounds.
-func laneOf(sub *Subscription) string {
-	if sub.Delivery == DeliveryHandler {
-		return "handler:" + sub.Handler
-	}
-	return laneKey(sub.Webhook)
-}
-
-// validateDestination checks where sub delivers: a webhook URL, by the
-// engine's policy too, or for DeliveryHandler a registered handler.
-func (e *Engine) validateDestination(sub *Subscription) error {
-	if sub.Delivery == DeliveryHandler {
-		switch {
-		case sub.Webhook != "":
-			return invalid("webhook", "delivery %q has no webhook URL", DeliveryHandler)
-		case e.cfg.handlers[sub.Handler] == nil:
-			return invalid("handler", "no handler %q is registered on this engine", sub.Handler)
-		}
-		return nil
-	}
-	if sub.Handler != "" {
-		return invalid("handler", "a handler applies only to delivery %q", DeliveryHandler)
-	}
-	if len(sub.Webhook) > MaxWebhookURLLength {
-		return invalid("webhook", "webhook URL is longer than %d characters", MaxWebhookURLLength)
-	}
-	if _, err := e.policy.CheckURL(sub.Webhook); err != nil {
-		return invalid("webhook", "webhook URL rejected: %v", err)
-	}
-	return nil
 }

@@ -12,29 +12,6 @@ import (
 	"github.com/benbjohnson/clock"
 )
 
-// Leaser is an optional capability of a Store that several engine
-// instances share. It grants a named lease to one holder at a time, for a
-// limited term. An engine over a Store that implements it reports the
-// Store-wide gauge webhooks.consumers only while it holds the lease
-// "metrics", so that the gauge summed over the instances counts each
-// consumer once; the lease passes to another instance when its holder
-// stops or fails to renew it. An engine over a Store without it reports
-// the gauge always: such a Store serves one engine.
-//
-// Times are those of the engines' clocks, as consumer deadlines are:
-// engines sharing a Store need clocks that agree to well within a lease's
-// term, which is at least 15 seconds.
-type Leaser interface {
-	// TryLease grants the lease name to holder until the time until, if no
-	// one holds it, if its term has ended (its until is not after now), or
-	// if holder holds it already, and reports whether holder now holds it.
-	// Racing calls for one name grant it to one holder at most.
-	TryLease(ctx context.Context, name, holder string, now, until time.Time) (bool, error)
-	// ReleaseLease ends the lease name at once if holder holds it, so that
-	// another holder may take it; otherwise it does nothing.
-	ReleaseLease(ctx context.Context, name, holder string) error
-}
-
 // metricsLease names the lease whose holder reports the Store-wide gauge.
 const metricsLease = "metrics"
 

@@ -84,7 +84,7 @@ type deadLetterJSON struct {
 func (e *Engine) consumerViews(ctx context.Context, cs []*Consumer) ([]consumerJSON, error) {
 	out := make([]consumerJSON, len(cs))
 	for i, c := range cs {
-		t, err := e.readTails(ctx, streamPaths(c))
+		t, err := e.core.readTails(ctx, streamPaths(c))
 		if err != nil {
 			return nil, err
 		}
@@ -94,7 +94,7 @@ func (e *Engine) consumerViews(ctx context.Context, cs []*Consumer) ([]consumerJ
 			Deadline: timeOrNil(c.Deadline), Failures: c.Failures, FailingSince: timeOrNil(c.FailingSince),
 			LastError: c.LastError, UpdatedAt: c.UpdatedAt, Streams: make([]streamJSON, len(c.Streams)),
 		}
-		if c.State == StateWaking && !c.InFlight {
+		if c.State == stateDelivering && !c.InFlight {
 			v.NextAttemptAt = v.Deadline
 		}
 		if c.State == StateFailed {

@@ -34,13 +34,14 @@ import (
 // flight counts as failed.
 const pushTimeoutGrace = time.Second
 
-// pushMechanism delivers by event push.
-type pushMechanism struct{}
+// pushMechanism delivers by event push, through transport to: a webhook
+// (DeliveryEvents) or a Go function (DeliveryHandler).
+type pushMechanism struct{ to transport }
 
 // start starts a batch of IDLE consumer c if its stream has events past
 // its cursor. With a batch window the first such event opens the window,
 // and the batch starts when it closes.
-func (pushMechanism) start(m *machine, c *Consumer, sub *Subscription, t tails, now time.Time) change {
+func (pushMechanism) start(m *cursorMachine, c *Consumer, sub *Subscription, t tails, now time.Time) change {
 	if len(c.Streams) == 0 {
 		return noChange
 	}
@@ -52,28 +53,106 @@ func (pushMechanism) start(m *machine, c *Consumer, sub *Subscription, t tails, 
 	ev := sub.Events
 	if ev.MaxWait > 0 {
 		if c.Deadline.IsZero() {
-			c.Deadline = now.Add(ev.MaxWait)
-			return changeSave
+			return m.openWindow(c, now.Add(ev.MaxWait))
 		}
 		if c.Deadline.After(now) {
 			return noChange
 		}
 	}
-	c.State = StateWaking
-	c.Epoch++
-	c.WakeID = newDeliveryID()
-	c.Batch = ReadLimit{MaxEvents: ev.MaxBatchEvents, MaxBytes: ev.MaxBatchBytes, Until: info.Tail}
-	c.Attempt = 0
-	m.startAttempt(c, sub, now)
-	return changeSend
+	return m.startBatch(c, sub, ReadLimit{MaxEvents: ev.MaxBatchEvents, MaxBytes: ev.MaxBatchBytes, Until: info.Tail}, now)
 }
 
-// pushTimeout is the timeout of one event-push POST for sub.
-func (m *machine) pushTimeout(sub *Subscription) time.Duration {
+func (pushMechanism) apply(m *cursorMachine, c *Consumer, sub *Subscription, r attemptResult, t tails, now time.Time) change {
+	return m.applyBatch(c, sub, r, t, now)
+}
+
+// revive retries a dead letter's batch, as a new run of attempts under
+// the same delivery id; one whose batch a rewind dropped starts afresh.
+func (pushMechanism) revive(m *cursorMachine, c *Consumer, sub *Subscription, t tails, now time.Time) change {
+	if c.Batch == (ReadLimit{}) {
+		return m.restart(c, sub, t, now)
+	}
+	return m.retryBatch(c, sub, now)
+}
+
+// attemptTimeout is the transport's own timeout and a grace, so that an
+// engine that is alive always ends its attempt before another may send the
+// batch again.
+func (p pushMechanism) attemptTimeout(m *cursorMachine, sub *Subscription) time.Duration {
+	return p.requestTimeout(m, sub) + pushTimeoutGrace
+}
+
+// requestTimeout is the subscription's timeout, or the engine's.
+func (pushMechanism) requestTimeout(m *cursorMachine, sub *Subscription) time.Duration {
 	if sub.Events.Timeout > 0 {
 		return sub.Events.Timeout
 	}
 	return m.requestTimeout
+}
+
+// defaultRetry gives up on a batch after DefaultMaxAttempts.
+func (pushMechanism) defaultRetry(*cursorMachine) RetryPolicy {
+	return RetryPolicy{MaxAttempts: DefaultMaxAttempts}
+}
+
+// prepare reads c's batch in flight from the stream and leaves out what
+// the filter does not match. A batch with nothing left to send moves the
+// cursor without a POST.
+func (p pushMechanism) prepare(ctx context.Context, x *executor, c *Consumer, sub *Subscription) (*message, error) {
+	batch, events, err := x.readBatch(ctx, c, sub)
+	if err != nil {
+		return nil, &failedStep{"reading a batch", err}
+	}
+	trace.SpanFromContext(ctx).SetAttributes(attribute.Int("webhooks.events", len(events)))
+	msg := &message{
+		result: attemptResult{
+			epoch:      c.Epoch,
+			deliveryID: c.WakeID,
+			attempt:    c.Attempt,
+			next:       batch.Next,
+			cut:        batch.Next != c.Batch.Until,
+		},
+		id:      c.WakeID,
+		headers: sub.Events.Headers,
+		timeout: p.requestTimeout(x.cursors, sub),
+	}
+	if len(events) == 0 {
+		return msg, nil
+	}
+	msg.batch = &Batch{
+		EventsPayload: receiver.EventsPayload{
+			SubscriptionID: sub.ID,
+			Stream:         c.PrimaryStream,
+			DeliveryID:     c.WakeID,
+			Events:         events,
+			FirstOffset:    c.Streams[0].Offset,
+			Offset:         batch.Next,
+			UpToDate:       batch.Next == c.Batch.Until,
+		},
+		Attempt:     c.Attempt,
+		MaxAttempts: x.cursors.retryPolicy(sub).MaxAttempts,
+	}
+	return msg, nil
+}
+
+func (p pushMechanism) transport() transport { return p.to }
+
+func (pushMechanism) spanName() string { return "webhooks.push" }
+
+func (pushMechanism) eventOptions() bool { return true }
+
+func (pushMechanism) options(s *Subscription) pushJSON { return pushView(s.Events) }
+
+// configure gives sub the default events options, retry policy and rate
+// limit of event push, then req's options; the source must read events.
+func (pushMechanism) configure(sub *Subscription, req *pushJSON, source StreamSource) error {
+	if _, ok := source.(EventReader); !ok {
+		return errNoEventReader()
+	}
+	sub.Events = defaultEventsOptions()
+	sub.Retry = &RetryPolicy{MaxAttempts: DefaultMaxAttempts}
+	sub.RateLimit = DefaultEventsRateLimit
+	return req.applyTo(sub.Events)
 }
 
 func newDeliveryID() string {
@@ -81,33 +160,42 @@ func newDeliveryID() string {
 	return "msg_" + hex.EncodeToString(id[:])
 }
 
-// pushResult is the outcome of one attempt of a batch.
-type pushResult struct {
-	epoch      int64
-	deliveryID string
-	attempt    int
-	next       string // the cursor past the batch, if it succeeded
-	// cut is set when the batch ended before its Until at a size limit:
-	// the events after it have waited their window already.
-	cut bool
-	// failure is why the attempt failed; nil for a 2xx, or for a batch
-	// with nothing to send.
-	failure *deliveryFailure
+// openWindow opens IDLE consumer c's batch window, to close at until.
+func (m *cursorMachine) openWindow(c *Consumer, until time.Time) change {
+	c.Deadline = until
+	return changeSave
 }
 
-// applyPush applies the outcome of an attempt of c's batch. A 2xx of any
+// startBatch starts c's batch up to limit, under a new delivery id.
+func (m *cursorMachine) startBatch(c *Consumer, sub *Subscription, limit ReadLimit, now time.Time) change {
+	c.Batch = limit
+	return m.begin(c, sub, newDeliveryID(), now)
+}
+
+// retryBatch starts a new run of attempts of dead letter c's batch, under
+// the same delivery id; of a paused or disabled subscription, the batch
+// waits, with no deadline, to be resumed.
+func (m *cursorMachine) retryBatch(c *Consumer, sub *Subscription, now time.Time) change {
+	c.State = stateDelivering
+	c.Attempt = 0
+	if !sub.active() {
+		c.InFlight, c.Deadline = false, time.Time{}
+		return changeSave
+	}
+	m.startAttempt(c, sub, now)
+	return changeSend
+}
+
+// applyBatch applies the outcome of an attempt of c's batch. A 2xx of any
 // attempt of the batch moves the cursor past it and starts the next batch
 // if there are events for one; a failure counts only for the attempt in
 // flight.
-func (m *machine) applyPush(c *Consumer, sub *Subscription, r pushResult, t tails, now time.Time) change {
-	if c.State != StateWaking || c.Epoch != r.epoch || c.WakeID != r.deliveryID {
+func (m *cursorMachine) applyBatch(c *Consumer, sub *Subscription, r attemptResult, t tails, now time.Time) change {
+	if c.State != stateDelivering || c.Epoch != r.epoch || c.WakeID != r.deliveryID {
 		return noChange
 	}
 	if r.failure != nil {
-		if !c.InFlight || c.Attempt != r.attempt {
-			return noChange
-		}
-		return m.fail(c, sub, r.failure, now)
+		return m.failAttempt(c, sub, r, now)
 	}
 	if len(c.Streams) > 0 && compareOffsets(r.next, c.Streams[0].Offset) > 0 {
 		c.Streams[0].Offset = r.next
@@ -126,76 +214,6 @@ func (m *machine) applyPush(c *Consumer, sub *Subscription, r pushResult, t tail
 	}
 	c.Deadline = time.Time{}
 	return changeSave
-}
-
-// deliver sends the batch of c that a transition has marked as sent, and
-// records the outcome: it reads the batch from the stream, leaves out what
-// the filter does not match, and POSTs the rest, or for DeliveryHandler
-// calls the handler with it. A batch with nothing left
-// to send moves the cursor without a POST.
-func (pushMechanism) deliver(ctx context.Context, e *Engine, c *Consumer, sub *Subscription) string {
-	ctx, span := e.tel.tracer.Start(ctx, "webhooks.push", trace.WithAttributes(consumerAttrs(c)...))
-	defer span.End()
-	batch, events, err := e.readBatch(ctx, c, sub)
-	if err != nil {
-		// The attempt stays in flight and times out, to be retried. A
-		// stream deleted meanwhile takes its consumers with it.
-		if ctx.Err() == nil && !errors.Is(err, ErrStreamNotFound) {
-			e.log.ErrorContext(ctx, "webhooks: reading a batch", "consumer_id", c.ID, "error", err)
-		}
-		return ""
-	}
-	result := pushResult{
-		epoch:      c.Epoch,
-		deliveryID: c.WakeID,
-		attempt:    c.Attempt,
-		next:       batch.Next,
-		cut:        batch.Next != c.Batch.Until,
-	}
-	span.SetAttributes(attribute.Int("webhooks.events", len(events)))
-	if len(events) == 0 {
-		e.recordPush(ctx, c, sub, result, response{})
-		return ""
-	}
-	p := &receiver.EventsPayload{
-		SubscriptionID: sub.ID,
-		Stream:         c.PrimaryStream,
-		DeliveryID:     c.WakeID,
-		Events:         events,
-		FirstOffset:    c.Streams[0].Offset,
-		Offset:         batch.Next,
-		UpToDate:       batch.Next == c.Batch.Until,
-	}
-	var resp response
-	if sub.Delivery == DeliveryHandler {
-		resp = e.callHandler(ctx, sub, &Batch{EventsPayload: *p, Attempt: c.Attempt, MaxAttempts: e.m.retryPolicy(sub).MaxAttempts})
-	} else if resp, err = e.postBatch(ctx, sub, p); err != nil {
-		// The attempt times out, and is retried, as a lost POST is.
-		e.log.ErrorContext(ctx, "webhooks: signing a batch", "consumer_id", c.ID, "error", err)
-		return ""
-	}
-	if ctx.Err() != nil {
-		return ""
-	}
-	e.tel.delivered(ctx, span, resp.outcome, resp.failure, resp.latency)
-	result.failure = resp.failure
-	e.recordPush(ctx, c, sub, result, resp)
-	return resp.outcome
-}
-
-// postBatch signs p for sub and POSTs it to sub's webhook.
-func (e *Engine) postBatch(ctx context.Context, sub *Subscription, p *receiver.EventsPayload) (response, error) {
-	body := eventsBody(p)
-	header, err := e.signedHeader(sub, p.DeliveryID, body, e.clock.Now())
-	if err != nil {
-		return response{}, err
-	}
-	for k, v := range sub.Events.Headers {
-		if header.Get(k) == "" {
-			header.Set(k, v)
-		}
-	}
-	return e.post(ctx, sub.Webhook, header, body, e.m.pushTimeout(sub), nil), nil
 }
 
 // eventsBody encodes p as encoding/json would, but with the events as the
@@ -237,8 +255,8 @@ func appendJSONString(b []byte, s string) []byte {
 
 // readBatch reads the events of c's batch in flight, and returns them as
 // they go in the payload: the ones the filter matches, as JSON values.
-func (e *Engine) readBatch(ctx context.Context, c *Consumer, sub *Subscription) (EventBatch, []json.RawMessage, error) {
-	reader, ok := e.source.(EventReader)
+func (x *executor) readBatch(ctx context.Context, c *Consumer, sub *Subscription) (EventBatch, []json.RawMessage, error) {
+	reader, ok := x.source.(EventReader)
 	if !ok {
 		return EventBatch{}, nil, errors.New("the StreamSource cannot read events (EventReader)")
 	}
@@ -263,32 +281,4 @@ func (e *Engine) readBatch(ctx context.Context, c *Consumer, sub *Subscription) 
 		}
 	}
 	return batch, events, nil
-}
-
-// recordPush applies the outcome r of an attempt of c's batch, whose POST
-// got resp, if it made one; a failure counts if it was the attempt in
-// flight.
-func (e *Engine) recordPush(ctx context.Context, c *Consumer, sub *Subscription, r pushResult, resp response) {
-	applied := false
-	stored, err := e.update(ctx, c.ID, func(cur *Consumer) (change, error) {
-		var t tails
-		if r.failure == nil {
-			var err error
-			if t, err = e.readTails(ctx, streamPaths(cur)); err != nil {
-				return noChange, err
-			}
-		}
-		ch := e.m.applyPush(cur, e.latest(sub), r, t, e.clock.Now())
-		applied = ch != noChange
-		return ch, nil
-	})
-	switch {
-	case err != nil:
-		// After Stop the attempt stays in flight and times out.
-		if !errors.Is(err, ErrConsumerNotFound) && ctx.Err() == nil {
-			e.log.ErrorContext(ctx, "webhooks: recording a batch's outcome", "consumer_id", c.ID, "error", err)
-		}
-	case resp.outcome != "" && (r.failure == nil || applied):
-		e.attemptEnded(ctx, c, sub, resp, stored)
-	}
 }

@@ -58,29 +58,29 @@ func TestEventFilterMatch(t *testing.T) {
 // Outcomes of attempts that are not the one in flight: a failure counts
 // only for the attempt in flight, a 2xx of any attempt of the batch acks
 // it, and nothing of an earlier batch changes the consumer.
-func TestApplyPushFencesOutcomes(t *testing.T) {
+func TestApplyBatchFencesOutcomes(t *testing.T) {
 	m := testMachine()
 	m.requestTimeout = time.Second
 	sub := &Subscription{Delivery: DeliveryEvents, Events: &EventsOptions{MaxBatchEvents: 10}}
 	tail := StreamInfo{Path: "/a", Tail: "0000000000000000_0000000000000005"}
 	c := newConsumer("s", "/a", OffsetNone, t0)
-	require.Equal(t, changeSend, pushMechanism{}.start(m, c, sub, tails{"/a": tail}, t0))
+	require.Equal(t, changeSend, pushMech.start(m, c, sub, tails{"/a": tail}, t0))
 	require.Equal(t, ReadLimit{MaxEvents: 10, Until: tail.Tail}, c.Batch)
-	first := pushResult{epoch: c.Epoch, deliveryID: c.WakeID, attempt: 1, failure: statusFailure(503)}
-	require.Equal(t, changeSave, m.applyPush(c, sub, first, nil, t0))
+	first := attemptResult{epoch: c.Epoch, deliveryID: c.WakeID, attempt: 1, failure: statusFailure(503)}
+	require.Equal(t, changeSave, m.applyBatch(c, sub, first, nil, t0))
 	require.Equal(t, changeSend, m.onDue(c, sub, nil, c.Deadline), "the retry")
 	require.Equal(t, 2, c.Attempt)
 
-	require.Equal(t, noChange, m.applyPush(c, sub, first, nil, t0), "a failure of an attempt no longer in flight")
-	stale := pushResult{epoch: c.Epoch - 1, deliveryID: c.WakeID, attempt: 2, next: tail.Tail}
-	require.Equal(t, noChange, m.applyPush(c, sub, stale, nil, t0), "another batch's 2xx")
+	require.Equal(t, noChange, m.applyBatch(c, sub, first, nil, t0), "a failure of an attempt no longer in flight")
+	stale := attemptResult{epoch: c.Epoch - 1, deliveryID: c.WakeID, attempt: 2, next: tail.Tail}
+	require.Equal(t, noChange, m.applyBatch(c, sub, stale, nil, t0), "another batch's 2xx")
 
 	late := first
 	late.failure, late.next = nil, tail.Tail
-	require.Equal(t, changeSave, m.applyPush(c, sub, late, tails{"/a": tail}, t0), "a late 2xx of the first attempt acks the batch")
+	require.Equal(t, changeSave, m.applyBatch(c, sub, late, tails{"/a": tail}, t0), "a late 2xx of the first attempt acks the batch")
 	require.Equal(t, StateIdle, c.State)
 	require.Equal(t, tail.Tail, c.Streams[0].Offset)
-	require.Equal(t, noChange, m.applyPush(c, sub, late, tails{"/a": tail}, t0), "and only once")
+	require.Equal(t, noChange, m.applyBatch(c, sub, late, tails{"/a": tail}, t0), "and only once")
 }
 
 // The feed's reload compares subscriptions by value, options included.

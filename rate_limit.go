@@ -85,15 +85,8 @@ func (r *rateLimits) sweep(now time.Time) {
 // be sent after wait, its turn under its subscription's rate limit: the
 // attempt is not counted, and c waits as for a retry.
 func (e *Engine) deferAttempt(ctx context.Context, c *Consumer, sub *Subscription, wait time.Duration) {
-	_, err := e.update(ctx, c.ID, func(cur *Consumer) (change, error) {
-		if cur.State != StateWaking || !cur.InFlight || cur.Epoch != c.Epoch || cur.WakeID != c.WakeID || cur.Attempt != c.Attempt {
-			return noChange, nil
-		}
-		cur.InFlight = false
-		cur.Attempt--
-		// Never past when a failing consumer gives up.
-		cur.Deadline = e.m.ageCap(cur, e.m.retryPolicy(sub), e.clock.Now().Add(wait))
-		return changeSave, nil
+	_, err := e.core.update(ctx, c.ID, func(cur *Consumer) (change, error) {
+		return e.core.rules.deferAttempt(cur, c, sub, e.clock.Now().Add(wait)), nil
 	})
 	if err != nil && !errors.Is(err, ErrConsumerNotFound) && ctx.Err() == nil {
 		// The attempt stays in flight, times out and is retried.

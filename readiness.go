@@ -54,10 +54,7 @@ func (e *Engine) Live() error {
 	if err := e.runState(); err != nil {
 		return err
 	}
-	e.parkMu.Lock()
-	parked := e.parked
-	e.parkMu.Unlock()
-	if !parked && e.clock.Since(time.Unix(0, e.beat.Load())) > StalledAfter {
+	if e.sched.stalled(e.clock.Now(), StalledAfter) {
 		return ErrStalled
 	}
 	return nil
@@ -76,6 +73,3 @@ func (e *Engine) runState() error {
 	}
 	return nil
 }
-
-// heartbeat records that the scheduler has begun a step.
-func (e *Engine) heartbeat() { e.beat.Store(e.clock.Now().UnixNano()) }

@@ -54,8 +54,8 @@ func (e *Engine) Rewind(ctx context.Context, p *RewindParams) (int, error) {
 	e.tel.operated(ctx, "rewind")
 	n := 0
 	rewind := func(c *Consumer) error {
-		_, err := e.update(ctx, c.ID, func(c *Consumer) (change, error) {
-			t, err := e.readTails(ctx, streamPaths(c))
+		_, err := e.core.update(ctx, c.ID, func(c *Consumer) (change, error) {
+			t, err := e.core.readTails(ctx, streamPaths(c))
 			if err != nil {
 				return noChange, err
 			}
@@ -68,7 +68,7 @@ func (e *Engine) Rewind(ctx context.Context, p *RewindParams) (int, error) {
 			if info, ok := t[c.PrimaryStream]; ok && compareOffsets(offset, info.Tail) > 0 {
 				return noChange, invalidOffset("offset", "offset %s is past the tail %s of %s", offset, info.Tail, c.PrimaryStream)
 			}
-			return e.m.rewind(c, sub, offset, t, e.clock.Now()), nil
+			return e.core.rules.rewind(c, sub, offset, t, e.clock.Now()), nil
 		})
 		if err == nil {
 			n++
@@ -94,7 +94,7 @@ func (e *Engine) Rewind(ctx context.Context, p *RewindParams) (int, error) {
 // ended one's callbacks and outcomes with its new epoch; with no pending
 // work there is none to fence, since an IDLE consumer takes no outcome
 // and no ack below its cursor.
-func (m *machine) rewind(c *Consumer, sub *Subscription, offset string, t tails, now time.Time) change {
+func (m *cursorMachine) rewind(c *Consumer, sub *Subscription, offset string, t tails, now time.Time) change {
 	i := streamIndex(c.Streams, c.PrimaryStream)
 	if i < 0 {
 		return noChange

@@ -4,33 +4,45 @@ import (
 	"context"
 	"maps"
 	"slices"
+
+	"github.com/streamhooks/webhooks/internal/testsignal"
 )
 
-// SignalProgress makes e send on ch after each write of consumers it makes
-// to its Store, each delivery attempt it ends, each reload of its
-// subscriptions and each time its scheduler parks, so that a test waits
-// for their effects without polling. Call it before Start.
-func SignalProgress(e *Engine, ch chan<- struct{}) { e.progressed.Set(ch) }
+// SignalProgress makes e send on ch at each of its signals: after each
+// write of consumers it makes to its Store, each delivery attempt it ends,
+// each handler call that returns, each reload of its subscriptions, each
+// write of its delivery log and each time its scheduler parks, so that a
+// test waits for their effects without polling. Call it before Start.
+func SignalProgress(e *Engine, ch chan<- struct{}) {
+	s := &e.signals
+	for _, sig := range []*testsignal.Signal{
+		&s.consumerWritten, &s.attemptEnded, &s.handlerReturned,
+		&s.subscriptionsReloaded, &s.schedulerParked, &s.attemptLogged,
+	} {
+		sig.Set(ch)
+	}
+}
 
 // SignalReloaded makes e send on ch after each reload of its subscriptions
 // through the SubscriptionFeed. Call it before Start.
-func SignalReloaded(e *Engine, ch chan<- struct{}) { e.reloaded.Set(ch) }
+func SignalReloaded(e *Engine, ch chan<- struct{}) { e.signals.reloadEnded.Set(ch) }
 
 // SignalSwept makes e send on ch after Start's recovery and after each
 // stream sweep. Call it before Start.
-func SignalSwept(e *Engine, ch chan<- struct{}) { e.swept.Set(ch) }
+func SignalSwept(e *Engine, ch chan<- struct{}) { e.signals.streamsSwept.Set(ch) }
 
 // SignalStopping makes e send on ch when Stop has stopped its work and
 // waits for its deliveries in flight. Call it before Start.
-func SignalStopping(e *Engine, ch chan<- struct{}) { e.stopping.Set(ch) }
+func SignalStopping(e *Engine, ch chan<- struct{}) { e.signals.stopWaiting.Set(ch) }
 
 // SchedulerParked reports whether e's scheduler waits for work, its timer
 // armed after the clock's time and no kick pending: it acts again only when
 // the clock passes its timer or a transition kicks it.
 func SchedulerParked(e *Engine) bool {
-	e.parkMu.Lock()
-	defer e.parkMu.Unlock()
-	return e.parked && e.armed.Load() > e.clock.Now().UnixNano()
+	s := e.sched
+	s.parkMu.Lock()
+	defer s.parkMu.Unlock()
+	return s.parked && s.armed.Load() > e.clock.Now().UnixNano()
 }
 
 // DeliveriesRunning is how many delivery attempts e has started and not
@@ -50,7 +62,7 @@ const DeadLetterMsg = deadLetterMsg
 
 // HandlerRunning reports whether a BatchHandler call for consumer id runs.
 func HandlerRunning(e *Engine, id string) bool {
-	_, ok := e.handling.Load(id)
+	_, ok := e.x.handling.Load(id)
 	return ok
 }
 
@@ -67,10 +79,7 @@ func LoadForBench(ctx context.Context, e *Engine) error {
 	if err := e.load(ctx); err != nil {
 		return err
 	}
-	e.sweep.known = make(map[string]bool)
-	for id := range e.stored {
-		e.sweep.known[id] = true
-	}
+	e.sweep.begin(e.stored)
 	return nil
 }
 
@@ -82,4 +91,4 @@ func RecoverForBench(ctx context.Context, e *Engine) {
 }
 
 // SweepForBench runs one stream sweep of a loaded e.
-func SweepForBench(ctx context.Context, e *Engine) { e.sweepStreams(ctx) }
+func SweepForBench(ctx context.Context, e *Engine) { e.sweep.sweep(ctx) }

@@ -48,6 +48,12 @@ var (
 // consumer back by setting the indexed fields from its columns and calling
 // UnmarshalData, which sets every other field. The engine versions that
 // value, so a field added to Consumer needs no migration in the Store.
+//
+// The whole contract of a backend is in the store*.go files: this
+// interface, the optional capabilities a Store may add (SubscriptionFeed,
+// Leaser, DeliveryLog) and the types they carry, and the codecs only
+// backends call (MarshalData and UnmarshalData of Consumer, Subscription
+// and DeliveryAttempt). storetest checks a backend against all of it.
 type Store interface {
 	// CreateSubscription stores sub. It returns ErrSubscriptionExists if a
 	// subscription with the same ID exists.
@@ -260,7 +266,7 @@ func (s *Subscription) status() SubscriptionStatus {
 }
 
 // active reports whether s delivers.
-func (s *Subscription) active() bool { return s == nil || s.status() == StatusActive }
+func (s *Subscription) active() bool { return s.status() == StatusActive }
 
 // DeliveryMode is how the engine delivers a subscription's streams to its
 // webhook.
@@ -308,13 +314,6 @@ type EventFilter struct {
 	Patterns []string
 }
 
-// pushes reports whether s delivers by event push, to a webhook or to a
-// handler. A nil subscription is taken for a wake one: the callback API,
-// which only wake consumers use, does not look theirs up.
-func (s *Subscription) pushes() bool {
-	return s != nil && (s.Delivery == DeliveryEvents || s.Delivery == DeliveryHandler)
-}
-
 // orDefault is m, or DeliveryWake for the zero mode.
 func (m DeliveryMode) orDefault() DeliveryMode {
 	if m == "" {
@@ -328,7 +327,10 @@ type ConsumerState string
 
 // The consumer states of the spec's state machine.
 const (
-	StateIdle   ConsumerState = "IDLE"
+	StateIdle ConsumerState = "IDLE"
+	// StateWaking is a delivery in progress, with an attempt in flight or
+	// awaiting its retry: a wake-up not yet received, or an event-push
+	// batch not yet acknowledged.
 	StateWaking ConsumerState = "WAKING"
 	StateLive   ConsumerState = "LIVE"
 	// StateFailed is a dead letter: a consumer whose deliveries failed for

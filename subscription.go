@@ -73,10 +73,8 @@ func (e *Engine) view(s *Subscription) subscriptionJSON {
 	out := subscriptionJSON{
 		SubscriptionID: s.ID, Pattern: s.Pattern, Webhook: s.Webhook, Handler: s.Handler, Description: s.Description,
 		Delivery: s.Delivery.orDefault(), Status: s.status(),
-		optionsJSON: e.m.optionsView(s), healthJSON: healthView(s.Health),
-	}
-	if s.pushes() {
-		out.pushJSON = pushView(s.Events)
+		optionsJSON: optionsView(s, e.core.rules.retryPolicy(s)), healthJSON: healthView(s.Health),
+		pushJSON: mechanismOf(s).options(s),
 	}
 	return out
 }
@@ -201,7 +199,7 @@ func (e *Engine) patchSubscription(ctx context.Context, r *http.Request, at targ
 	if req.Signature != "" && req.Signature != sub.signature() {
 		return 0, nil, invalid("signature", "signature cannot be changed; delete and re-create the subscription")
 	}
-	if !req.pushJSON.empty() && !sub.pushes() {
+	if !req.pushJSON.empty() && !mechanismOf(sub).eventOptions() {
 		return 0, nil, invalid(req.pushJSON.field(),
 			"batch, headers, timeout_ms and filter apply only to delivery %q", DeliveryEvents)
 	}
@@ -252,24 +250,12 @@ func (e *Engine) createSubscription(ctx context.Context, r *http.Request, at tar
 	}
 	sub := &Subscription{ID: id, Pattern: pattern.String(), Webhook: req.Webhook, Description: req.Description,
 		Delivery: req.Delivery.orDefault(), Signature: req.Signature}
-	switch sub.Delivery {
-	case DeliveryWake:
-		if !req.pushJSON.empty() {
-			return 0, nil, invalid(req.pushJSON.field(),
-				"batch, headers, timeout_ms and filter apply only to delivery %q", DeliveryEvents)
-		}
-	case DeliveryEvents:
-		if _, ok := e.source.(EventReader); !ok {
-			return 0, nil, errNoEventReader()
-		}
-		sub.Events = defaultEventsOptions()
-		sub.Retry = &RetryPolicy{MaxAttempts: DefaultMaxAttempts}
-		sub.RateLimit = DefaultEventsRateLimit
-		if err := req.pushJSON.applyTo(sub.Events); err != nil {
-			return 0, nil, err
-		}
-	default:
+	mech, ok := mechanismFor(sub.Delivery)
+	if !ok || !mech.transport().offeredOverHTTP() {
 		return 0, nil, invalid("delivery", "unknown delivery %q; use %q or %q", req.Delivery, DeliveryWake, DeliveryEvents)
+	}
+	if err := mech.configure(sub, &req.pushJSON, e.source); err != nil {
+		return 0, nil, err
 	}
 	if req.Retry != nil && sub.Retry == nil {
 		sub.Retry = &RetryPolicy{MaxAge: e.cfg.failureGCAfter}
@@ -323,15 +309,16 @@ func (e *Engine) CreateSubscription(ctx context.Context, sub *Subscription, from
 	}
 	s := sub.Clone()
 	s.Pattern, s.Delivery, s.Status, s.Health = pattern.String(), s.Delivery.orDefault(), "", SubscriptionHealth{}
+	mech, ok := mechanismFor(s.Delivery)
 	switch {
-	case s.Delivery != DeliveryWake && !s.pushes():
+	case !ok:
 		return nil, invalid("delivery", "unknown delivery %q", s.Delivery)
-	case s.pushes() && s.Events == nil:
+	case mech.eventOptions() && s.Events == nil:
 		s.Events = defaultEventsOptions()
-	case !s.pushes() && s.Events != nil:
+	case !mech.eventOptions() && s.Events != nil:
 		return nil, invalid("delivery", "Events applies only to batching deliveries")
 	}
-	if _, ok := e.source.(EventReader); s.pushes() && !ok {
+	if _, ok := e.source.(EventReader); mech.eventOptions() && !ok {
 		return nil, errNoEventReader()
 	}
 	s, _, err = e.create(ctx, s, pattern, from)
@@ -401,12 +388,12 @@ func decodeRequest(body io.Reader, v any, optional bool) error {
 }
 
 // validate checks a subscription about to be stored: its description, its
-// destination (validateDestination), and its options.
+// destination (transport.validate), and its options.
 func (e *Engine) validate(sub *Subscription) error {
 	if len(sub.Description) > MaxDescriptionLength {
 		return invalid("description", "description is longer than %d characters", MaxDescriptionLength)
 	}
-	if err := e.validateDestination(sub); err != nil {
+	if err := mechanismOf(sub).transport().validate(e.x, sub); err != nil {
 		return err
 	}
 	return validateOptions(sub)
@@ -485,7 +472,7 @@ func (e *Engine) adoptExistingStreams(ctx context.Context, pattern *Pattern, id,
 			offset = start
 		}
 		err := e.store.CreateConsumer(ctx, newConsumer(id, s.Path, offset, e.clock.Now()))
-		e.progressed.Send()
+		e.signals.consumerWritten.Send()
 		if err != nil && !errors.Is(err, ErrConsumerExists) {
 			return fmt.Errorf("creating consumer for %s: %w", s.Path, err)
 		}
@@ -515,7 +502,7 @@ func (e *Engine) deleteSubscription(ctx context.Context, _ *http.Request, at tar
 		return 0, nil, err
 	}
 	err = e.store.DeleteSubscription(ctx, id)
-	e.progressed.Send() // its consumers went with it
+	e.signals.consumerWritten.Send() // its consumers went with it
 	if err != nil {
 		if errors.Is(err, ErrSubscriptionNotFound) {
 			return 0, nil, detail(ErrSubscriptionNotFound, "no subscription %s under %s", id, pattern)

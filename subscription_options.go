@@ -104,10 +104,9 @@ func validateOptions(s *Subscription) error {
 	return nil
 }
 
-// optionsView is how the API shows the options of s: the retry policy in
-// force, its default included.
-func (m *machine) optionsView(s *Subscription) optionsJSON {
-	p := m.retryPolicy(s)
+// optionsView is how the API shows the options of s, whose retry policy in
+// force, its default included, is p.
+func optionsView(s *Subscription, p RetryPolicy) optionsJSON {
 	r := &retryJSON{MaxAttempts: &p.MaxAttempts}
 	age := p.MaxAge.Milliseconds()
 	r.MaxAgeMS = &age

@@ -60,15 +60,15 @@ func (e *Engine) ResumeSubscription(ctx context.Context, id string) (*Subscripti
 	e.subs.update(sub)
 	e.tel.operated(ctx, "resume")
 	return sub, e.eachConsumer(ctx, id, "", func(c *Consumer) error {
-		_, err := e.update(ctx, c.ID, func(c *Consumer) (change, error) {
+		_, err := e.core.update(ctx, c.ID, func(c *Consumer) (change, error) {
 			var t tails
 			if c.State == StateIdle { // only a start reads the tails
 				var err error
-				if t, err = e.readTails(ctx, streamPaths(c)); err != nil {
+				if t, err = e.core.readTails(ctx, streamPaths(c)); err != nil {
 					return noChange, err
 				}
 			}
-			return e.m.resume(c, sub, t, e.clock.Now()), nil
+			return e.core.rules.resume(c, sub, t, e.clock.Now()), nil
 		})
 		return err
 	})
@@ -136,9 +136,9 @@ const consumerPage = 500
 // resume restarts consumer c of sub, just resumed: a retry that waited is
 // sent, unless its failures have outlasted the retry policy meanwhile, and
 // an IDLE consumer starts its pending work.
-func (m *machine) resume(c *Consumer, sub *Subscription, t tails, now time.Time) change {
+func (m *cursorMachine) resume(c *Consumer, sub *Subscription, t tails, now time.Time) change {
 	switch {
-	case c.State == StateWaking && !c.InFlight && c.Deadline.IsZero():
+	case c.State == stateDelivering && !c.InFlight && c.Deadline.IsZero():
 		if m.tooOld(c, m.retryPolicy(sub), now) {
 			return m.deadLetter(c)
 		}

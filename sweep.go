@@ -3,8 +3,12 @@ package webhooks
 import (
 	"context"
 	"hash/maphash"
+	"log/slog"
 	"maps"
 	"slices"
+	"time"
+
+	"github.com/benbjohnson/clock"
 )
 
 // The stream sweep finds appends whose StreamAppended or StreamCreated
@@ -32,10 +36,26 @@ import (
 // sweepPolls is the default sweep interval, in poll intervals.
 const sweepPolls = 60
 
-// streamSweep is what the previous sweep saw. Only the goroutine that
-// sweeps uses it.
+// streamSweep is the engine's part that sweeps the streams. What the
+// previous sweep saw is used only by the goroutine that sweeps.
 type streamSweep struct {
-	seed maphash.Seed
+	source   StreamSource
+	store    Store
+	log      *slog.Logger
+	clock    clock.Clock
+	interval time.Duration
+	seed     maphash.Seed
+	// subscriptions are the engine's subscriptions' patterns by id, and
+	// match the ids of those matching a path.
+	subscriptions func() map[string]*Pattern
+	match         func(path string) []string
+	// recover is Start's recovery, which records the first tails.
+	recover func(ctx context.Context, tails map[uint64]uint64)
+	// spawnAndWake and startIfPending do what StreamAppended would have.
+	spawnAndWake   func(ctx context.Context, path string, subs []string) error
+	startIfPending func(ctx context.Context, id, subID string) error
+	swept          func()
+
 	// tails maps a stream path's hash to its tail's hash, as last checked;
 	// nil before Start's recovery has run.
 	tails map[uint64]uint64
@@ -46,21 +66,24 @@ type streamSweep struct {
 	known map[string]bool
 }
 
-func newStreamSweep() streamSweep { return streamSweep{seed: maphash.MakeSeed()} }
-
 func (s *streamSweep) hash(v string) uint64 { return maphash.String(s.seed, v) }
 
-// sweepLoop runs Start's recovery, and then a sweep every sweep interval,
-// until ctx ends.
-func (e *Engine) sweepLoop(ctx context.Context) {
-	e.sweep.tails = make(map[uint64]uint64)
-	e.sweep.known = make(map[string]bool, len(e.stored))
-	for id := range e.stored {
-		e.sweep.known[id] = true
+// begin readies the sweep for the subscriptions Start loaded.
+func (s *streamSweep) begin(stored map[string]*Pattern) {
+	s.tails = make(map[uint64]uint64)
+	s.known = make(map[string]bool, len(stored))
+	for id := range stored {
+		s.known[id] = true
 	}
-	e.recover(ctx, e.sweep.tails)
-	e.swept.Send()
-	t := e.clock.Ticker(e.cfg.sweepInterval)
+}
+
+// run runs Start's recovery of the subscriptions it loaded (stored), and
+// then a sweep every sweep interval, until ctx ends.
+func (s *streamSweep) run(ctx context.Context, stored map[string]*Pattern) {
+	s.begin(stored)
+	s.recover(ctx, s.tails)
+	s.swept()
+	t := s.clock.Ticker(s.interval)
 	defer t.Stop()
 	for {
 		select {
@@ -68,84 +91,84 @@ func (e *Engine) sweepLoop(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		e.sweepStreams(ctx)
-		e.swept.Send()
+		s.sweep(ctx)
+		s.swept()
 	}
 }
 
-// sweepStreams runs one sweep: it wakes or spawns the consumers of every
-// stream whose tail moved since the previous sweep.
-func (e *Engine) sweepStreams(ctx context.Context) {
-	patterns := e.subs.patterns()
+// sweep runs one sweep: it wakes or spawns the consumers of every stream
+// whose tail moved since the previous sweep.
+func (s *streamSweep) sweep(ctx context.Context) {
+	patterns := s.subscriptions()
 	distinct := make(map[string]*Pattern)
 	for _, p := range patterns {
 		distinct[p.String()] = p
 	}
-	prev := e.sweep.tails
+	prev := s.tails
 	seen := make(map[uint64]uint64, len(prev))
 	var moved []StreamInfo
 	for _, key := range slices.Sorted(maps.Keys(distinct)) {
-		streams, err := e.source.MatchStreams(ctx, distinct[key])
+		streams, err := s.source.MatchStreams(ctx, distinct[key])
 		if err != nil {
 			if ctx.Err() == nil {
-				e.log.ErrorContext(ctx, "webhooks: stream sweep: matching streams", "pattern", key, "error", err)
+				s.log.ErrorContext(ctx, "webhooks: stream sweep: matching streams", "pattern", key, "error", err)
 			}
 			// The previous tails stay, so nothing that moved is lost:
 			// the next sweep finds it.
 			return
 		}
-		for _, s := range streams {
-			k := e.sweep.hash(s.Path)
+		for _, st := range streams {
+			k := s.hash(st.Path)
 			if _, dup := seen[k]; dup {
 				continue
 			}
-			tail := e.sweep.hash(s.Tail)
+			tail := s.hash(st.Tail)
 			seen[k] = tail
-			if old, ok := prev[k]; (!ok || old != tail) && validateStreamPath(s.Path) == nil {
-				moved = append(moved, s)
+			if old, ok := prev[k]; (!ok || old != tail) && validateStreamPath(st.Path) == nil {
+				moved = append(moved, st)
 			}
 		}
 	}
-	for _, s := range moved {
-		if err := e.sweepStream(ctx, s); err != nil {
+	for _, st := range moved {
+		if err := s.sweepStream(ctx, st); err != nil {
 			if ctx.Err() != nil {
 				return
 			}
 			// Forgotten, so that the next sweep tries it again.
-			delete(seen, e.sweep.hash(s.Path))
-			e.log.ErrorContext(ctx, "webhooks: stream sweep", "stream", s.Path, "error", err)
+			delete(seen, s.hash(st.Path))
+			s.log.ErrorContext(ctx, "webhooks: stream sweep", "stream", st.Path, "error", err)
 		}
 	}
-	e.sweep.tails = seen
+	s.tails = seen
 	known := make(map[string]bool, len(patterns))
 	for id := range patterns {
 		known[id] = true
 	}
-	e.sweep.known = known
+	s.known = known
 }
 
-// sweepStream does for stream s, whose tail moved, what a StreamAppended
+// sweepStream does for stream st, whose tail moved, what a StreamAppended
 // would have done, for the subscriptions of the previous sweep.
-func (e *Engine) sweepStream(ctx context.Context, s StreamInfo) error {
-	subs := slices.DeleteFunc(e.subs.index.match(s.Path), func(id string) bool { return !e.sweep.known[id] })
-	existing, err := e.store.ConsumersByStream(ctx, s.Path)
+func (s *streamSweep) sweepStream(ctx context.Context, st StreamInfo) error {
+	subs := slices.DeleteFunc(s.match(st.Path), func(id string) bool { return !s.known[id] })
+	existing, err := s.store.ConsumersByStream(ctx, st.Path)
 	if err != nil {
 		return err
 	}
 	for _, sub := range subs {
-		id := ConsumerID(sub, s.Path)
+		id := ConsumerID(sub, st.Path)
 		if !slices.ContainsFunc(existing, func(c *Consumer) bool { return c.ID == id }) {
-			return e.spawnAndWake(ctx, s.Path, subs)
+			return s.spawnAndWake(ctx, st.Path, subs)
 		}
 	}
 	// Only consumers that look stranded are woken: the others are in a
 	// wake cycle already, or up to date.
-	t := tails{s.Path: s}
+	t := tails{st.Path: st}
 	for _, c := range existing {
 		if c.State != StateIdle || len(pendingStreams(c, t)) == 0 {
 			continue
 		}
-		if err := e.startIfPending(ctx, c.ID, c.SubscriptionID); err != nil {
+		if err := s.startIfPending(ctx, c.ID, c.SubscriptionID); err != nil {
 			return err
 		}
 	}

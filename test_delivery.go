@@ -42,8 +42,9 @@ func (e *Engine) SendTestDelivery(ctx context.Context, id string) (*TestDelivery
 	if err != nil {
 		return nil, err
 	}
-	if sub.Delivery == DeliveryHandler {
-		return nil, invalid("delivery", "a %q subscription has no webhook to test", DeliveryHandler)
+	mech := mechanismOf(sub)
+	if err := mech.transport().testable(); err != nil {
+		return nil, err
 	}
 	e.tel.operated(ctx, "test")
 	now := e.clock.Now()
@@ -52,15 +53,11 @@ func (e *Engine) SendTestDelivery(ctx context.Context, id string) (*TestDelivery
 	if err != nil {
 		return nil, err
 	}
-	timeout := e.cfg.requestTimeout
-	if sub.pushes() {
-		timeout = e.m.pushTimeout(sub)
-	}
-	header, err := e.signedHeader(sub, ev.DeliveryID, body, now)
+	msg := &message{id: ev.DeliveryID, body: body, timeout: mech.requestTimeout(&e.core.rules, sub)}
+	resp, err := mech.transport().send(ctx, e.x, sub, msg, nil)
 	if err != nil {
 		return nil, err
 	}
-	resp := e.post(ctx, sub.Webhook, header, body, timeout, nil)
 	out := &TestDelivery{
 		DeliveryID: ev.DeliveryID, Delivered: resp.failure == nil, StatusCode: resp.status,
 		LatencyMS: float64(resp.latency) / float64(time.Millisecond), ResponseBody: resp.preview,

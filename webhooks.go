@@ -16,6 +16,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"log/slog"
 	"maps"
 	"net/http"
@@ -27,9 +28,6 @@ import (
 	"unicode/utf8"
 
 	"github.com/benbjohnson/clock"
-
-	"github.com/streamhooks/webhooks/internal/netguard"
-	"github.com/streamhooks/webhooks/internal/testsignal"
 )
 
 // Engine delivers webhooks for one host stream server. Create it with New,
@@ -45,10 +43,11 @@ type Engine struct {
 	cfg    config
 	clock  clock.Clock
 	log    *slog.Logger
-	m      machine
-	client *http.Client
-	policy netguard.Policy
-	tel    *telemetry
+	// core runs the consumer state machine's transitions.
+	core cursorCore
+	// x makes delivery attempts.
+	x   *executor
+	tel *telemetry
 	// failures logs failed delivery attempts, sampled.
 	failures *failureLog
 	// outages logs API requests failed by a Store outage, sampled.
@@ -57,30 +56,16 @@ type Engine struct {
 	successes successes
 	// limits are the subscriptions' rate limits on this engine.
 	limits rateLimits
-	// handling holds the consumer IDs whose BatchHandler call runs.
-	handling sync.Map
 	// attemptLog writes the delivery log.
 	attemptLog *attemptLog
 	// metrics is this instance's claim to report the Store-wide gauge.
 	metrics *lease
-	// callbackPrefix is every callback URL but the consumer ID.
-	callbackPrefix string
-	// progressed tells a test that the engine has written, or tried to
-	// write, consumers to the Store, ended a delivery attempt, reloaded
-	// its subscriptions, or parked its scheduler.
-	progressed testsignal.Signal
-	// reloaded tells a test that a reload of the subscriptions ended.
-	reloaded testsignal.Signal
-	// attempts counts the delivery attempts started and not ended, and
-	// parked is set while the scheduler waits for its timer or a kick: a
-	// test moves a mock clock only while the engine is idle (see
-	// kickScheduler).
+	// signals tell a test what the engine did, by purpose.
+	signals signals
+	// attempts counts the delivery attempts started and not ended.
 	attempts atomic.Int64
-	parkMu   sync.Mutex
-	parked   bool
-	// beat is the UnixNano at which the scheduler began its current step
-	// (Live).
-	beat atomic.Int64
+	// sched runs the deadlines.
+	sched *scheduler
 
 	// loaded is set once Start has set tokens, subs and stored, which are
 	// read only after it.
@@ -92,11 +77,8 @@ type Engine struct {
 	stored map[string]*Pattern
 
 	missed missedStreams
-	sweep  streamSweep
-	// swept tells a test that Start's recovery, or a stream sweep, ended.
-	swept      testsignal.Signal
-	kick       chan struct{}
-	armed      atomic.Int64 // UnixNano the scheduler's timer waits for; 0 while it works
+	// sweep finds the appends no StreamAppended told of.
+	sweep      *streamSweep
 	lanes      *lanes
 	deliveries sync.WaitGroup
 
@@ -109,10 +91,7 @@ type Engine struct {
 	// runCtx until they end or Stop's context does.
 	sendCtx    context.Context
 	sendCancel context.CancelFunc
-	// stopping tells a test that Stop has stopped the engine's work and
-	// waits for the deliveries in flight.
-	stopping testsignal.Signal
-	done     chan struct{}
+	done       chan struct{}
 }
 
 // New returns an engine over store and source. It does no I/O: Start reads
@@ -164,7 +143,26 @@ func New(store Store, source StreamSource, opts ...Option) (*Engine, error) {
 		cfg:    cfg,
 		clock:  cfg.clock,
 		log:    cfg.logger,
-		m: machine{
+		tel:    tel,
+		done:   make(chan struct{}),
+	}
+	e.sched = &scheduler{
+		clock:        cfg.clock,
+		store:        store,
+		log:          cfg.logger,
+		pollInterval: cfg.pollInterval,
+		catchUp:      e.retryMissed,
+		due:          e.handleDue,
+		parkedSignal: e.signals.schedulerParked.Send,
+		kick:         make(chan struct{}, 1),
+	}
+	e.core = cursorCore{
+		store:  store,
+		source: source,
+		clock:  cfg.clock,
+		log:    cfg.logger,
+		tel:    tel,
+		rules: cursorMachine{
 			wakingTimeout:   cfg.wakingTimeout,
 			livenessTimeout: cfg.livenessTimeout,
 			requestTimeout:  cfg.requestTimeout,
@@ -172,23 +170,45 @@ func New(store Store, source StreamSource, opts ...Option) (*Engine, error) {
 			backoff:         cfg.backoff,
 			maxRetryAfter:   cfg.maxRetryAfter,
 		},
+		started:  e.sendStarted,
+		deadline: e.sched.kickAt,
+		written:  e.signals.consumerWritten.Send,
+	}
+	e.sweep = &streamSweep{
+		source:   source,
+		store:    store,
+		log:      cfg.logger,
+		clock:    cfg.clock,
+		interval: cfg.sweepInterval,
+		seed:     maphash.MakeSeed(),
+		subscriptions: func() map[string]*Pattern {
+			return e.subs.patterns()
+		},
+		match:          func(path string) []string { return e.subs.index.match(path) },
+		recover:        e.recover,
+		spawnAndWake:   e.spawnAndWake,
+		startIfPending: e.startIfPending,
+		swept:          e.signals.streamsSwept.Send,
+	}
+	e.x = &executor{
+		clock:          cfg.clock,
+		cursors:        &e.core.rules,
+		source:         source,
+		callbackPrefix: cfg.callbackBase.String() + callbackSegment,
 		client: &http.Client{
 			Transport: transport,
 			// Redirects are not followed: a 3xx is a failed delivery, and
 			// cannot steer the engine to an address the policy forbids.
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 		},
-		policy: policy,
-		tel:    tel,
-		kick:   make(chan struct{}, 1),
-		done:   make(chan struct{}),
-		sweep:  newStreamSweep(),
+		policy:          policy,
+		handlers:        cfg.handlers,
+		handlerReturned: e.signals.handlerReturned.Send,
 	}
-	e.callbackPrefix = cfg.callbackBase.String() + callbackSegment
 	e.failures = newFailureLog(cfg.logger, cfg.clock)
 	e.outages = newOutageLog(cfg.logger, cfg.clock)
 	e.metrics = metrics
-	e.attemptLog = newAttemptLog(store, cfg.deliveryLogKeep, tel, cfg.clock, e.progressed.Send)
+	e.attemptLog = newAttemptLog(store, cfg.deliveryLogKeep, tel, cfg.clock, e.signals.attemptLogged.Send)
 	e.lanes = newLanes(e.clock, cfg.maxConcurrentDeliveries, cfg.maxDeliveriesPerHost, e.startDelivery)
 	return e, nil
 }
@@ -216,14 +236,14 @@ func (e *Engine) Start(ctx context.Context) error {
 	e.cancel, e.runCtx = cancel, runCtx
 	e.sendCtx, e.sendCancel = context.WithCancel(context.WithoutCancel(ctx))
 	e.running = true
-	e.heartbeat()
+	e.sched.beat.Store(e.clock.Now().UnixNano())
 	e.metrics.start(ctx, runCtx, &e.deliveries)
 	// Stop waits for the start-up sweep and the stream sweeps as it does
 	// for deliveries.
 	e.deliveries.Add(1)
 	go func() {
 		defer e.deliveries.Done()
-		e.sweepLoop(runCtx)
+		e.sweep.run(runCtx, e.stored)
 	}()
 	e.followFeed(runCtx)
 	e.deliveries.Add(1)
@@ -233,11 +253,11 @@ func (e *Engine) Start(ctx context.Context) error {
 	}()
 	go func() {
 		defer close(e.done)
-		e.schedule(runCtx)
+		e.sched.run(runCtx)
 		e.deliveries.Wait()
 		// Kept-alive webhook connections would otherwise hold up the
 		// receivers' graceful shutdown.
-		e.client.CloseIdleConnections()
+		e.x.client.CloseIdleConnections()
 	}()
 	return nil
 }
@@ -263,6 +283,7 @@ func (e *Engine) load(ctx context.Context) error {
 		return fmt.Errorf("webhooks: %w", errs[0])
 	}
 	e.tokens, e.subs, e.stored = newTokens(key, e.cfg.tokenTTL, e.clock), set, set.patterns()
+	e.x.tokens = e.tokens
 	e.loaded.Store(true)
 	return nil
 }
@@ -294,7 +315,7 @@ func (e *Engine) Stop(ctx context.Context) error {
 	if !running {
 		return nil
 	}
-	e.stopping.Send()
+	e.signals.stopWaiting.Send()
 	select {
 	case <-e.done:
 		e.sendCancel()
@@ -375,7 +396,7 @@ func (e *Engine) spawnAndWake(ctx context.Context, path string, subs []string) e
 			continue
 		}
 		err := e.store.CreateConsumer(ctx, newConsumer(sub, path, OffsetNone, e.clock.Now()))
-		e.progressed.Send()
+		e.signals.consumerWritten.Send()
 		switch {
 		case err == nil, errors.Is(err, ErrConsumerExists):
 			toWake = append(toWake, consumerOf{id, sub})
@@ -402,15 +423,15 @@ func (e *Engine) startIfPending(ctx context.Context, id, subID string) error {
 	if err != nil {
 		return err
 	}
-	_, err = e.update(ctx, id, func(c *Consumer) (change, error) {
+	_, err = e.core.update(ctx, id, func(c *Consumer) (change, error) {
 		if c.State != StateIdle {
 			return noChange, nil
 		}
-		t, err := e.readTails(ctx, streamPaths(c))
+		t, err := e.core.readTails(ctx, streamPaths(c))
 		if err != nil {
 			return noChange, err
 		}
-		return e.m.start(c, sub, t, e.clock.Now()), nil
+		return e.core.rules.start(c, sub, t, e.clock.Now()), nil
 	})
 	if errors.Is(err, ErrConsumerNotFound) {
 		return nil
@@ -485,23 +506,8 @@ func (e *Engine) removeStream(ctx context.Context, path string, before time.Time
 	}
 	var errs []error
 	for _, c := range consumers {
-		_, err := e.update(ctx, c.ID, func(c *Consumer) (change, error) {
-			if !before.IsZero() && c.CreatedAt.After(before) {
-				return noChange, nil
-			}
-			if c.PrimaryStream == path {
-				return changeDelete, nil
-			}
-			n := len(c.Streams)
-			c.Streams = slices.DeleteFunc(c.Streams, func(s StreamOffset) bool { return s.Path == path })
-			switch {
-			case len(c.Streams) == 0:
-				return changeDelete, nil
-			case len(c.Streams) < n:
-				return changeSave, nil
-			default:
-				return noChange, nil
-			}
+		_, err := e.core.update(ctx, c.ID, func(c *Consumer) (change, error) {
+			return e.core.rules.removeStream(c, path, before), nil
 		})
 		if err != nil && !errors.Is(err, ErrConsumerNotFound) {
 			errs = append(errs, fmt.Errorf("webhooks: removing %s from consumer %s: %w", path, c.ID, err))
@@ -528,9 +534,4 @@ func (e *Engine) Handler(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 		}
 	})
-}
-
-// callbackURL is the URL consumer id calls back on.
-func (e *Engine) callbackURL(id string) string {
-	return e.callbackPrefix + id
 }

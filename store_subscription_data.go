@@ -32,6 +32,7 @@ var errCorruptSubscriptionData = errors.New("webhooks: corrupt subscription data
 // MarshalData encodes the fields of s that a Store keeps no column for:
 // every field but ID, Pattern, Webhook, Description, Secret, CreatedAt and
 // Health. It fails for a time outside the years 1678 to 2262.
+// Only Store implementations call it; applications never need to.
 func (s *Subscription) MarshalData() ([]byte, error) {
 	b := []byte{subscriptionDataV4}
 	b = appendString(b, string(s.Delivery))
@@ -84,6 +85,7 @@ func appendEventsOptions(b []byte, ev *EventsOptions) []byte {
 // UnmarshalData sets every field of s that MarshalData encodes from data,
 // which any version of this package's MarshalData wrote, or which is empty.
 // It leaves the other fields alone, and s unchanged if data is corrupt.
+// Only Store implementations call it; applications never need to.
 func (s *Subscription) UnmarshalData(data []byte) error {
 	// Decoding into a fresh value zeroes what data does not set.
 	out := Subscription{ID: s.ID, Pattern: s.Pattern, Webhook: s.Webhook, Description: s.Description,

@@ -41,6 +41,7 @@ var (
 //
 // It is not MarshalBinary because it leaves out the indexed fields, which
 // encoders such as encoding/gob would expect in a whole value.
+// Only Store implementations call it; applications never need to.
 func (c *Consumer) MarshalData() ([]byte, error) {
 	b := make([]byte, 0, 128)
 	b = append(b, consumerDataV2)
@@ -72,6 +73,7 @@ func (c *Consumer) MarshalData() ([]byte, error) {
 // which any version of this package's MarshalData wrote; a field that data's
 // version lacks becomes zero. It leaves the indexed fields alone, for the
 // Store to set from its columns, and leaves c unchanged if data is corrupt.
+// Only Store implementations call it; applications never need to.
 func (c *Consumer) UnmarshalData(data []byte) error {
 	d := decoder{b: data}
 	version := d.byte()

@@ -1,0 +1,39 @@
+package webhooks
+
+import (
+	"net/http"
+	"sync"
+
+	"github.com/benbjohnson/clock"
+
+	"github.com/streamhooks/webhooks/internal/netguard"
+)
+
+// executor holds what the mechanisms and transports use to make a
+// delivery attempt, and nothing more: a mechanism prepares its message
+// from it, and a transport sends through it. It knows neither the Store
+// nor the scheduler; an attempt's outcome goes back up the pipeline
+// (attempt.go), which records it.
+type executor struct {
+	clock   clock.Clock
+	cursors *cursorMachine
+	source  StreamSource
+	// tokens signs a wake's callback token; Start sets it, before the
+	// first attempt.
+	tokens *tokens
+	// callbackPrefix is every callback URL but the consumer ID.
+	callbackPrefix string
+
+	client *http.Client
+	policy netguard.Policy
+
+	handlers map[string]BatchHandler
+	// handling holds the consumer IDs whose BatchHandler call runs.
+	handling        sync.Map
+	handlerReturned func()
+}
+
+// callbackURL is the URL consumer id calls back on.
+func (x *executor) callbackURL(id string) string {
+	return x.callbackPrefix + id
+}

@@ -1,0 +1,154 @@
+package webhooks
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"net/http"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/streamhooks/webhooks/receiver"
+)
+
+// The webhook transport: a signed POST to a subscription's webhook URL,
+// which carries wake-ups and event-push batches alike.
+
+const (
+	// MaxWebhookResponseBytes bounds how much of a webhook response body is
+	// read. A longer body is not looked at for {"done": true}: the 2xx
+	// alone counts.
+	MaxWebhookResponseBytes = 64 << 10
+)
+
+// errRequestTimeout cancels a webhook POST that outlived the request timeout.
+var errRequestTimeout = errors.New("webhook request timed out")
+
+// webhookTransport POSTs messages to a subscription's webhook.
+type webhookTransport struct{}
+
+// send signs msg for sub and POSTs it: its body, or its batch's payload,
+// with sub's custom headers beside the signed ones.
+func (webhookTransport) send(ctx context.Context, x *executor, sub *Subscription, msg *message, received func()) (response, error) {
+	body := msg.body
+	if msg.batch != nil {
+		body = eventsBody(&msg.batch.EventsPayload)
+	}
+	header, err := x.signedHeader(sub, msg.id, body, x.clock.Now())
+	if err != nil {
+		// It times out, and is retried, as a lost POST is.
+		return response{}, &failedStep{"signing a delivery", err}
+	}
+	for k, v := range msg.headers {
+		if header.Get(k) == "" {
+			header.Set(k, v)
+		}
+	}
+	return x.post(ctx, sub.Webhook, header, body, msg.timeout, received), nil
+}
+
+// lane is the webhook's host.
+func (webhookTransport) lane(sub *Subscription) string { return laneKey(sub.Webhook) }
+
+// validate checks the webhook URL, by the engine's policy too.
+func (webhookTransport) validate(x *executor, sub *Subscription) error {
+	if sub.Handler != "" {
+		return invalid("handler", "a handler applies only to delivery %q", DeliveryHandler)
+	}
+	if len(sub.Webhook) > MaxWebhookURLLength {
+		return invalid("webhook", "webhook URL is longer than %d characters", MaxWebhookURLLength)
+	}
+	if _, err := x.policy.CheckURL(sub.Webhook); err != nil {
+		return invalid("webhook", "webhook URL rejected: %v", err)
+	}
+	return nil
+}
+
+func (webhookTransport) testable() error { return nil }
+
+func (webhookTransport) offeredOverHTTP() bool { return true }
+
+// signedHeader returns the headers of a POST of JSON body, delivery id,
+// to sub's webhook, signed at now by its scheme. It fails only for a
+// subscription whose secret or scheme is not one the engine made.
+func (x *executor) signedHeader(sub *Subscription, id string, body []byte, now time.Time) (http.Header, error) {
+	h := http.Header{
+		"Content-Type": {"application/json"},
+		"User-Agent":   {"streamhooks"},
+	}
+	if err := signDelivery(h, sub, id, now, body); err != nil {
+		return nil, err
+	}
+	return h, nil
+}
+
+// response is what one webhook POST came to.
+type response struct {
+	outcome string
+	failure *deliveryFailure // nil for a 2xx
+	status  int              // 0 if no response arrived
+	// preview is the start of the response body, for the delivery log.
+	preview string
+	sentAt  time.Time
+	latency time.Duration
+}
+
+// post sends one webhook POST of body with header to url, and classifies
+// the outcome, and the failure if it is one. It calls accepted, if set, as
+// soon as a 2xx status arrives, before reading the body. The timeout runs
+// on the engine's clock; it cancels the request rather than setting a
+// context deadline, which the dialer would read against the real clock.
+func (x *executor) post(ctx context.Context, url string, header http.Header, body []byte, timeout time.Duration, accepted func()) (r response) {
+	r.sentAt = x.clock.Now()
+	defer func() { r.latency = x.clock.Since(r.sentAt) }()
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	timer := x.clock.AfterFunc(timeout, func() { cancel(errRequestTimeout) })
+	defer timer.Stop()
+
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(body))
+	if err != nil {
+		r.outcome, r.failure = outcomeError, transportFailure(err)
+		return r
+	}
+	req.Header = header
+	resp, err := x.client.Do(req)
+	if err != nil {
+		if errors.Is(context.Cause(ctx), errRequestTimeout) {
+			// A transport other than net/http's may not pass the cause on.
+			r.outcome, r.failure = outcomeTimeout, transportFailure(errRequestTimeout)
+			return r
+		}
+		trace.SpanFromContext(ctx).SetAttributes(attribute.String("webhooks.error", err.Error()))
+		r.outcome, r.failure = outcomeError, transportFailure(err)
+		return r
+	}
+	defer resp.Body.Close()
+	r.status = resp.StatusCode
+	trace.SpanFromContext(ctx).SetAttributes(attribute.Int("http.response.status_code", resp.StatusCode))
+	if f := statusFailure(resp.StatusCode); f != nil {
+		f.retryAfter = retryAfter(resp, x.clock.Now())
+		data, _ := io.ReadAll(io.LimitReader(resp.Body, MaxResponsePreview))
+		r.outcome, r.failure, r.preview = outcomeHTTPError, f, responsePreview(data)
+		return r
+	}
+	if accepted != nil {
+		accepted()
+	}
+	// Only a body read whole can finish the wake: a "done" in a body cut
+	// short or past the limit may not be what the receiver meant, and
+	// auto-acking on it could lose events.
+	data, err := io.ReadAll(io.LimitReader(resp.Body, MaxWebhookResponseBytes+1))
+	r.preview = responsePreview(data)
+	var d receiver.DoneResponse
+	if err == nil && len(data) <= MaxWebhookResponseBytes && json.Unmarshal(data, &d) == nil && d.Done {
+		r.outcome = outcomeDone
+		return r
+	}
+	r.outcome = outcomeOK
+	return r
+}
