@@ -95,6 +95,44 @@ func TestFailedStreamReadIsRetried(t *testing.T) {
 	require.Equal(t, []string{agentA}, again.n.TriggeredBy)
 }
 
+// An empty stream created while the source read fails still gets its
+// consumer's creation wake, once: the retry of the missed StreamCreated
+// owes it as the call did, and neither a later poll nor a stream sweep
+// wakes the consumer again after it says done.
+func TestFailedCreationReadStillWakesOnce(t *testing.T) {
+	src := &flakySource{}
+	h := newHarnessWrapped(t, func(f *fakeSource) webhooks.StreamSource { src.fakeSource = f; return src })
+	h.recv.queue(reply{status: http.StatusOK, body: `{"done":true}`})
+	h.subscribe("s1", "/agents/*")
+
+	src.down.Store(true)
+	h.source.set(agentA, 0)
+	require.ErrorIs(t, h.engine.StreamCreated(context.Background(), agentA), webhooks.ErrStoreUnavailable)
+	src.down.Store(false)
+	// As in TestFailedStreamReadIsRetried: each step ends at a retry of
+	// the scheduler, so no POST's timeout passes while it is sent.
+	h.waitIdle()
+	h.clock.Add(time.Second)
+	h.waitIdle()
+	h.clock.Add(testPollInterval - time.Second)
+	d := h.nextDelivery()
+	require.Equal(t, agentAID, d.n.ConsumerID)
+	require.Equal(t, int64(1), d.n.Epoch)
+	require.Equal(t, streamOffsets(agentA, webhooks.OffsetNone), d.n.Streams)
+	require.Equal(t, []string{agentA}, d.n.TriggeredBy)
+	c := h.waitConsumer(agentAID, func(c *webhooks.Consumer) bool { return c.State == webhooks.StateIdle })
+	require.Equal(t, streamOffsets(agentA, offset(0)), c.Streams)
+
+	// Past a poll and the default stream sweep (60 polls): no other wake.
+	for range 61 {
+		h.waitIdle()
+		h.clock.Add(testPollInterval)
+	}
+	h.waitIdle()
+	require.Empty(t, h.recv.deliveries)
+	require.Equal(t, int64(1), h.consumer(agentAID).Epoch)
+}
+
 // changedMsg is logged when a reload finds subscriptions that another
 // engine changed.
 const changedMsg = "webhooks: subscriptions changed through another engine"
