@@ -224,11 +224,8 @@ func (m *cursorMachine) ack(c *Consumer, a StreamOffset, t tails, source StreamS
 	if !ok {
 		return invalidOffset("acks", "cannot ack %s: the stream does not exist", a.Path)
 	}
-	if len(a.Offset) != len(info.Tail) || !validOffset(source, a.Offset) {
-		return invalidOffset("acks", "offset %q is not an offset of %s", a.Offset, a.Path)
-	}
-	if compareOffsets(a.Offset, info.Tail) > 0 {
-		return invalidOffset("acks", "offset %q is beyond the tail %q of %s", a.Offset, info.Tail, a.Path)
+	if err := checkOffset(source, "acks", a.Path, a.Offset, info.Tail); err != nil {
+		return err
 	}
 	if compareOffsets(a.Offset, c.Streams[i].Offset) > 0 {
 		c.Streams[i].Offset = a.Offset

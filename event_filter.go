@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"regexp"
 	"strings"
+	"unicode/utf8"
 
 	"github.com/gobwas/glob"
 )
@@ -18,8 +20,12 @@ const (
 
 // eventFilter is an EventFilter ready to match events.
 type eventFilter struct {
-	path  []string // the field's dotted path
-	globs []*glob.Pattern
+	path []string // the field's dotted path
+	// re matches a value that one of the patterns matches. Go's regexp
+	// runs in time linear in the value's length; gobwas, which checks the
+	// patterns' syntax, backtracks, and a pattern such as
+	// `*a*a*a*a*a*a*a*a*a*a*c*` made one 81-byte event take a core for good.
+	re *regexp.Regexp
 }
 
 // compileFilter checks f against the filter's rules and limits and
@@ -47,6 +53,7 @@ func compileFilter(f *EventFilter) (*eventFilter, error) {
 		}
 	}
 	out := &eventFilter{path: path}
+	alts := make([]string, 0, len(f.Patterns))
 	for _, p := range f.Patterns {
 		if p == "" || len(p) > maxFilterPatternLength {
 			return nil, fmt.Errorf("filter pattern %q must have 1 to %d bytes", p, maxFilterPatternLength)
@@ -54,13 +61,103 @@ func compileFilter(f *EventFilter) (*eventFilter, error) {
 		if i := strings.Index(p, "**"); i >= 0 && (p[i:] != "**" || (i > 0 && p[i-1] != '.')) {
 			return nil, fmt.Errorf("filter pattern %q: '**' may only be the last segment", p)
 		}
-		g, err := glob.Compile(p, '.')
+		if _, err := glob.Compile(p, '.'); err != nil {
+			return nil, fmt.Errorf("filter pattern %q: %v", p, err)
+		}
+		re, err := globRegexp(p)
 		if err != nil {
 			return nil, fmt.Errorf("filter pattern %q: %v", p, err)
 		}
-		out.globs = append(out.globs, g)
+		alts = append(alts, re)
 	}
+	re, err := regexp.Compile(`^(?:` + strings.Join(alts, "|") + `)$`)
+	if err != nil {
+		return nil, fmt.Errorf("filter patterns: %v", err)
+	}
+	out.re = re
 	return out, nil
+}
+
+// globRegexp translates a filter pattern, in gobwas's syntax with '.' as
+// the separator, to a regular expression that matches the same strings:
+// `*` any run without '.', `**` any run, `?` one rune but '.', `[...]` and
+// `[!...]` one rune of (or not of) a list or range, `{a,b}` either
+// alternative, and `\` quotes the next rune.
+func globRegexp(p string) (string, error) {
+	var b strings.Builder
+	depth := 0
+	for i := 0; i < len(p); {
+		r, n := utf8.DecodeRuneInString(p[i:])
+		i += n
+		switch {
+		case r == '\\':
+			if i >= len(p) {
+				return "", errors.New("ends with an escape")
+			}
+			r, n = utf8.DecodeRuneInString(p[i:])
+			i += n
+			b.WriteString(regexp.QuoteMeta(string(r)))
+		case r == '*' && strings.HasPrefix(p[i:], "*"):
+			i++
+			b.WriteString(`(?s:.*)`)
+		case r == '*':
+			b.WriteString(`[^.]*`)
+		case r == '?':
+			b.WriteString(`[^.]`)
+		case r == '[':
+			end, class, err := globClass(p[i:])
+			if err != nil {
+				return "", err
+			}
+			i += end
+			b.WriteString(class)
+		case r == '{':
+			depth++
+			b.WriteString(`(?:`)
+		case r == ',' && depth > 0:
+			b.WriteByte('|')
+		case r == '}' && depth > 0:
+			depth--
+			b.WriteByte(')')
+		default:
+			b.WriteString(regexp.QuoteMeta(string(r)))
+		}
+	}
+	if depth != 0 {
+		return "", errors.New("unclosed '{'")
+	}
+	return b.String(), nil
+}
+
+// globClass translates the list or range that follows a '[' at the start
+// of s, returning how many bytes of s it took, its closing ']' included.
+func globClass(s string) (int, string, error) {
+	var b strings.Builder
+	b.WriteByte('[')
+	i := 0
+	if strings.HasPrefix(s, "!") {
+		b.WriteByte('^')
+		i++
+	}
+	for i < len(s) {
+		r, n := utf8.DecodeRuneInString(s[i:])
+		i += n
+		switch r {
+		case ']':
+			return i, b.String() + "]", nil
+		case '-':
+			b.WriteByte('-')
+			continue
+		case '\\':
+			if i >= len(s) {
+				return 0, "", errors.New("ends with an escape")
+			}
+			r, n = utf8.DecodeRuneInString(s[i:])
+			i += n
+		}
+		fmt.Fprintf(&b, `\x{%x}`, r)
+	}
+	return 0, "", errors.New("unclosed '['")
 }
 
 // match reports whether event, a JSON value, has a string at the filter's
@@ -84,10 +181,5 @@ func (f *eventFilter) match(event []byte) bool {
 	if json.Unmarshal(raw, &value) != nil {
 		return false
 	}
-	for _, g := range f.globs {
-		if g.Match(value) {
-			return true
-		}
-	}
-	return false
+	return f.re.MatchString(value)
 }

@@ -5,6 +5,7 @@ import (
 	"sync"
 
 	"github.com/benbjohnson/clock"
+	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/streamhooks/webhooks/internal/netguard"
 )
@@ -26,6 +27,9 @@ type executor struct {
 
 	client *http.Client
 	policy netguard.Policy
+	// propagator injects the sending span's trace context into each
+	// POST; nil injects none (WithPropagator).
+	propagator propagation.TextMapPropagator
 
 	handlers map[string]BatchHandler
 	// handling holds the consumer IDs whose BatchHandler call runs.

@@ -3,10 +3,12 @@ package webhooks_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -283,4 +285,96 @@ func TestTokenEpochClaimIsChecked(t *testing.T) {
 	// claim was wrong.
 	r := h.callback(agentAID, mint(1), receiver.CallbackRequest{Epoch: epoch(1), Acks: streamOffsets(agentA, offset(5))})
 	require.Equal(t, http.StatusOK, r.status, r.raw)
+}
+
+// A millisecond field too large for a duration is refused, naming the
+// field, on create and on PATCH, rather than wrapped around before its
+// range is checked: 2^58 ms became 0 (no limit) and 2^58+1000 ms one
+// second.
+func TestMillisecondFieldsAreCheckedBeforeConversion(t *testing.T) {
+	h := newHarness(t)
+	h.subscribeEvents("e1", "/orders/*", "")
+	h.subscribe("w1", "/agents/*")
+	const wrapsToZero, wrapsToOneSecond = int64(1) << 58, int64(1)<<58 + 1000
+	for _, field := range []struct{ name, events, wake string }{
+		{"retry.schedule_ms", "", `"retry":{"schedule_ms":[%d]}`},
+		{"retry.max_age_ms", "", `"retry":{"max_age_ms":%d}`},
+		{"batch.max_wait_ms", `"batch":{"max_wait_ms":%d}`, ""},
+		{"timeout_ms", `"timeout_ms":%d`, ""},
+	} {
+		for _, ms := range []int64{wrapsToZero, wrapsToOneSecond} {
+			for _, c := range []struct{ pattern, id, delivery, fields string }{
+				{"/orders/*", "e1", `"delivery":"events"`, field.events},
+				{"/agents/*", "w1", `"delivery":"wake"`, field.wake},
+			} {
+				if c.fields == "" {
+					c.fields = field.events + field.wake
+					if c.delivery == `"delivery":"wake"` {
+						continue // an events field on a wake subscription is refused for that
+					}
+				}
+				f := strings.Replace(c.fields, "%d", strconv.FormatInt(ms, 10), 1)
+				create := h.do(http.MethodPut, "/x/*?subscription=new", `{"webhook":"`+h.recv.url()+`",`+c.delivery+`,`+f+`}`)
+				require.Equal(t, http.StatusBadRequest, create.Code, "%s=%d: %s", field.name, ms, create.Body.String())
+				require.Contains(t, create.Body.String(), field.name)
+				patch := h.do(http.MethodPatch, c.pattern+"?subscription="+c.id, `{`+f+`}`)
+				require.Equal(t, http.StatusBadRequest, patch.Code, "%s=%d: %s", field.name, ms, patch.Body.String())
+				require.Contains(t, patch.Body.String(), field.name)
+			}
+		}
+	}
+	sub, err := h.store.GetSubscription(context.Background(), "new")
+	require.ErrorIs(t, err, webhooks.ErrSubscriptionNotFound)
+	require.Nil(t, sub)
+}
+
+// Every offset the API takes is checked as an ack's is: a rewind to an
+// offset its stream could not have, and deliver_policy from_offset with
+// one, are refused (or, for a stream the offset does not fit, start at the
+// tail) rather than stored as a cursor that wedges the consumer. With the
+// source's OffsetValidator, its own format decides at the door.
+func TestOffsetsAreCheckedAsAcksAre(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		wrap func(*fakeSource) webhooks.StreamSource
+	}{
+		{"protocol rules", nil},
+		{"source format", func(s *fakeSource) webhooks.StreamSource { return formatSource{s} }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			h := newHarness(t)
+			if tc.wrap != nil {
+				h = newHarnessWrapped(t, tc.wrap)
+			}
+			h.subscribe("s1", "/agents/*")
+			h.create(agentA, 10)
+			d := h.nextDelivery()
+			h.waitConsumer(agentAID, func(c *webhooks.Consumer) bool { return c.State == webhooks.StateLive })
+			r := h.callback(agentAID, d.n.Token, receiver.CallbackRequest{Epoch: epoch(1), Acks: streamOffsets(agentA, offset(10)), Done: true})
+			require.Equal(t, http.StatusOK, r.status, r.raw)
+			before := h.consumer(agentAID)
+			bad := []string{"!", "0", "-2", " ", "zzzz", offset(11)}
+			if tc.wrap != nil {
+				// Of the tail's length and form by the protocol's rules, but
+				// not the source's own format: as an ack, refused only here.
+				bad = append(bad, "0000000000000000_00000000000000!!")
+			}
+			for _, o := range bad {
+				rec := h.do(http.MethodPost, "/agents/*?subscription=s1&rewind", fmt.Sprintf(`{"offset":%q}`, o))
+				require.Contains(t, []int{http.StatusBadRequest, http.StatusConflict}, rec.Code, "rewind to %q: %s", o, rec.Body.String())
+				require.Equal(t, before.Streams, h.consumer(agentAID).Streams, "rewind to %q", o)
+				require.Equal(t, before.Epoch, h.consumer(agentAID).Epoch, "rewind to %q", o)
+
+				id := "from" + strconv.Itoa(len(o))
+				rec = h.do(http.MethodPut, "/agents/*?subscription="+id, fmt.Sprintf(`{"webhook":%q,"deliver_policy":"from_offset","offset":%q}`, h.recv.url(), o))
+				if rec.Code == http.StatusBadRequest {
+					continue
+				}
+				require.Contains(t, []int{http.StatusCreated, http.StatusOK}, rec.Code, rec.Body.String())
+				c := h.consumer(webhooks.ConsumerID(id, agentA))
+				require.Equal(t, streamOffsets(agentA, offset(10)), c.Streams, "from_offset %q: a stream it does not fit starts at its tail", o)
+				require.Equal(t, webhooks.StateIdle, c.State)
+			}
+		})
+	}
 }

@@ -254,8 +254,14 @@ func appendJSONString(b []byte, s string) []byte {
 }
 
 // readBatch reads the events of c's batch in flight, and returns them as
-// they go in the payload: the ones the filter matches, as JSON values.
+// they go in the payload: the ones the filter matches, as JSON values. A
+// read and filtering that outlive the attempt's timeout stop, so that no
+// source or event holds a goroutine for longer than an attempt.
 func (x *executor) readBatch(ctx context.Context, c *Consumer, sub *Subscription) (EventBatch, []json.RawMessage, error) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	timer := x.clock.AfterFunc(pushMechanism{}.requestTimeout(x.cursors, sub), func() { cancel(errRequestTimeout) })
+	defer timer.Stop()
 	reader, ok := x.source.(EventReader)
 	if !ok {
 		return EventBatch{}, nil, errors.New("the StreamSource cannot read events (EventReader)")
@@ -273,6 +279,9 @@ func (x *executor) readBatch(ctx context.Context, c *Consumer, sub *Subscription
 	}
 	events := make([]json.RawMessage, 0, len(batch.Events))
 	for _, ev := range batch.Events {
+		if ctx.Err() != nil {
+			return EventBatch{}, nil, fmt.Errorf("filtering the batch of %s: %w", c.PrimaryStream, context.Cause(ctx))
+		}
 		if !batch.JSON {
 			ev, _ = json.Marshal(base64.StdEncoding.EncodeToString(ev))
 		}

@@ -2,6 +2,7 @@ package webhooks
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
@@ -53,6 +54,30 @@ func TestEventFilterMatch(t *testing.T) {
 	}
 	var none *eventFilter
 	require.True(t, none.match([]byte(`1`)), "no filter matches every event")
+}
+
+// A filter pattern that makes a backtracking matcher exponential matches
+// in linear time: gobwas took a core for good on this one and an 81-byte
+// event. The match either ends, or the test times out.
+func TestEventFilterMatchIsLinear(t *testing.T) {
+	f, err := compileFilter(&EventFilter{Field: "type", Patterns: []string{"*a*a*a*a*a*a*a*a*a*a*c*"}})
+	require.NoError(t, err)
+	for _, n := range []int{81, 64 << 10} {
+		event, err := json.Marshal(map[string]string{"type": strings.Repeat("a", n)})
+		require.NoError(t, err)
+		require.False(t, f.match(event))
+	}
+	// The translation keeps gobwas's syntax and meaning.
+	f, err = compileFilter(&EventFilter{Field: "type", Patterns: []string{"[!a]?", "[a-c]{x,y.*}", `d\*`, "e.**"}})
+	require.NoError(t, err)
+	for value, want := range map[string]bool{
+		".b": true, "b.": false, "ab": false, "by.z": true, "bx": true, "dx.z": false,
+		`d*`: true, "d": false, "d*x": false, "e.f.g": true, "e": false,
+	} {
+		event, err := json.Marshal(map[string]string{"type": value})
+		require.NoError(t, err)
+		require.Equal(t, want, f.match(event), value)
+	}
 }
 
 // Outcomes of attempts that are not the one in flight: a failure counts

@@ -91,14 +91,22 @@ func (p *pushJSON) applyTo(ev *EventsOptions) error {
 			ev.MaxBatchBytes = *b.MaxBytes
 		}
 		if b.MaxWaitMS != nil {
-			ev.MaxWait = time.Duration(*b.MaxWaitMS) * time.Millisecond
+			d, err := millis("batch.max_wait_ms", *b.MaxWaitMS)
+			if err != nil {
+				return err
+			}
+			ev.MaxWait = d
 		}
 	}
 	if p.TimeoutMS != nil {
 		if *p.TimeoutMS < 1 {
 			return invalid("timeout_ms", "timeout_ms must be 1 to %d", maxPushTimeoutLimit.Milliseconds())
 		}
-		ev.Timeout = time.Duration(*p.TimeoutMS) * time.Millisecond
+		d, err := millis("timeout_ms", *p.TimeoutMS)
+		if err != nil {
+			return err
+		}
+		ev.Timeout = d
 	}
 	if p.Headers != nil {
 		headers, err := customHeaders(p.Headers)

@@ -554,3 +554,44 @@ func TestPushUnreadableBatch(t *testing.T) {
 		require.Len(t, logs.lines(t, "webhooks: reading a batch"), tc.logged, tc.err)
 	}
 }
+
+// blockingReader is a source whose reads wait for their context.
+type blockingReader struct {
+	*fakeSource
+	started chan struct{}
+	stopped chan error
+}
+
+func (b *blockingReader) ReadEvents(ctx context.Context, _, _ string, _ webhooks.ReadLimit) (webhooks.EventBatch, error) {
+	b.started <- struct{}{}
+	<-ctx.Done()
+	b.stopped <- context.Cause(ctx)
+	return webhooks.EventBatch{}, ctx.Err()
+}
+
+// A read of a batch that outlives its attempt's timeout stops: it holds
+// no goroutine after the attempt is given up.
+func TestPushReadStopsAtTheAttemptsTimeout(t *testing.T) {
+	src := &blockingReader{started: make(chan struct{}, 1), stopped: make(chan error, 1)}
+	h := newHarnessWrapped(t, func(f *fakeSource) webhooks.StreamSource { src.fakeSource = f; return src })
+	h.subscribeEvents("s1", "/orders/*", `"batch":{"max_wait_ms":0},"timeout_ms":1500`)
+	h.push("/orders/1", numbered(1, 1)...)
+	select {
+	case <-src.started:
+	case <-time.After(waitFor):
+		t.Fatal("the read never started")
+	}
+	h.clock.Add(1499 * time.Millisecond)
+	select {
+	case err := <-src.stopped:
+		t.Fatalf("the read stopped before its timeout: %v", err)
+	default:
+	}
+	h.clock.Add(time.Millisecond)
+	select {
+	case err := <-src.stopped:
+		require.Error(t, err)
+	case <-time.After(waitFor):
+		t.Fatal("the read outlived its attempt's timeout")
+	}
+}

@@ -39,8 +39,8 @@ func (e *Engine) Rewind(ctx context.Context, p *RewindParams) (int, error) {
 	finder, _ := e.source.(OffsetFinder)
 	switch {
 	case p.At.IsZero():
-		if err := validateOffset(p.Offset); err != nil {
-			return 0, asInvalid("offset", err)
+		if err := validateOffset(e.source, p.Offset); err != nil {
+			return 0, err
 		}
 	case p.Offset != "":
 		return 0, invalid("offset", "give offset or at, not both")
@@ -65,8 +65,10 @@ func (e *Engine) Rewind(ctx context.Context, p *RewindParams) (int, error) {
 					return noChange, err
 				}
 			}
-			if info, ok := t[c.PrimaryStream]; ok && compareOffsets(offset, info.Tail) > 0 {
-				return noChange, invalidOffset("offset", "offset %s is past the tail %s of %s", offset, info.Tail, c.PrimaryStream)
+			if info, ok := t[c.PrimaryStream]; ok {
+				if err := checkOffset(e.source, "offset", c.PrimaryStream, offset, info.Tail); err != nil {
+					return noChange, err
+				}
 			}
 			return e.core.rules.rewind(c, sub, offset, t, e.clock.Now()), nil
 		})
@@ -127,7 +129,7 @@ func (e *Engine) rewindRequest(ctx context.Context, r *http.Request, sub *Subscr
 		return 0, nil, invalid("offset", "give offset or at, not both")
 	}
 	if req.At.IsZero() {
-		if err := validateOffset(req.Offset); err != nil {
+		if err := validateOffset(e.source, req.Offset); err != nil {
 			return 0, nil, err
 		}
 	}

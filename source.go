@@ -60,6 +60,23 @@ type OffsetValidator interface {
 	ValidOffset(offset string) bool
 }
 
+// checkOffset checks offset, given in field for the stream at path whose
+// tail is tail, as an ack's is checked: OffsetNone, or an offset of the
+// tail's length that the source could have produced and that is not past
+// the tail. Acks, rewinds and deliver_policy from_offset all go through it.
+func checkOffset(source StreamSource, field, path, offset, tail string) error {
+	if offset == OffsetNone {
+		return nil
+	}
+	if len(offset) != len(tail) || !validOffset(source, offset) {
+		return invalidOffset(field, "offset %q is not an offset of %s", offset, path)
+	}
+	if compareOffsets(offset, tail) > 0 {
+		return invalidOffset(field, "offset %q is beyond the tail %q of %s", offset, tail, path)
+	}
+	return nil
+}
+
 // validOffset reports whether source accepts offset, by the source's own
 // rules if it has them and by the protocol's otherwise.
 func validOffset(source StreamSource, offset string) bool {

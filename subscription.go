@@ -214,7 +214,9 @@ func (e *Engine) patchSubscription(ctx context.Context, r *http.Request, at targ
 			if req.Retry != nil && s.Retry == nil {
 				s.Retry = &RetryPolicy{MaxAge: e.cfg.failureGCAfter}
 			}
-			req.optionsJSON.applyTo(s)
+			if err := req.optionsJSON.applyTo(s); err != nil {
+				return err
+			}
 			if s.Events != nil {
 				if err := req.pushJSON.applyTo(s.Events); err != nil {
 					return err
@@ -260,8 +262,10 @@ func (e *Engine) createSubscription(ctx context.Context, r *http.Request, at tar
 	if req.Retry != nil && sub.Retry == nil {
 		sub.Retry = &RetryPolicy{MaxAge: e.cfg.failureGCAfter}
 	}
-	req.optionsJSON.applyTo(sub)
-	start, err := deliverStart(req.DeliverPolicy, req.Offset)
+	if err := req.optionsJSON.applyTo(sub); err != nil {
+		return 0, nil, err
+	}
+	start, err := deliverStart(e.source, req.DeliverPolicy, req.Offset)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -303,8 +307,8 @@ func (e *Engine) CreateSubscription(ctx context.Context, sub *Subscription, from
 		return nil, asInvalid("pattern", err)
 	}
 	if from != "" && from != OffsetNone {
-		if err := validateOffset(from); err != nil {
-			return nil, asInvalid("offset", err)
+		if err := validateOffset(e.source, from); err != nil {
+			return nil, err
 		}
 	}
 	s := sub.Clone()
@@ -402,7 +406,7 @@ func (e *Engine) validate(sub *Subscription) error {
 // deliverStart is the offset at which a new subscription's consumers of
 // existing streams start, by its deliver policy: "" for each stream's
 // tail.
-func deliverStart(policy, offset string) (string, error) {
+func deliverStart(source StreamSource, policy, offset string) (string, error) {
 	switch policy {
 	case "", deliverPolicyNew:
 		if offset != "" {
@@ -415,8 +419,8 @@ func deliverStart(policy, offset string) (string, error) {
 		}
 		return OffsetNone, nil
 	case deliverPolicyFrom:
-		if err := validateOffset(offset); err != nil {
-			return "", asInvalid("offset", err)
+		if err := validateOffset(source, offset); err != nil {
+			return "", err
 		}
 		return offset, nil
 	default:
@@ -470,6 +474,12 @@ func (e *Engine) adoptExistingStreams(ctx context.Context, pattern *Pattern, id,
 		offset := s.Tail
 		if start != "" {
 			offset = start
+			if err := checkOffset(e.source, "offset", s.Path, start, s.Tail); err != nil {
+				// Not an offset of this stream, or past its tail: nothing
+				// of it comes after start, so it starts at the tail.
+				e.log.WarnContext(ctx, "webhooks: a stream starts at its tail", "subscription_id", id, "stream", s.Path, "reason", err)
+				offset = s.Tail
+			}
 		}
 		err := e.store.CreateConsumer(ctx, newConsumer(id, s.Path, offset, e.clock.Now()))
 		e.signals.consumerWritten.Send()

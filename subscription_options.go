@@ -1,6 +1,7 @@
 package webhooks
 
 import (
+	"math"
 	"slices"
 	"time"
 )
@@ -48,7 +49,7 @@ type optionsJSON struct {
 }
 
 // applyTo sets the options o gives on s, over what s has.
-func (o *optionsJSON) applyTo(s *Subscription) {
+func (o *optionsJSON) applyTo(s *Subscription) error {
 	if r := o.Retry; r != nil {
 		p := RetryPolicy{}
 		if s.Retry != nil {
@@ -57,20 +58,41 @@ func (o *optionsJSON) applyTo(s *Subscription) {
 		if r.ScheduleMS != nil {
 			p.Schedule = make([]time.Duration, len(r.ScheduleMS))
 			for i, ms := range r.ScheduleMS {
-				p.Schedule[i] = time.Duration(ms) * time.Millisecond
+				d, err := millis("retry.schedule_ms", ms)
+				if err != nil {
+					return err
+				}
+				p.Schedule[i] = d
 			}
 		}
 		if r.MaxAttempts != nil {
 			p.MaxAttempts = *r.MaxAttempts
 		}
 		if r.MaxAgeMS != nil {
-			p.MaxAge = time.Duration(*r.MaxAgeMS) * time.Millisecond
+			d, err := millis("retry.max_age_ms", *r.MaxAgeMS)
+			if err != nil {
+				return err
+			}
+			p.MaxAge = d
 		}
 		s.Retry = &p
 	}
 	if o.MaxDeliveriesPerMinute != nil {
 		s.RateLimit = *o.MaxDeliveriesPerMinute
 	}
+	return nil
+}
+
+// millis converts field, a count of milliseconds, to a duration. It
+// refuses a count too large for a duration, which would wrap around, maybe
+// into the field's range (2^58 ms and a little became 1 s), before the
+// field's own range is checked on the duration.
+func millis(field string, ms int64) (time.Duration, error) {
+	const most = math.MaxInt64 / int64(time.Millisecond)
+	if ms > most || ms < -most {
+		return 0, invalid(field, "%s %d is out of range", field, ms)
+	}
+	return time.Duration(ms) * time.Millisecond, nil
 }
 
 // validateOptions checks the options of s against the API's limits, naming
@@ -125,14 +147,19 @@ func (s *Subscription) signature() SignatureScheme {
 	return s.Signature
 }
 
-// validateOffset checks an offset given to the API: one that a callback
-// could ack.
-func validateOffset(offset string) error {
+// validateOffset checks the form of an offset given to the API: that of
+// an ack (validOffset: the source's OffsetValidator, or the protocol's
+// rules), within MaxOffsetLength. OffsetNone always passes. Against a
+// stream's tail, checkOffset checks the rest.
+func validateOffset(source StreamSource, offset string) error {
 	if offset == "" || len(offset) > MaxOffsetLength {
 		return invalid("offset", "offset must be 1 to %d characters", MaxOffsetLength)
 	}
 	if r, ok := controlChar(offset); ok {
 		return invalid("offset", "offset contains the control character %U", r)
+	}
+	if offset != OffsetNone && !validOffset(source, offset) {
+		return invalid("offset", "offset %q is not an offset this server's streams produce", offset)
 	}
 	return nil
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/streamhooks/webhooks/receiver"
@@ -116,6 +117,9 @@ func (x *executor) post(ctx context.Context, url string, header http.Header, bod
 		return r
 	}
 	req.Header = header
+	if x.propagator != nil {
+		x.propagator.Inject(ctx, propagation.HeaderCarrier(header))
+	}
 	resp, err := x.client.Do(req)
 	if err != nil {
 		if errors.Is(context.Cause(ctx), errRequestTimeout) {

@@ -116,7 +116,7 @@ func New(store Store, source StreamSource, opts ...Option) (*Engine, error) {
 		cfg.sweepInterval = sweepPolls * cfg.pollInterval
 	}
 	metrics := newLease(store, metricsLease, &cfg)
-	tel, err := newTelemetry(cfg.tracerProvider, cfg.meterProvider, store, metrics)
+	tel, err := newTelemetry(cfg.tracerProvider, cfg.meterProvider, store, metrics, cfg.subscriptionMetrics, cfg.clock)
 	if err != nil {
 		return nil, fmt.Errorf("webhooks: setting up telemetry: %w", err)
 	}
@@ -202,6 +202,7 @@ func New(store Store, source StreamSource, opts ...Option) (*Engine, error) {
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 		},
 		policy:          policy,
+		propagator:      cfg.propagator,
 		handlers:        cfg.handlers,
 		handlerReturned: e.signals.handlerReturned.Send,
 	}
@@ -283,6 +284,8 @@ func (e *Engine) load(ctx context.Context) error {
 		return fmt.Errorf("webhooks: %w", errs[0])
 	}
 	e.tokens, e.subs, e.stored = newTokens(key, e.cfg.tokenTTL, e.clock), set, set.patterns()
+	count := set.countByStatus
+	e.tel.subscriptionsByStatus.Store(&count)
 	e.x.tokens = e.tokens
 	e.loaded.Store(true)
 	return nil

