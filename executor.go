@@ -22,6 +22,8 @@ type executor struct {
 	// tokens signs a wake's callback token; Start sets it, before the
 	// first attempt.
 	tokens *tokens
+	// keys sign the deliveries of SignatureEd25519 subscriptions.
+	keys *webhookKeyring
 	// callbackPrefix is every callback URL but the consumer ID.
 	callbackPrefix string
 

@@ -81,6 +81,10 @@ func (x *executor) signedHeader(sub *Subscription, id string, body []byte, now t
 		"Content-Type": {"application/json"},
 		"User-Agent":   {"streamhooks"},
 	}
+	if sub.Signature == SignatureEd25519 {
+		x.keys.signEd25519(h, id, now, body)
+		return h, nil
+	}
 	if err := signDelivery(h, sub, id, now, body); err != nil {
 		return nil, err
 	}

@@ -60,6 +60,8 @@ type Engine struct {
 	attemptLog *attemptLog
 	// metrics is this instance's claim to report the Store-wide gauge.
 	metrics *lease
+	// keys are the Ed25519 webhook signing keys.
+	keys *webhookKeyring
 	// signals tell a test what the engine did, by purpose.
 	signals signals
 	// attempts counts the delivery attempts started and not ended.
@@ -190,8 +192,10 @@ func New(store Store, source StreamSource, opts ...Option) (*Engine, error) {
 		startIfPending: e.startIfPending,
 		swept:          e.signals.streamsSwept.Send,
 	}
+	e.keys = newWebhookKeyring(store, &cfg, e.signals.webhookKeysReread.Send)
 	e.x = &executor{
 		clock:          cfg.clock,
+		keys:           e.keys,
 		cursors:        &e.core.rules,
 		source:         source,
 		callbackPrefix: cfg.callbackBase.String() + callbackSegment,
@@ -239,6 +243,7 @@ func (e *Engine) Start(ctx context.Context) error {
 	e.running = true
 	e.sched.beat.Store(e.clock.Now().UnixNano())
 	e.metrics.start(ctx, runCtx, &e.deliveries)
+	e.keys.start(runCtx, &e.deliveries)
 	// Stop waits for the start-up sweep and the stream sweeps as it does
 	// for deliveries.
 	e.deliveries.Add(1)
@@ -263,8 +268,8 @@ func (e *Engine) Start(ctx context.Context) error {
 	return nil
 }
 
-// load reads the token signing key, creating it if the Store has none, and
-// the subscriptions, and then lets the handlers and stream methods use them.
+// load reads the token signing key and the webhook signing keys, creating
+// them if the Store has none, and the subscriptions, and then lets the handlers and stream methods use them.
 func (e *Engine) load(ctx context.Context) error {
 	key := e.cfg.tokenKey
 	if key == nil {
@@ -274,6 +279,9 @@ func (e *Engine) load(ctx context.Context) error {
 		if key, err = e.store.LoadOrStoreSigningKey(ctx, fresh); err != nil {
 			return fmt.Errorf("webhooks: loading the token signing key: %w", err)
 		}
+	}
+	if err := e.keys.load(ctx); err != nil {
+		return err
 	}
 	subs, err := e.store.ListSubscriptions(ctx)
 	if err != nil {

@@ -105,6 +105,7 @@ func parseConfig(args []string, getenv func(string) string) (exampleserver.Confi
 	postgres := fs.String("postgres", "", "keep streams and engine state in this PostgreSQL database, shared with other servers on it: a DSN")
 	keyFile := fs.String("encryption-key-file", "", "file holding the key that seals secrets in -data or -postgres: 32 bytes, base64 (or the key itself in $"+encryptionKeyEnv+")")
 	inbox := fs.Bool("inbox", false, "receive github and standard (Standard Webhooks) deliveries at /inbox/{provider} into the stream /inbox/{provider}/records")
+	retention := fs.Bool("inbox-retention", false, "with -inbox, partition the inbox's streams by day and delete, hourly, processed records after 7 days and dead letters after 30")
 	secrets := map[string]string{}
 	fs.Func("inbox-secret", "PROVIDER=SECRET: the secret a provider of -inbox signs with (repeatable)", func(v string) error {
 		provider, secret, ok := strings.Cut(v, "=")
@@ -129,6 +130,9 @@ func parseConfig(args []string, getenv func(string) string) (exampleserver.Confi
 	}
 	if len(secrets) > 0 && !*inbox {
 		return exampleserver.Config{}, errors.New("-inbox-secret needs -inbox")
+	}
+	if *retention && !*inbox {
+		return exampleserver.Config{}, errors.New("-inbox-retention needs -inbox")
 	}
 	if *token == "" && !*dev {
 		return exampleserver.Config{}, fmt.Errorf("no API token: set -api-token or $%s, or pass -dev to leave the subscription API open", apiTokenEnv)
@@ -160,6 +164,7 @@ func parseConfig(args []string, getenv func(string) string) (exampleserver.Confi
 		EncryptionKey:       key,
 		Inbox:               *inbox,
 		InboxSecrets:        secrets,
+		InboxRetention:      *retention,
 		EngineOptions:       []webhooks.Option{webhooks.WithTimeouts(*waking, *liveness, 0)},
 	}, nil
 }

@@ -126,6 +126,11 @@ func TestParseConfigInbox(t *testing.T) {
 
 	_, err = parseConfig([]string{"-dev", "-inbox-secret", "github=s"}, env(nil))
 	require.ErrorContains(t, err, "needs -inbox")
+	_, err = parseConfig([]string{"-dev", "-inbox-retention"}, env(nil))
+	require.ErrorContains(t, err, "-inbox-retention needs -inbox")
+	cfg, err = parseConfig([]string{"-dev", "-inbox", "-inbox-retention"}, env(nil))
+	require.NoError(t, err)
+	require.True(t, cfg.InboxRetention)
 	for _, bad := range []string{"github", "=s", "github="} {
 		_, err = parseConfig([]string{"-dev", "-inbox", "-inbox-secret", bad}, env(nil))
 		require.ErrorContains(t, err, "PROVIDER=SECRET", bad)

@@ -17,6 +17,8 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/benbjohnson/clock"
+
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	webhooks "github.com/streamhooks/webhooks"
@@ -93,6 +95,16 @@ type Config struct {
 	// the first SubscriptionMetrics subscriptions, the rest as "other"
 	// (webhooks.WithSubscriptionMetrics).
 	SubscriptionMetrics int
+
+	// InboxRetention partitions the inbox's records and dead letters by
+	// day, "/inbox/{provider}/records/{yyyy-mm-dd}" and
+	// ".../dead/{yyyy-mm-dd}" (inbox.WithDailyPartitions), and deletes,
+	// each hour, the partitions past seed 003's retention: processed
+	// records after 7 days, dead letters after 30 (inbox.Processor.Sweep).
+	// The unpartitioned streams of a data directory written without it
+	// are still processed, listed and read; they are never deleted. It
+	// needs Inbox.
+	InboxRetention bool
 }
 
 // inboxSchemes make the Scheme of each inbox provider from its secret.
@@ -130,8 +142,10 @@ type Running struct {
 	owned   io.Closer // the store or database pool Start opened, if any
 	engine  *webhooks.Engine
 	tel     *telemetry
-	http    *http.Server
-	served  chan error
+	// stopSweep stops the inbox's retention sweep, if it runs.
+	stopSweep func()
+	http      *http.Server
+	served    chan error
 }
 
 // Start listens on cfg.Addr and serves the stream protocol with the engine
@@ -192,7 +206,7 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 	}
 	var processor *inbox.Processor
 	if cfg.Inbox {
-		if processor, err = newProcessor(streams, providers, cfg.InboxHandler, log); err != nil {
+		if processor, err = newProcessor(newInboxAppender(streams), providers, cfg.InboxHandler, cfg.InboxRetention, log); err != nil {
 			_ = ln.Close()
 			streams.Close()
 			return nil, errors.Join(err, tel.close(ctx))
@@ -217,7 +231,7 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 	next := guardStreams(streams, cfg.APIToken, cfg.PublicStreams)
 	var problems []string
 	if cfg.Inbox {
-		if next, problems, err = mountInbox(ctx, engine, streams, next, providers, processor, cfg.APIToken, log); err != nil {
+		if next, problems, err = mountInbox(ctx, engine, streams, next, providers, processor, cfg, log); err != nil {
 			_ = ln.Close()
 			streams.Close()
 			err = errors.Join(err, engine.Stop(ctx), tel.close(ctx))
@@ -248,6 +262,9 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 		served:  make(chan error, 1),
 	}
 	r.Problems = problems
+	if cfg.InboxRetention {
+		r.stopSweep = sweepInbox(engine, streams, processor, clock.New(), log)
+	}
 	go func() { r.served <- r.http.Serve(ln) }()
 	return r, nil
 }
@@ -256,8 +273,8 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 // or none without cfg.Inbox.
 func inboxProviders(cfg Config) ([]inbox.Provider, error) {
 	if !cfg.Inbox {
-		if len(cfg.InboxSecrets) > 0 {
-			return nil, errors.New("inbox secrets need the inbox")
+		if len(cfg.InboxSecrets) > 0 || cfg.InboxRetention {
+			return nil, errors.New("inbox secrets and retention need the inbox")
 		}
 		return nil, nil
 	}
@@ -278,8 +295,12 @@ func inboxProviders(cfg Config) ([]inbox.Provider, error) {
 const inboxHandler = "inbox"
 
 // newProcessor returns the inbox's Processor, which logs each record.
-func newProcessor(streams *dstream.Server, providers []inbox.Provider, then inbox.RecordHandler, log *slog.Logger) (*inbox.Processor, error) {
-	p, err := inbox.NewProcessor(streams, providers, inbox.WithLogger(log))
+func newProcessor(appender inbox.Appender, providers []inbox.Provider, then inbox.RecordHandler, daily bool, log *slog.Logger) (*inbox.Processor, error) {
+	opts := []inbox.Option{inbox.WithLogger(log)}
+	if daily {
+		opts = append(opts, inbox.WithDailyPartitions())
+	}
+	p, err := inbox.NewProcessor(appender, providers, opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -313,6 +334,9 @@ func newHTTPServer(h http.Handler, log *slog.Logger) *http.Server {
 // requests and waits, until ctx ends, for those in progress, then stops the
 // engine. Stopping the engine last lets in-flight callbacks finish.
 func (r *Running) Close(ctx context.Context) error {
+	if r.stopSweep != nil {
+		r.stopSweep()
+	}
 	r.streams.Close()
 	err := r.http.Shutdown(ctx)
 	if serr := <-r.served; !errors.Is(serr, http.ErrServerClosed) {

@@ -195,3 +195,13 @@ func TestOpenAPIServed(t *testing.T) {
 	require.Equal(t, "application/json", resp.Header.Get("Content-Type"))
 	require.Equal(t, openapi.Document, body)
 }
+
+// TestJWKSIsPublic: the JWKS is served at the stream root's __ds prefix
+// without the API token, as receivers fetch it.
+func TestJWKSIsPublic(t *testing.T) {
+	c, _ := startServer(t, exampleserver.Config{APIToken: "secret-token"})
+	resp, body := c.do(t, http.MethodGet, exampleserver.JWKSPath, "", "", nil)
+	require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
+	require.Equal(t, "application/jwk-set+json", resp.Header.Get("Content-Type"))
+	require.Regexp(t, `^\{"keys":\[\{"kty":"OKP","crv":"Ed25519","kid":"ds_[A-Za-z0-9_-]{43}"`, string(body))
+}
