@@ -1,6 +1,7 @@
 package webhooks
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -20,62 +21,92 @@ const (
 
 // eventFilter is an EventFilter ready to match events.
 type eventFilter struct {
-	path []string // the field's dotted path
+	path []string // the field's dotted path; nil without patterns
 	// re matches a value that one of the patterns matches. Go's regexp
 	// runs in time linear in the value's length; gobwas, which checks the
 	// patterns' syntax, backtracks, and a pattern such as
 	// `*a*a*a*a*a*a*a*a*a*a*c*` made one 81-byte event take a core for good.
-	re *regexp.Regexp
+	re   *regexp.Regexp
+	expr *eventExpression // nil without an expression
 }
 
 // compileFilter checks f against the filter's rules and limits and
-// compiles it; a nil filter matches every event. '**' may only be a
-// pattern's last segment, which keeps matching linear in the field's
-// length.
+// compiles it; a nil filter matches every event. It refuses f with a
+// *ValidationError naming the filter's field at fault.
 func compileFilter(f *EventFilter) (*eventFilter, error) {
 	if f == nil {
 		return nil, nil
 	}
+	out := &eventFilter{}
+	if f.Expression != "" {
+		expr, err := compileExpression(f.Expression)
+		if err != nil {
+			return nil, err
+		}
+		out.expr = expr
+	}
+	if f.Field == "" && len(f.Patterns) == 0 && out.expr != nil {
+		return out, nil
+	}
+	if err := compilePatterns(out, f); err != nil {
+		return nil, asInvalid("filter.patterns", err)
+	}
+	return out, nil
+}
+
+// compilePatterns compiles f's field and patterns into out. '**' may only
+// be a pattern's last segment, which keeps matching linear in the field's
+// length.
+func compilePatterns(out *eventFilter, f *EventFilter) error {
 	switch {
 	case f.Field == "":
-		return nil, errors.New("filter.field is required")
+		return invalid("filter.field", "filter.field is required with filter.patterns, or give filter.expression")
 	case len(f.Field) > maxFilterFieldLength:
-		return nil, fmt.Errorf("filter.field is longer than %d bytes", maxFilterFieldLength)
+		return invalid("filter.field", "filter.field is longer than %d bytes", maxFilterFieldLength)
 	case len(f.Patterns) == 0:
-		return nil, errors.New("filter.patterns needs at least one pattern")
+		return errors.New("filter.patterns needs at least one pattern")
 	case len(f.Patterns) > maxFilterPatterns:
-		return nil, fmt.Errorf("filter.patterns has more than %d patterns", maxFilterPatterns)
+		return fmt.Errorf("filter.patterns has more than %d patterns", maxFilterPatterns)
 	}
 	path := strings.Split(f.Field, ".")
 	for _, p := range path {
 		if p == "" {
-			return nil, fmt.Errorf("filter.field %q has an empty segment", f.Field)
+			return invalid("filter.field", "filter.field %q has an empty segment", f.Field)
 		}
 	}
-	out := &eventFilter{path: path}
 	alts := make([]string, 0, len(f.Patterns))
 	for _, p := range f.Patterns {
-		if p == "" || len(p) > maxFilterPatternLength {
-			return nil, fmt.Errorf("filter pattern %q must have 1 to %d bytes", p, maxFilterPatternLength)
-		}
-		if i := strings.Index(p, "**"); i >= 0 && (p[i:] != "**" || (i > 0 && p[i-1] != '.')) {
-			return nil, fmt.Errorf("filter pattern %q: '**' may only be the last segment", p)
-		}
-		if _, err := glob.Compile(p, '.'); err != nil {
-			return nil, fmt.Errorf("filter pattern %q: %v", p, err)
-		}
-		re, err := globRegexp(p)
+		re, err := patternRegexp(p)
 		if err != nil {
-			return nil, fmt.Errorf("filter pattern %q: %v", p, err)
+			return err
 		}
 		alts = append(alts, re)
 	}
 	re, err := regexp.Compile(`^(?:` + strings.Join(alts, "|") + `)$`)
 	if err != nil {
-		return nil, fmt.Errorf("filter patterns: %v", err)
+		return fmt.Errorf("filter patterns: %v", err)
 	}
-	out.re = re
-	return out, nil
+	out.path, out.re = path, re
+	return nil
+}
+
+// patternRegexp checks one filter pattern against the rules and limits
+// and returns the regular expression that matches what it does.
+func patternRegexp(p string) (string, error) {
+	if p == "" || len(p) > maxFilterPatternLength {
+		return "", fmt.Errorf("filter pattern %q must have 1 to %d bytes", p, maxFilterPatternLength)
+	}
+	if i := strings.Index(p, "**"); i >= 0 && (p[i:] != "**" || (i > 0 && p[i-1] != '.')) {
+		return "", fmt.Errorf("filter pattern %q: '**' may only be the last segment", p)
+	}
+	if _, err := glob.Compile(p, '.'); err != nil {
+		return "", fmt.Errorf("filter pattern %q: %v", p, err)
+	}
+	re, err := globRegexp(p)
+	if err != nil {
+		return "", fmt.Errorf("filter pattern %q: %v", p, err)
+	}
+	return re, nil
 }
 
 // globRegexp translates a filter pattern, in gobwas's syntax with '.' as
@@ -160,10 +191,27 @@ func globClass(s string) (int, string, error) {
 	return 0, "", errors.New("unclosed '['")
 }
 
-// match reports whether event, a JSON value, has a string at the filter's
-// field that one of its patterns matches.
-func (f *eventFilter) match(event []byte) bool {
+// passes reports whether event, a JSON value, passes the filter: its
+// field matches (match), and the expression holds for it. An error is the
+// expression's: the event does not pass.
+func (f *eventFilter) passes(ctx context.Context, event []byte) (bool, error) {
 	if f == nil {
+		return true, nil
+	}
+	if !f.match(event) {
+		return false, nil
+	}
+	if f.expr != nil {
+		return f.expr.match(ctx, event)
+	}
+	return true, nil
+}
+
+// match reports whether event, a JSON value, has a string at the
+// filter's field that one of its patterns matches, or the filter has no
+// patterns.
+func (f *eventFilter) match(event []byte) bool {
+	if f == nil || f.re == nil {
 		return true
 	}
 	raw := json.RawMessage(event)

@@ -1,6 +1,7 @@
 package webhooks
 
 import (
+	"log/slog"
 	"net/http"
 	"sync"
 
@@ -34,6 +35,8 @@ type executor struct {
 	propagator propagation.TextMapPropagator
 
 	handlers map[string]BatchHandler
+	// log reports events a filter expression failed on (selectEvents).
+	log *slog.Logger
 	// handling holds the consumer IDs whose BatchHandler call runs.
 	handling        sync.Map
 	handlerReturned func()

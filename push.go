@@ -2,7 +2,6 @@ package webhooks
 
 import (
 	"context"
-	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -254,7 +253,7 @@ func appendJSONString(b []byte, s string) []byte {
 }
 
 // readBatch reads the events of c's batch in flight, and returns them as
-// they go in the payload: the ones the filter matches, as JSON values. A
+// they go in the payload (selectEvents). A
 // read and filtering that outlive the attempt's timeout stop, so that no
 // source or event holds a goroutine for longer than an attempt.
 func (x *executor) readBatch(ctx context.Context, c *Consumer, sub *Subscription) (EventBatch, []json.RawMessage, error) {
@@ -273,21 +272,9 @@ func (x *executor) readBatch(ctx context.Context, c *Consumer, sub *Subscription
 	if err != nil {
 		return EventBatch{}, nil, fmt.Errorf("reading %s: %w", c.PrimaryStream, err)
 	}
-	filter, err := compileFilter(sub.Events.Filter)
+	events, err := x.selectEvents(ctx, c, sub, batch)
 	if err != nil {
 		return EventBatch{}, nil, err
-	}
-	events := make([]json.RawMessage, 0, len(batch.Events))
-	for _, ev := range batch.Events {
-		if ctx.Err() != nil {
-			return EventBatch{}, nil, fmt.Errorf("filtering the batch of %s: %w", c.PrimaryStream, context.Cause(ctx))
-		}
-		if !batch.JSON {
-			ev, _ = json.Marshal(base64.StdEncoding.EncodeToString(ev))
-		}
-		if filter.match(ev) {
-			events = append(events, ev)
-		}
 	}
 	return batch, events, nil
 }

@@ -49,8 +49,9 @@ type batchJSON struct {
 
 // filterJSON is the "filter" object.
 type filterJSON struct {
-	Field    string   `json:"field"`
-	Patterns []string `json:"patterns"`
+	Field      string   `json:"field,omitempty"`
+	Patterns   []string `json:"patterns,omitempty"`
+	Expression string   `json:"expression,omitempty"`
 }
 
 // pushJSON holds the event-push fields of a subscription request or
@@ -60,6 +61,8 @@ type pushJSON struct {
 	Headers   map[string]string `json:"headers,omitempty"`
 	TimeoutMS *int64            `json:"timeout_ms,omitempty"`
 	Filter    *filterJSON       `json:"filter,omitempty"`
+	// Columns given replace them; [] sends events whole again.
+	Columns []string `json:"columns,omitempty"`
 }
 
 func (p *pushJSON) empty() bool {
@@ -77,6 +80,8 @@ func (p *pushJSON) field() string {
 		return "timeout_ms"
 	case p.Filter != nil:
 		return "filter"
+	case p.Columns != nil:
+		return "columns"
 	}
 	return ""
 }
@@ -116,7 +121,13 @@ func (p *pushJSON) applyTo(ev *EventsOptions) error {
 		ev.Headers = headers
 	}
 	if f := p.Filter; f != nil {
-		ev.Filter = &EventFilter{Field: f.Field, Patterns: f.Patterns}
+		ev.Filter = &EventFilter{Field: f.Field, Patterns: f.Patterns, Expression: f.Expression}
+	}
+	if p.Columns != nil {
+		ev.Columns = nil
+		if len(p.Columns) > 0 {
+			ev.Columns = p.Columns
+		}
 	}
 	return nil
 }
@@ -149,6 +160,9 @@ func validateEventsOptions(ev *EventsOptions) error {
 		if _, err := compileFilter(ev.Filter); err != nil {
 			return asInvalid("filter", err)
 		}
+	}
+	if _, err := compileColumns(ev.Columns); err != nil {
+		return err
 	}
 	return nil
 }
@@ -228,8 +242,9 @@ func pushView(ev *EventsOptions) pushJSON {
 		}
 	}
 	if f := ev.Filter; f != nil {
-		out.Filter = &filterJSON{Field: f.Field, Patterns: f.Patterns}
+		out.Filter = &filterJSON{Field: f.Field, Patterns: f.Patterns, Expression: f.Expression}
 	}
+	out.Columns = ev.Columns
 	return out
 }
 

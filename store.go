@@ -300,9 +300,14 @@ type EventsOptions struct {
 	// Filter, if set, sends only the events it matches; the others move
 	// the cursor without being sent.
 	Filter *EventFilter
+	// Columns, if set, are the fields of each event sent: dotted paths
+	// into the event's JSON object. A field an event lacks is left out;
+	// an event that is not a JSON object is sent whole.
+	Columns []string
 }
 
-// EventFilter matches events by a string field of their JSON object.
+// EventFilter matches events by a string field of their JSON object, by
+// an expression, or by both.
 type EventFilter struct {
 	// Field is the field's name, or a dotted path to a nested one, such
 	// as "data.kind".
@@ -310,8 +315,15 @@ type EventFilter struct {
 	// Patterns are dotted globs, one of which the field's value must
 	// match: '*' matches one dot-separated segment, '**' any number.
 	// An event that is not a JSON object, or lacks a string at Field,
-	// matches none.
+	// matches none. Field and Patterns come together, or not at all.
 	Patterns []string
+	// Expression, if set, is a CEL expression over the event's JSON
+	// object, the variable event, that must hold as well, such as
+	// `event.type.matchesPattern("tool.*") && event.total > 100`. An
+	// event that is not a JSON object, or on which the expression fails
+	// (a field it compares is missing, its cost limit is reached), is
+	// skipped. See the README's "Filter expressions".
+	Expression string
 }
 
 // orDefault is m, or DeliveryWake for the zero mode.
@@ -419,8 +431,9 @@ func (s *Subscription) Clone() *Subscription {
 		ev := *s.Events
 		ev.Headers = maps.Clone(s.Events.Headers)
 		if f := s.Events.Filter; f != nil {
-			ev.Filter = &EventFilter{Field: f.Field, Patterns: slices.Clone(f.Patterns)}
+			ev.Filter = &EventFilter{Field: f.Field, Patterns: slices.Clone(f.Patterns), Expression: f.Expression}
 		}
+		ev.Columns = slices.Clone(s.Events.Columns)
 		out.Events = &ev
 	}
 	if s.Retry != nil {

@@ -19,12 +19,14 @@ import (
 // Status and Events, whose MaxAttempts was then a field of the options;
 // version 3 moves it to Retry and adds
 // Signature, PreviousSecret, PreviousSecretExpiresAt, Retry and RateLimit;
-// version 4, which MarshalData writes, adds Handler at the end.
+// version 4 adds Handler at the end; version 5, which MarshalData writes,
+// adds after it, for event push, the filter's Expression and the Columns.
 const (
 	subscriptionDataV1 = 1
 	subscriptionDataV2 = 2
 	subscriptionDataV3 = 3
 	subscriptionDataV4 = 4
+	subscriptionDataV5 = 5
 )
 
 var errCorruptSubscriptionData = errors.New("webhooks: corrupt subscription data")
@@ -34,7 +36,7 @@ var errCorruptSubscriptionData = errors.New("webhooks: corrupt subscription data
 // Health. It fails for a time outside the years 1678 to 2262.
 // Only Store implementations call it; applications never need to.
 func (s *Subscription) MarshalData() ([]byte, error) {
-	b := []byte{subscriptionDataV4}
+	b := []byte{subscriptionDataV5}
 	b = appendString(b, string(s.Delivery))
 	b = appendString(b, string(s.Status))
 	b = appendString(b, string(s.Signature))
@@ -54,7 +56,19 @@ func (s *Subscription) MarshalData() ([]byte, error) {
 		b = binary.AppendVarint(b, int64(r.MaxAge))
 	}
 	b = appendEventsOptions(b, s.Events)
-	return appendString(b, s.Handler), nil
+	b = appendString(b, s.Handler)
+	if ev := s.Events; ev != nil {
+		var expr string
+		if ev.Filter != nil {
+			expr = ev.Filter.Expression
+		}
+		b = appendString(b, expr)
+		b = binary.AppendUvarint(b, uint64(len(ev.Columns)))
+		for _, c := range ev.Columns {
+			b = appendString(b, c)
+		}
+	}
+	return b, nil
 }
 
 // appendEventsOptions appends whether ev is set and, if it is, its fields.
@@ -93,7 +107,7 @@ func (s *Subscription) UnmarshalData(data []byte) error {
 	if len(data) > 0 {
 		d := decoder{b: data}
 		version := d.byte()
-		if version < subscriptionDataV1 || version > subscriptionDataV4 {
+		if version < subscriptionDataV1 || version > subscriptionDataV5 {
 			return errCorruptSubscriptionData
 		}
 		out.Delivery = DeliveryMode(d.string())
@@ -106,7 +120,7 @@ func (s *Subscription) UnmarshalData(data []byte) error {
 				out.Retry = &RetryPolicy{MaxAttempts: int(d.varint())}
 				d.eventsFilter(out.Events)
 			}
-		case subscriptionDataV3, subscriptionDataV4:
+		case subscriptionDataV3, subscriptionDataV4, subscriptionDataV5:
 			out.Status = SubscriptionStatus(d.string())
 			out.Signature = SignatureScheme(d.string())
 			out.PreviousSecret = d.string()
@@ -119,8 +133,11 @@ func (s *Subscription) UnmarshalData(data []byte) error {
 				out.Events = d.eventsOptions()
 				d.eventsFilter(out.Events)
 			}
-			if version == subscriptionDataV4 {
+			if version >= subscriptionDataV4 {
 				out.Handler = d.string()
+			}
+			if version >= subscriptionDataV5 && out.Events != nil {
+				d.eventsSelection(out.Events)
 			}
 		}
 		if d.err != nil || len(d.b) != 0 {
@@ -171,6 +188,23 @@ func (d *decoder) eventsFilter(ev *EventsOptions) {
 			for i := range ev.Filter.Patterns {
 				ev.Filter.Patterns[i] = d.string()
 			}
+		}
+	}
+}
+
+// eventsSelection reads the filter's expression and the columns into ev.
+func (d *decoder) eventsSelection(ev *EventsOptions) {
+	if expr := d.string(); expr != "" {
+		if ev.Filter == nil {
+			d.err = errCorruptData
+			return
+		}
+		ev.Filter.Expression = expr
+	}
+	if n := d.count(); n > 0 {
+		ev.Columns = make([]string, n)
+		for i := range ev.Columns {
+			ev.Columns[i] = d.string()
 		}
 	}
 }

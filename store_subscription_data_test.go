@@ -34,7 +34,8 @@ func dataEvents() *EventsOptions {
 		MaxWait:        1500 * time.Millisecond,
 		Timeout:        time.Second,
 		Headers:        map[string]string{"X-B": "2", "Authorization": "Bearer ü"},
-		Filter:         &EventFilter{Field: "data.type", Patterns: []string{"order.*", ""}},
+		Filter:         &EventFilter{Field: "data.type", Patterns: []string{"order.*", ""}, Expression: "event.n > 1"},
+		Columns:        []string{"id", "data.type"},
 	}
 }
 
@@ -57,15 +58,24 @@ func TestSubscriptionDataRoundTrip(t *testing.T) {
 
 // The released formats never change, and every one of them reads.
 func TestSubscriptionDataKnownAnswers(t *testing.T) {
+	// Version 5 is version 4's fields, then the filter's expression,
+	// "event.n > 1", and the columns, "id" and "data.type".
+	const v5 = "05066576656e747306706175736564087374616e646172640977687365635f6f6c64018a80a0bbd29df1fa31d00f010280a8d6b90780e0ba84bf030e8080c58bc6d10101c8010180bcc1960b80a8d6b907020d417574686f72697a6174696f6e0942656172657220c3bc03582d4201320109646174612e7479706502076f726465722e2a00" + "05696e626f78" + "0b6576656e742e6e203e2031" + "02026964" + "09646174612e74797065"
+	require.Equal(t, v5, hex.EncodeToString(marshal(t, dataSubscription())))
+
 	// Version 4 is version 3's fields, then the handler's name: "inbox".
-	const v4 = "04066576656e747306706175736564087374616e646172640977687365635f6f6c64018a80a0bbd29df1fa31d00f010280a8d6b90780e0ba84bf030e8080c58bc6d10101c8010180bcc1960b80a8d6b907020d417574686f72697a6174696f6e0942656172657220c3bc03582d4201320109646174612e7479706502076f726465722e2a00" + "05696e626f78"
-	require.Equal(t, v4, hex.EncodeToString(marshal(t, dataSubscription())))
+	v4, err := hex.DecodeString("04066576656e747306706175736564087374616e646172640977687365635f6f6c64018a80a0bbd29df1fa31d00f010280a8d6b90780e0ba84bf030e8080c58bc6d10101c8010180bcc1960b80a8d6b907020d417574686f72697a6174696f6e0942656172657220c3bc03582d4201320109646174612e7479706502076f726465722e2a00" + "05696e626f78")
+	require.NoError(t, err)
+	s := dataSubscription()
+	require.NoError(t, s.UnmarshalData(v4))
+	want := withoutSelection(dataSubscription())
+	require.Equal(t, want, s, "version 4 has no expression or columns")
 
 	v3, err := hex.DecodeString("03066576656e747306706175736564087374616e646172640977687365635f6f6c64018a80a0bbd29df1fa31d00f010280a8d6b90780e0ba84bf030e8080c58bc6d10101c8010180bcc1960b80a8d6b907020d417574686f72697a6174696f6e0942656172657220c3bc03582d4201320109646174612e7479706502076f726465722e2a00")
 	require.NoError(t, err)
-	s := dataSubscription()
+	s = dataSubscription()
 	require.NoError(t, s.UnmarshalData(v3))
-	want := dataSubscription()
+	want = withoutSelection(dataSubscription())
 	want.Handler = ""
 	require.Equal(t, want, s, "version 3 has no handler")
 
@@ -75,13 +85,29 @@ func TestSubscriptionDataKnownAnswers(t *testing.T) {
 	require.NoError(t, err)
 	s = dataSubscription()
 	require.NoError(t, s.UnmarshalData(v2))
-	require.Equal(t, &Subscription{Delivery: DeliveryEvents, Events: dataEvents(), Status: StatusDisabled, Retry: &RetryPolicy{MaxAttempts: 5}}, s)
+	require.Equal(t, &Subscription{Delivery: DeliveryEvents, Events: withoutSelection(&Subscription{Events: dataEvents()}).Events, Status: StatusDisabled, Retry: &RetryPolicy{MaxAttempts: 5}}, s)
 
 	v1, err := hex.DecodeString("010477616b65") // version 1, "wake"
 	require.NoError(t, err)
 	s = dataSubscription()
 	require.NoError(t, s.UnmarshalData(v1))
 	require.Equal(t, &Subscription{Delivery: DeliveryWake}, s)
+}
+
+// withoutSelection is s without what version 5 added: its filter's
+// expression and its columns.
+func withoutSelection(s *Subscription) *Subscription {
+	s.Events.Filter.Expression = ""
+	s.Events.Columns = nil
+	return s
+}
+
+// Version 5 data that holds an expression without a filter is corrupt.
+func TestSubscriptionDataExpressionWithoutFilter(t *testing.T) {
+	s := &Subscription{Delivery: DeliveryEvents, Events: &EventsOptions{}}
+	data := append(marshal(t, s)[:len(marshal(t, s))-2], 1, 'x', 0)
+	out := &Subscription{ID: "s1"}
+	require.ErrorIs(t, out.UnmarshalData(data), errCorruptSubscriptionData)
 }
 
 // A subscription stored before its Store kept data reads as all zero.

@@ -201,7 +201,7 @@ func (e *Engine) patchSubscription(ctx context.Context, r *http.Request, at targ
 	}
 	if !req.pushJSON.empty() && !mechanismOf(sub).eventOptions() {
 		return 0, nil, invalid(req.pushJSON.field(),
-			"batch, headers, timeout_ms and filter apply only to delivery %q", DeliveryEvents)
+			"batch, headers, timeout_ms, filter and columns apply only to delivery %q", DeliveryEvents)
 	}
 	if req.Webhook != nil || req.Description != nil || req.Retry != nil || req.MaxDeliveriesPerMinute != nil || !req.pushJSON.empty() {
 		sub, err = e.UpdateSubscription(ctx, id, func(s *Subscription) error {

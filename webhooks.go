@@ -208,6 +208,7 @@ func New(store Store, source StreamSource, opts ...Option) (*Engine, error) {
 		policy:          policy,
 		propagator:      cfg.propagator,
 		handlers:        cfg.handlers,
+		log:             cfg.logger,
 		handlerReturned: e.signals.handlerReturned.Send,
 	}
 	e.failures = newFailureLog(cfg.logger, cfg.clock)

@@ -31,6 +31,7 @@ func testSubscriptions(t *testing.T, s webhooks.Store) {
 	in.Webhook = "mutated after create"
 	in.Events.Headers["Authorization"] = "mutated after create"
 	in.Events.Filter.Patterns[0] = "mutated after create"
+	in.Events.Columns[0] = "mutated after create"
 	got, err := s.GetSubscription(ctx, "b")
 	require.NoError(t, err)
 	requireSub(t, newSub("b"), got, "a failed create must not overwrite, and the store must copy what it is given")

@@ -45,7 +45,9 @@ func newSub(id string) *webhooks.Subscription {
 			MaxWait:        time.Second + time.Nanosecond,
 			Timeout:        3 * time.Second,
 			Headers:        map[string]string{"Authorization": "Bearer " + id, "X-Tenant": "ü'\""},
-			Filter:         &webhooks.EventFilter{Field: "data.type", Patterns: []string{"order.*", "refund.**"}},
+			Filter: &webhooks.EventFilter{Field: "data.type", Patterns: []string{"order.*", "refund.**"},
+				Expression: `event.data.total > 100 && event.data.type.matchesPattern("order.*")`},
+			Columns: []string{"id", "data.total"},
 		},
 	}
 }
