@@ -92,6 +92,9 @@ func (e *Engine) deliver(ctx context.Context, c *Consumer, sub *Subscription) st
 		e.record(ctx, c, sub, msg.result)
 		return ""
 	}
+	if msg.batch != nil {
+		e.tel.batchSent(ctx, c, len(msg.batch.Events))
+	}
 	var (
 		received    func()
 		receivedErr error
@@ -111,7 +114,7 @@ func (e *Engine) deliver(ctx context.Context, c *Consumer, sub *Subscription) st
 	if ctx.Err() != nil {
 		return ""
 	}
-	e.tel.delivered(ctx, span, resp.outcome, resp.failure, resp.latency)
+	e.tel.delivered(ctx, span, c, resp.outcome, resp.failure, resp.latency)
 	r := msg.result
 	r.failure, r.done = resp.failure, resp.outcome == outcomeDone
 	switch {

@@ -26,6 +26,8 @@ func (e *Engine) attemptEnded(ctx context.Context, c *Consumer, sub *Subscriptio
 	if f := resp.failure; f != nil {
 		e.attemptFailed(ctx, c, f, stored)
 		a.ErrorClass, a.Error = string(f.class), f.detail()
+	} else {
+		e.failures.succeeded(ctx, c, resp)
 	}
 	e.attemptLog.add(ctx, a)
 	e.recordHealth(ctx, sub, resp.failure, at.Add(resp.latency))

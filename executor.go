@@ -5,6 +5,7 @@ import (
 	"sync"
 
 	"github.com/benbjohnson/clock"
+	"go.opentelemetry.io/otel/propagation"
 
 	"github.com/streamhooks/webhooks/internal/netguard"
 )
@@ -21,11 +22,16 @@ type executor struct {
 	// tokens signs a wake's callback token; Start sets it, before the
 	// first attempt.
 	tokens *tokens
+	// keys sign the deliveries of SignatureEd25519 subscriptions.
+	keys *webhookKeyring
 	// callbackPrefix is every callback URL but the consumer ID.
 	callbackPrefix string
 
 	client *http.Client
 	policy netguard.Policy
+	// propagator injects the sending span's trace context into each
+	// POST; nil injects none (WithPropagator).
+	propagator propagation.TextMapPropagator
 
 	handlers map[string]BatchHandler
 	// handling holds the consumer IDs whose BatchHandler call runs.

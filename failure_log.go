@@ -32,6 +32,10 @@ type failureLog struct {
 	mu    sync.Mutex
 	subs  map[string]*failureBucket
 	swept time.Time
+	// failing counts, per subscription, the attempts failed since its
+	// last success, so that the first success after them is logged at
+	// Info. A subscription deleted while failing leaves its entry.
+	failing map[string]int
 }
 
 // failureBucket samples the failure lines of one subscription.
@@ -59,7 +63,7 @@ func (s *sampler) take(now time.Time) (allowed bool, suppressed int) {
 }
 
 func newFailureLog(log *slog.Logger, clk clock.Clock) *failureLog {
-	return &failureLog{log: log, clock: clk, subs: make(map[string]*failureBucket), swept: clk.Now()}
+	return &failureLog{log: log, clock: clk, subs: make(map[string]*failureBucket), swept: clk.Now(), failing: make(map[string]int)}
 }
 
 // attemptFailed logs and counts the failure f of the attempt that c was
@@ -84,6 +88,7 @@ func (l *failureLog) failed(ctx context.Context, c *Consumer, f *deliveryFailure
 	}
 	b.last = now
 	allowed, suppressed := b.take(now)
+	l.failing[c.SubscriptionID]++
 	l.mu.Unlock()
 
 	for sub, n := range idle {
@@ -92,12 +97,7 @@ func (l *failureLog) failed(ctx context.Context, c *Consumer, f *deliveryFailure
 	if !allowed {
 		return
 	}
-	attrs := []slog.Attr{
-		slog.String("subscription_id", c.SubscriptionID),
-		slog.String("consumer_id", c.ID),
-		slog.Int("attempt", c.Attempt),
-		slog.String("error_class", string(f.class)),
-	}
+	attrs := append(attemptAttrs(c), slog.String("error_class", string(f.class)))
 	if f.err != nil {
 		attrs = append(attrs, slog.String("error", f.detail()))
 	} else {
@@ -146,4 +146,39 @@ func (l *failureLog) sweep(now time.Time) map[string]int {
 func retryScheduled(c, stored *Consumer) bool {
 	return stored != nil && stored.State == stateDelivering && !stored.InFlight &&
 		stored.Epoch == c.Epoch && stored.WakeID == c.WakeID && !stored.Deadline.IsZero()
+}
+
+// attemptAttrs are the fields of every line about the attempt c was sent
+// for.
+func attemptAttrs(c *Consumer) []slog.Attr {
+	return []slog.Attr{
+		slog.String("subscription_id", c.SubscriptionID),
+		slog.String("consumer_id", c.ID),
+		slog.Int("attempt", c.Attempt),
+	}
+}
+
+// succeeded logs that the attempt c was sent for succeeded, with resp: at
+// Info if it is its subscription's first success after failures, else at
+// Debug, with the fields of a failure's line.
+func (l *failureLog) succeeded(ctx context.Context, c *Consumer, resp response) {
+	l.mu.Lock()
+	failed := l.failing[c.SubscriptionID]
+	delete(l.failing, c.SubscriptionID)
+	l.mu.Unlock()
+	level, msg := slog.LevelDebug, "webhooks: delivery attempt succeeded"
+	if failed > 0 {
+		level, msg = slog.LevelInfo, "webhooks: deliveries recovered"
+	}
+	if !l.log.Enabled(ctx, level) {
+		return
+	}
+	attrs := append(attemptAttrs(c), slog.String("outcome", resp.outcome), slog.Duration("latency", resp.latency))
+	if resp.status != 0 {
+		attrs = append(attrs, slog.Int("status", resp.status))
+	}
+	if failed > 0 {
+		attrs = append(attrs, slog.Int("failed_attempts", failed))
+	}
+	l.log.LogAttrs(ctx, level, msg, attrs...)
 }

@@ -64,3 +64,37 @@ func TestFailureLogForgetsIdleSubscriptions(t *testing.T) {
 	require.Equal(t, "late", lines[1]["subscription_id"])
 	require.NotContains(t, lines[1], "suppressed")
 }
+
+// A success is logged at Debug with a failure's fields, and the first
+// success of a subscription after failures at Info, with their count.
+func TestFailureLogSuccesses(t *testing.T) {
+	clk := clock.NewMock()
+	var buf bytes.Buffer
+	l := newFailureLog(slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug})), clk)
+	ctx := context.Background()
+	c := &Consumer{ID: "c1", SubscriptionID: "s1", Attempt: 1}
+	ok := response{outcome: outcomeOK, status: 200, latency: 3 * time.Millisecond}
+
+	l.succeeded(ctx, c, ok)
+	l.failed(ctx, c, statusFailure(500), nil)
+	retry := &Consumer{ID: "c1", SubscriptionID: "s1", Attempt: 2}
+	l.failed(ctx, retry, statusFailure(503), nil)
+	l.succeeded(ctx, &Consumer{ID: "c1", SubscriptionID: "s1", Attempt: 3}, ok)
+	l.succeeded(ctx, c, ok)
+	lines := failLogLines(t, &buf)
+	require.Len(t, lines, 5)
+	for _, i := range []int{0, 4} {
+		require.Equal(t, "DEBUG", lines[i]["level"])
+		require.Equal(t, "webhooks: delivery attempt succeeded", lines[i]["msg"])
+		require.NotContains(t, lines[i], "failed_attempts")
+	}
+	for _, key := range []string{"subscription_id", "consumer_id", "attempt", "status"} {
+		require.Contains(t, lines[1], key, "a failure's field")
+		require.Contains(t, lines[0], key, "missing from a success")
+	}
+	require.Equal(t, "INFO", lines[3]["level"])
+	require.Equal(t, "webhooks: deliveries recovered", lines[3]["msg"])
+	require.Equal(t, 2.0, lines[3]["failed_attempts"])
+	require.Equal(t, 3.0, lines[3]["attempt"])
+	require.Equal(t, 200.0, lines[3]["status"])
+}

@@ -27,8 +27,10 @@ func TestMain(m *testing.M) {
 }
 
 // waitFor bounds every wait on an asynchronous signal. Tests never wait on a
-// timer: time moves only when a test advances the mock clock.
-const waitFor = 5 * time.Second
+// timer: time moves only when a test advances the mock clock. The bound only
+// ends a test that has failed, so it is generous: on a busy 2-core machine
+// under -race, six failing deliveries and their Store writes took over 5 s.
+const waitFor = 30 * time.Second
 
 // testStart is where every mock clock starts.
 var testStart = time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)

@@ -15,6 +15,7 @@ import (
 	"github.com/streamhooks/webhooks/internal/netguard"
 	"go.opentelemetry.io/otel"
 	"go.opentelemetry.io/otel/metric"
+	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 )
 
@@ -133,6 +134,8 @@ type config struct {
 	deliveryLogKeep         int
 	maxRetryAfter           time.Duration
 	handlers                map[string]BatchHandler
+	subscriptionMetrics     int
+	propagator              propagation.TextMapPropagator
 }
 
 // breakerConfig is when the circuit breaker disables a subscription; a
@@ -148,6 +151,7 @@ func defaultConfig() config {
 		logger:                  slog.Default(),
 		tracerProvider:          otel.GetTracerProvider(),
 		meterProvider:           otel.GetMeterProvider(),
+		propagator:              globalPropagator{},
 		wakingTimeout:           DefaultWakingTimeout,
 		livenessTimeout:         DefaultLivenessTimeout,
 		requestTimeout:          DefaultRequestTimeout,
@@ -458,3 +462,45 @@ func WithMaxRetryAfter(d time.Duration) Option {
 		return nil
 	}
 }
+
+// WithSubscriptionMetrics labels the delivery metrics (attempts, their
+// duration, retries and batch sizes) with a subscription_id attribute for
+// the first max subscriptions that deliver, and with OtherSubscriptions
+// for the rest, so that the number of series stays bounded. Without it
+// the metrics carry no subscription. max must be positive.
+func WithSubscriptionMetrics(max int) Option {
+	return func(c *config) error {
+		if max <= 0 {
+			return fmt.Errorf("WithSubscriptionMetrics: max %d is not positive", max)
+		}
+		c.subscriptionMetrics = max
+		return nil
+	}
+}
+
+// WithPropagator sets the propagator that injects the trace context of the
+// span sending each webhook POST into its headers (W3C traceparent and
+// tracestate with propagation.TraceContext), so that a receiver can join
+// the trace. The default is the global propagator
+// (otel.GetTextMapPropagator) as it is at each POST, which sends nothing
+// until the host sets one; nil sends no trace context.
+func WithPropagator(p propagation.TextMapPropagator) Option {
+	return func(c *config) error {
+		c.propagator = p
+		return nil
+	}
+}
+
+// globalPropagator is the global propagator at each use, so that a host
+// may set it after New.
+type globalPropagator struct{}
+
+func (globalPropagator) Inject(ctx context.Context, carrier propagation.TextMapCarrier) {
+	otel.GetTextMapPropagator().Inject(ctx, carrier)
+}
+
+func (globalPropagator) Extract(ctx context.Context, carrier propagation.TextMapCarrier) context.Context {
+	return otel.GetTextMapPropagator().Extract(ctx, carrier)
+}
+
+func (globalPropagator) Fields() []string { return otel.GetTextMapPropagator().Fields() }

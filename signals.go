@@ -19,4 +19,7 @@ type signals struct {
 	schedulerParked testsignal.Signal
 	// attemptLogged: the delivery log wrote attempts to the Store.
 	attemptLogged testsignal.Signal
+	// webhookKeysReread: the periodic reread of the webhook signing keys
+	// ended.
+	webhookKeysReread testsignal.Signal
 }

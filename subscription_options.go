@@ -99,9 +99,9 @@ func millis(field string, ms int64) (time.Duration, error) {
 // each by its JSON field.
 func validateOptions(s *Subscription) error {
 	switch s.Signature {
-	case "", SignatureStreamhooks, SignatureStandard:
+	case "", SignatureStreamhooks, SignatureStandard, SignatureEd25519:
 	default:
-		return invalid("signature", "unknown signature %q; use %q or %q", s.Signature, SignatureStreamhooks, SignatureStandard)
+		return invalid("signature", "unknown signature %q; use %q, %q or %q", s.Signature, SignatureStreamhooks, SignatureStandard, SignatureEd25519)
 	}
 	if s.RateLimit < 0 || s.RateLimit > maxRateLimit {
 		return invalid("max_deliveries_per_minute", "max_deliveries_per_minute must be 0 (no limit) to %d", maxRateLimit)

@@ -3,7 +3,10 @@ package webhooks
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
+
+	"github.com/benbjohnson/clock"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -38,13 +41,24 @@ type telemetry struct {
 	operations      metric.Int64Counter
 	logDropped      metric.Int64Counter
 	consumers       metric.Int64ObservableGauge
+	retries         metric.Int64Counter
+	batchEvents     metric.Int64Histogram
+	subscriptions   metric.Int64ObservableGauge
+	oldestDue       metric.Float64ObservableGauge
 	registration    metric.Registration
+
+	// labels names the subscriptions the metrics carry, if any.
+	labels *subscriptionLabels
+	// subscriptionsByStatus counts the engine's subscriptions, once
+	// Start has loaded them; nil before.
+	subscriptionsByStatus atomic.Pointer[func() map[SubscriptionStatus]int]
 
 	// byOutcome and byCode hold the measurement options of each outcome
 	// and callback code, built once: an attribute set costs a sort and
 	// allocations.
-	byOutcome sync.Map // string → *measureOpts
+	byOutcome sync.Map // outcome, or outcome and subscription label → *measureOpts
 	byCode    sync.Map // string → *measureOpts
+	bySub     sync.Map // subscription label → *measureOpts
 }
 
 // measureOpts are the options of a measurement with one attribute, as
@@ -60,16 +74,80 @@ func optsFor(cache *sync.Map, key, value string) *measureOpts {
 	if o, ok := cache.Load(value); ok {
 		return o.(*measureOpts)
 	}
-	set := metric.WithAttributeSet(attribute.NewSet(attribute.String(key, value)))
-	o, _ := cache.LoadOrStore(value, &measureOpts{add: []metric.AddOption{set}, record: []metric.RecordOption{set}})
+	return storeOpts(cache, value, attribute.String(key, value))
+}
+
+// storeOpts caches, under key, the options of a measurement with attrs.
+func storeOpts(cache *sync.Map, key string, attrs ...attribute.KeyValue) *measureOpts {
+	set := metric.WithAttributeSet(attribute.NewSet(attrs...))
+	o, _ := cache.LoadOrStore(key, &measureOpts{add: []metric.AddOption{set}, record: []metric.RecordOption{set}})
 	return o.(*measureOpts)
+}
+
+// subOpts returns the options of a measurement for subscription id, with
+// key=value as well unless key is empty: a "subscription_id" attribute
+// if the engine labels id, and none without WithSubscriptionMetrics.
+func (t *telemetry) subOpts(cache *sync.Map, id, key, value string) *measureOpts {
+	label := t.labels.of(id)
+	if label == "" {
+		if key == "" {
+			return noOpts
+		}
+		return optsFor(cache, key, value)
+	}
+	k := value + "\x00" + label
+	if o, ok := cache.Load(k); ok {
+		return o.(*measureOpts)
+	}
+	attrs := []attribute.KeyValue{attribute.String("subscription_id", label)}
+	if key != "" {
+		attrs = append(attrs, attribute.String(key, value))
+	}
+	return storeOpts(cache, k, attrs...)
+}
+
+// noOpts are the options of a measurement without attributes.
+var noOpts = &measureOpts{}
+
+// OtherSubscriptions is the subscription_id label of the subscriptions
+// past WithSubscriptionMetrics's limit.
+const OtherSubscriptions = "other"
+
+// subscriptionLabels gives the first max subscription ids it is asked
+// about a label of their own, and folds the rest into OtherSubscriptions,
+// so that a metric's series stay bounded however many subscriptions come
+// and go.
+type subscriptionLabels struct {
+	max  int
+	mu   sync.Mutex
+	seen map[string]bool
+}
+
+// of returns the label of subscription id: "" when labels are off (nil).
+func (l *subscriptionLabels) of(id string) string {
+	if l == nil {
+		return ""
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.seen[id] {
+		return id
+	}
+	if len(l.seen) < l.max {
+		l.seen[id] = true
+		return id
+	}
+	return OtherSubscriptions
 }
 
 // newTelemetry sets up the instruments. The gauge of consumers counts the
 // whole Store, so only the instance that holds metrics reports it.
-func newTelemetry(tp trace.TracerProvider, mp metric.MeterProvider, store Store, metrics *lease) (*telemetry, error) {
+func newTelemetry(tp trace.TracerProvider, mp metric.MeterProvider, store Store, metrics *lease, labelSubs int, clk clock.Clock) (*telemetry, error) {
 	meter := mp.Meter(instrumentationName)
 	t := &telemetry{tracer: tp.Tracer(instrumentationName)}
+	if labelSubs > 0 {
+		t.labels = &subscriptionLabels{max: labelSubs, seen: make(map[string]bool)}
+	}
 	var err error
 	if t.wakes, err = meter.Int64Counter("webhooks.wakes",
 		metric.WithDescription("Wake cycles started.")); err != nil {
@@ -111,9 +189,33 @@ func newTelemetry(tp trace.TracerProvider, mp metric.MeterProvider, store Store,
 		metric.WithDescription("Consumers, by state.")); err != nil {
 		return nil, err
 	}
+	if t.retries, err = meter.Int64Counter("webhooks.delivery.retries",
+		metric.WithDescription("Delivery attempts after the first of their wake or batch.")); err != nil {
+		return nil, err
+	}
+	if t.batchEvents, err = meter.Int64Histogram("webhooks.batch.events",
+		metric.WithDescription("Events in an event-push batch, at its first attempt."), metric.WithUnit("{event}"),
+		metric.WithExplicitBucketBoundaries(1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 5000)); err != nil {
+		return nil, err
+	}
+	if t.subscriptions, err = meter.Int64ObservableGauge("webhooks.subscriptions",
+		metric.WithDescription("Subscriptions, by status.")); err != nil {
+		return nil, err
+	}
+	if t.oldestDue, err = meter.Float64ObservableGauge("webhooks.pending.oldest_age",
+		metric.WithDescription("How long the earliest due deadline (a wake, batch, retry or timeout) has waited for the scheduler; 0 when none is due."),
+		metric.WithUnit("s")); err != nil {
+		return nil, err
+	}
 	t.registration, err = meter.RegisterCallback(func(ctx context.Context, o metric.Observer) error {
 		if !metrics.holds() {
 			return nil
+		}
+		if count := t.subscriptionsByStatus.Load(); count != nil {
+			counts := (*count)()
+			for _, status := range []SubscriptionStatus{StatusActive, StatusPaused, StatusDisabled} {
+				o.ObserveInt64(t.subscriptions, int64(counts[status]), metric.WithAttributes(attribute.String("status", string(status))))
+			}
 		}
 		counts, err := store.CountConsumers(ctx)
 		if err != nil {
@@ -122,8 +224,17 @@ func newTelemetry(tp trace.TracerProvider, mp metric.MeterProvider, store Store,
 		for _, state := range []ConsumerState{StateIdle, StateWaking, StateLive, StateFailed} {
 			o.ObserveInt64(t.consumers, int64(counts[state]), metric.WithAttributes(attribute.String("state", string(state))))
 		}
+		next, ok, err := store.NextDeadline(ctx)
+		if err != nil {
+			return err
+		}
+		age := 0.0
+		if now := clk.Now(); ok && next.Before(now) {
+			age = now.Sub(next).Seconds()
+		}
+		o.ObserveFloat64(t.oldestDue, age)
 		return nil
-	}, t.consumers)
+	}, t.consumers, t.subscriptions, t.oldestDue)
 	if err != nil {
 		return nil, err
 	}
@@ -140,12 +251,22 @@ func (t *telemetry) started(ctx context.Context, c *Consumer) {
 	t.wakes.Add(ctx, 1)
 }
 
-// delivered records a delivery attempt's outcome, and its failure if it
-// failed.
-func (t *telemetry) delivered(ctx context.Context, span trace.Span, outcome string, failure *deliveryFailure, took time.Duration) {
-	opts := optsFor(&t.byOutcome, "outcome", outcome)
+// batchSent records the size of c's batch at its first attempt.
+func (t *telemetry) batchSent(ctx context.Context, c *Consumer, events int) {
+	if c.Attempt == 1 {
+		t.batchEvents.Record(ctx, int64(events), t.subOpts(&t.bySub, c.SubscriptionID, "", "").record...)
+	}
+}
+
+// delivered records the outcome of a delivery attempt for c, and its
+// failure if it failed.
+func (t *telemetry) delivered(ctx context.Context, span trace.Span, c *Consumer, outcome string, failure *deliveryFailure, took time.Duration) {
+	opts := t.subOpts(&t.byOutcome, c.SubscriptionID, "outcome", outcome)
 	t.deliveries.Add(ctx, 1, opts.add...)
 	t.deliveryLatency.Record(ctx, took.Seconds(), opts.record...)
+	if c.Attempt > 1 {
+		t.retries.Add(ctx, 1, t.subOpts(&t.bySub, c.SubscriptionID, "", "").add...)
+	}
 	if span.IsRecording() {
 		span.SetAttributes(attribute.String("webhooks.outcome", outcome))
 	}
@@ -187,4 +308,15 @@ func (t *telemetry) disabled(ctx context.Context) { t.disabledSubs.Add(ctx, 1) }
 // operated counts an operator action.
 func (t *telemetry) operated(ctx context.Context, op string) {
 	t.operations.Add(ctx, 1, metric.WithAttributes(attribute.String("operation", op)))
+}
+
+// countByStatus counts the subscriptions of s by status.
+func (s *subscriptionSet) countByStatus() map[SubscriptionStatus]int {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	counts := make(map[SubscriptionStatus]int, 3)
+	for _, e := range s.entries {
+		counts[e.sub.status()]++
+	}
+	return counts
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/streamhooks/webhooks/receiver"
@@ -80,6 +81,10 @@ func (x *executor) signedHeader(sub *Subscription, id string, body []byte, now t
 		"Content-Type": {"application/json"},
 		"User-Agent":   {"streamhooks"},
 	}
+	if sub.Signature == SignatureEd25519 {
+		x.keys.signEd25519(h, id, now, body)
+		return h, nil
+	}
 	if err := signDelivery(h, sub, id, now, body); err != nil {
 		return nil, err
 	}
@@ -116,6 +121,9 @@ func (x *executor) post(ctx context.Context, url string, header http.Header, bod
 		return r
 	}
 	req.Header = header
+	if x.propagator != nil {
+		x.propagator.Inject(ctx, propagation.HeaderCarrier(header))
+	}
 	resp, err := x.client.Do(req)
 	if err != nil {
 		if errors.Is(context.Cause(ctx), errRequestTimeout) {

@@ -59,6 +59,8 @@ type Engine struct {
 	attemptLog *attemptLog
 	// metrics is this instance's claim to report the Store-wide gauge.
 	metrics *lease
+	// keys are the Ed25519 webhook signing keys.
+	keys *webhookKeyring
 	// signals tell a test what the engine did, by purpose.
 	signals signals
 	// attempts counts the delivery attempts started and not ended.
@@ -106,7 +108,7 @@ func New(store Store, source StreamSource, opts ...Option) (*Engine, error) {
 		return nil, errors.New("webhooks: WithCallbackBaseURL is required")
 	}
 	metrics := newLease(store, metricsLease, &cfg)
-	tel, err := newTelemetry(cfg.tracerProvider, cfg.meterProvider, store, metrics)
+	tel, err := newTelemetry(cfg.tracerProvider, cfg.meterProvider, store, metrics, cfg.subscriptionMetrics, cfg.clock)
 	if err != nil {
 		return nil, fmt.Errorf("webhooks: setting up telemetry: %w", err)
 	}
@@ -164,8 +166,10 @@ func New(store Store, source StreamSource, opts ...Option) (*Engine, error) {
 		deadline: e.sched.kickAt,
 		written:  e.signals.consumerWritten.Send,
 	}
+	e.keys = newWebhookKeyring(store, &cfg, e.signals.webhookKeysReread.Send)
 	e.x = &executor{
 		clock:          cfg.clock,
+		keys:           e.keys,
 		cursors:        &e.core.rules,
 		source:         source,
 		callbackPrefix: cfg.callbackBase.String() + callbackSegment,
@@ -176,6 +180,7 @@ func New(store Store, source StreamSource, opts ...Option) (*Engine, error) {
 			CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 		},
 		policy:          policy,
+		propagator:      cfg.propagator,
 		handlers:        cfg.handlers,
 		handlerReturned: e.signals.handlerReturned.Send,
 	}
@@ -211,6 +216,7 @@ func (e *Engine) Start(ctx context.Context) error {
 	e.running = true
 	e.sched.beat.Store(e.clock.Now().UnixNano())
 	e.metrics.start(ctx, runCtx, &e.deliveries)
+	e.keys.start(runCtx, &e.deliveries)
 	// Stop waits for the start-up sweep as it does for deliveries.
 	e.deliveries.Add(1)
 	go func() {
@@ -234,8 +240,8 @@ func (e *Engine) Start(ctx context.Context) error {
 	return nil
 }
 
-// load reads the token signing key, creating it if the Store has none, and
-// the subscriptions, and then lets the handlers and stream methods use them.
+// load reads the token signing key and the webhook signing keys, creating
+// them if the Store has none, and the subscriptions, and then lets the handlers and stream methods use them.
 func (e *Engine) load(ctx context.Context) error {
 	key := e.cfg.tokenKey
 	if key == nil {
@@ -246,6 +252,9 @@ func (e *Engine) load(ctx context.Context) error {
 			return fmt.Errorf("webhooks: loading the token signing key: %w", err)
 		}
 	}
+	if err := e.keys.load(ctx); err != nil {
+		return err
+	}
 	subs, err := e.store.ListSubscriptions(ctx)
 	if err != nil {
 		return fmt.Errorf("webhooks: loading subscriptions: %w", err)
@@ -255,6 +264,8 @@ func (e *Engine) load(ctx context.Context) error {
 		return fmt.Errorf("webhooks: %w", errs[0])
 	}
 	e.tokens, e.subs, e.stored = newTokens(key, e.cfg.tokenTTL, e.clock), set, set.patterns()
+	count := set.countByStatus
+	e.tel.subscriptionsByStatus.Store(&count)
 	e.x.tokens = e.tokens
 	e.loaded.Store(true)
 	return nil

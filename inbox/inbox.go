@@ -100,6 +100,15 @@ type Record struct {
 	// Body is the request body exactly as received, base64 in JSON so that
 	// any bytes survive.
 	Body []byte `json:"body"`
+	// Path is the request's URL path below the provider's segment, e.g.
+	// "/org/acme" for a delivery to /inbox/github/org/acme; empty for one
+	// to the provider's own URL. It is routing metadata, such as a user or
+	// a webhook's name, that the sender put in the URL.
+	Path string `json:"path,omitempty"`
+	// Query is the request's raw query, without '?', as received. Senders
+	// that sign a URL, or put a token in it, have it recorded too: the
+	// inbox's streams must be as private as its secrets.
+	Query string `json:"query,omitempty"`
 	// Replay is empty for a record the Handler appended, and a fresh id for
 	// one that Processor.Replay appended again: a new record, which the
 	// processor's note of the one it replays never covers.
@@ -110,8 +119,11 @@ type Record struct {
 var credentialHeaders = []string{"Authorization", "Proxy-Authorization", "Cookie"}
 
 // Handler is the inbox's HTTP front door. It serves every provider given to
-// New, each at a URL path ending in "/{Name}", so it is mounted once, e.g.
-// under "/inbox/"; other paths get 404. Each POST whose body is within the
+// New, each at a URL path with the segment "/{Name}", so it is mounted
+// once, e.g. under "/inbox/"; paths with no provider's segment get 404.
+// The leftmost segment that names a provider picks it, and the rest of the
+// path, and the query, are the record's Path and Query: so the mount's own
+// segments must name no provider. Each POST whose body is within the
 // limit is appended to the provider's stream as a Record and answered with
 // the provider's Status; a duplicate of a delivery appended within the
 // dedup window gets that answer without being appended again. Duplicates
@@ -125,6 +137,7 @@ type Handler struct {
 	clock     clock.Clock
 	log       *slog.Logger
 	seen      *dedup
+	daily     bool
 }
 
 // provider is a Provider with its defaults resolved.
@@ -146,6 +159,7 @@ type options struct {
 	log         *slog.Logger
 	dedupWindow time.Duration
 	dedupCap    int
+	daily       bool
 }
 
 // WithMaxBodyBytes bounds a delivery's body; a larger one gets 413.
@@ -166,6 +180,16 @@ func WithLogger(l *slog.Logger) Option { return func(o *options) { o.log = l } }
 func WithDedup(window time.Duration, capacity int) Option {
 	return func(o *options) { o.dedupWindow, o.dedupCap = window, capacity }
 }
+
+// WithDailyPartitions appends records, and a Processor's dead letters,
+// to daily partitions of their streams, "{Stream}/{yyyy-mm-dd}" by the
+// clock's UTC day, so that a Sweep can delete whole partitions past their
+// retention. The Appender then creates a missing partition, as a JSON
+// stream, on its first append, and the engine's subscription must match
+// the partitions, e.g. "/inbox/*/records/**", which matches an
+// unpartitioned stream too: a Processor reads both, so a host can turn
+// partitions on over existing streams.
+func WithDailyPartitions() Option { return func(o *options) { o.daily = true } }
 
 // New returns a Handler that appends deliveries to appender, for the
 // providers given. It refuses a provider without a valid Name or a Scheme,
@@ -197,6 +221,7 @@ func New(appender Appender, providers []Provider, opts ...Option) (*Handler, err
 		maxBody:   o.maxBody,
 		clock:     o.clock,
 		log:       o.log,
+		daily:     o.daily,
 	}
 	if o.dedupWindow > 0 && o.dedupCap > 0 {
 		h.seen = newDedup(o.dedupWindow, o.dedupCap)
@@ -276,8 +301,8 @@ func validName(s string) bool {
 
 // ServeHTTP receives one delivery.
 func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	p, ok := h.providers[r.URL.Path[strings.LastIndexByte(r.URL.Path, '/')+1:]]
-	if !ok {
+	p, below := h.route(r.URL.Path)
+	if p == nil {
 		writeError(w, http.StatusNotFound, codeProviderNotFound, "no inbox provider at this path")
 		return
 	}
@@ -296,6 +321,7 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	id := p.scheme.DeliveryID(r.Header, body)
+	now := h.clock.Now()
 	if id != "" && h.seen != nil && h.seen.has(p.name, id, h.clock.Now()) {
 		w.WriteHeader(p.status)
 		return
@@ -307,16 +333,22 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	record, err := json.Marshal(Record{
 		Provider:   p.name,
 		DeliveryID: id,
-		ReceivedAt: h.clock.Now().UTC(),
+		ReceivedAt: now.UTC(),
 		Header:     header,
 		Body:       body,
+		Path:       below,
+		Query:      r.URL.RawQuery,
 	})
+	stream := p.stream
+	if h.daily {
+		stream = partition(stream, now)
+	}
 	if err == nil {
-		err = h.appender.Append(r.Context(), p.stream, record)
+		err = h.appender.Append(r.Context(), stream, record)
 	}
 	if err != nil {
 		h.log.ErrorContext(r.Context(), "inbox: appending a delivery failed",
-			"provider", p.name, "delivery_id", id, "stream", p.stream, "error", err)
+			"provider", p.name, "delivery_id", id, "stream", stream, "error", err)
 		w.Header().Set("Retry-After", retryAfter)
 		writeError(w, http.StatusServiceUnavailable, codeServiceUnavailable, "the delivery could not be stored; retry later")
 		return
@@ -325,6 +357,22 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		h.seen.add(p.name, id, h.clock.Now())
 	}
 	w.WriteHeader(p.status)
+}
+
+// route returns the provider of the leftmost segment of path that names
+// one, and the rest of path after that segment, or nil.
+func (h *Handler) route(path string) (*provider, string) {
+	for rest := path; rest != ""; {
+		var seg string
+		seg, rest, _ = strings.Cut(strings.TrimPrefix(rest, "/"), "/")
+		if p := h.providers[seg]; p != nil {
+			if rest != "" {
+				rest = "/" + rest
+			}
+			return p, rest
+		}
+	}
+	return nil, ""
 }
 
 // readBody reads the body within the limit, or returns the status to
@@ -367,6 +415,8 @@ const (
 	codeInvalidRequest     = "INVALID_REQUEST"
 	codeProviderNotFound   = "PROVIDER_NOT_FOUND"
 	codeServiceUnavailable = "SERVICE_UNAVAILABLE"
+	codeDeadLetterNotFound = "DEAD_LETTER_NOT_FOUND"
+	codeInternal           = "INTERNAL_ERROR"
 )
 
 // errorResponse is the one JSON error shape, the webhook engine's:

@@ -100,6 +100,7 @@ type Processor struct {
 	clock     clock.Clock
 	log       *slog.Logger
 	done      *dedup
+	daily     bool
 
 	mu       sync.Mutex
 	handlers map[handlerKey]RecordHandler
@@ -125,6 +126,7 @@ func NewProcessor(appender Appender, providers []Provider, opts ...Option) (*Pro
 		clock:     h.clock,
 		log:       h.log,
 		done:      h.seen,
+		daily:     h.daily,
 		handlers:  make(map[handlerKey]RecordHandler),
 		errs:      make(map[idKey][]string),
 		locks:     make(map[string]chan struct{}),
@@ -204,7 +206,7 @@ func (p *Processor) process(ctx context.Context, b *webhooks.Batch, raw []byte) 
 		return p.buryRaw(ctx, owner, raw, fmt.Sprintf("not a record: %v", err), now)
 	}
 	prov := p.providers[rec.Provider]
-	if prov == nil || prov.stream != b.Stream {
+	if prov == nil || !holds(prov.stream, b.Stream) {
 		return p.buryRaw(ctx, owner, raw, fmt.Sprintf("a record for provider %q in the stream of %q", rec.Provider, owner.name), now)
 	}
 	if prov != owner && p.seen(prov.name, rawKey, now) { // providers that share a stream
@@ -267,23 +269,33 @@ func (p *Processor) bury(ctx context.Context, prov *provider, rec *Record, reaso
 // append appends d to prov's dead-letter stream.
 func (p *Processor) append(ctx context.Context, prov *provider, d *DeadLetter) error {
 	data, err := json.Marshal(d)
+	stream := p.at(prov.dead)
 	if err == nil {
-		err = p.appender.Append(ctx, prov.dead, data)
+		err = p.appender.Append(ctx, stream, data)
 	}
 	if err != nil {
-		return fmt.Errorf("inbox: appending a dead letter to %s: %w", prov.dead, err)
+		return fmt.Errorf("inbox: appending a dead letter to %s: %w", stream, err)
 	}
 	p.log.WarnContext(ctx, "inbox: a record is a dead letter",
-		"provider", prov.name, "delivery_id", d.DeliveryID, "stream", prov.dead, "reason", d.Reason)
+		"provider", prov.name, "delivery_id", d.DeliveryID, "stream", stream, "reason", d.Reason)
 	return nil
 }
 
-// owner returns the provider whose records stream is stream, the first by
-// name if several share it, or nil.
+// at is where to append to stream now: its partition of today with
+// WithDailyPartitions.
+func (p *Processor) at(stream string) string {
+	if p.daily {
+		return partition(stream, p.clock.Now())
+	}
+	return stream
+}
+
+// owner returns the provider whose records stream, or one of its
+// partitions, is stream, the first by name if several share it, or nil.
 func (p *Processor) owner(stream string) *provider {
 	var first *provider
 	for _, prov := range p.providers {
-		if prov.stream == stream && (first == nil || prov.name < first.name) {
+		if holds(prov.stream, stream) && (first == nil || prov.name < first.name) {
 			first = prov
 		}
 	}
@@ -326,7 +338,7 @@ func (p *Processor) Replay(ctx context.Context, dead []byte) error {
 	if err != nil {
 		return err
 	}
-	return p.appender.Append(ctx, prov.stream, record)
+	return p.appender.Append(ctx, p.at(prov.stream), record)
 }
 
 // seen reports whether key, a record or a delivery id, was dealt with.

@@ -117,7 +117,10 @@ func (h *host) ReadEvents(_ context.Context, path, from string, limit webhooks.R
 	}
 	pos, end := 0, len(events)
 	if from != webhooks.OffsetNone {
-		pos, _ = strconv.Atoi(from)
+		var err error
+		if pos, err = strconv.Atoi(from); err != nil || pos > len(events) {
+			return webhooks.EventBatch{}, fmt.Errorf("no offset %q in %s", from, path)
+		}
 	}
 	if limit.Until != "" {
 		until, _ := strconv.Atoi(limit.Until)

@@ -15,7 +15,9 @@ const maxDeadLetterBytes = 4 << 20
 // (Replay): 200 {"ok":true} once the record is appended again; 400 for a
 // body that is not a dead letter, or one that holds no record; 404 for a provider the Processor lacks;
 // 503 if the append fails. The host mounts it behind its own operator
-// authentication.
+// authentication, and trusts its operators with every field of the body,
+// ReceivedAt among them: Admin.Handler, which replays only what the
+// dead-letter stream holds, is the route to mount otherwise.
 func (p *Processor) ReplayHandler() http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Method != http.MethodPost {

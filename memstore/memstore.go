@@ -43,7 +43,9 @@ type Store struct {
 	deadlines deadlineHeap
 	counts    map[webhooks.ConsumerState]int
 	key       []byte
-	leases    map[string]heldLease
+	// webhookKeys is the WebhookKeyStore's key set, nil until stored.
+	webhookKeys []byte
+	leases      map[string]heldLease
 	// attempts holds each consumer's delivery log, oldest first; remove
 	// and removeAll drop it with the consumer.
 	attempts map[string][]webhooks.DeliveryAttempt

@@ -187,6 +187,7 @@ func TestEncryption(t *testing.T) {
 	const delivery webhooks.DeliveryMode = "delivery_needle_5c2e81"
 	const previous = "whsec_previous_needle_90af1e"
 	signingKey := []byte("signing_needle_77e0c3_0123456789")
+	webhookKeys := []byte("webhook_keys_needle_31f7aa")
 
 	// store writes a secret and a signing key into a fresh schema and
 	// returns its pool.
@@ -196,6 +197,8 @@ func TestEncryption(t *testing.T) {
 		require.NoError(t, err)
 		require.NoError(t, s.CreateSubscription(ctx, &webhooks.Subscription{ID: "s", Pattern: "/**", Webhook: "https://example.com/s", Secret: secret, Delivery: delivery, PreviousSecret: previous}))
 		_, err = s.LoadOrStoreSigningKey(ctx, signingKey)
+		require.NoError(t, err)
+		_, err = s.UpdateWebhookKeys(ctx, func([]byte) ([]byte, error) { return webhookKeys, nil })
 		require.NoError(t, err)
 		return pool
 	}
@@ -216,6 +219,7 @@ func TestEncryption(t *testing.T) {
 		raw := stored(store())
 		require.True(t, bytes.Contains(raw, []byte(secret)), "the search finds plaintext")
 		require.True(t, bytes.Contains(raw, signingKey))
+		require.True(t, bytes.Contains(raw, webhookKeys))
 		require.True(t, bytes.Contains(raw, []byte(delivery)))
 		require.True(t, bytes.Contains(raw, []byte(previous)))
 	})
@@ -226,6 +230,7 @@ func TestEncryption(t *testing.T) {
 		raw := stored(pool)
 		require.False(t, bytes.Contains(raw, []byte(secret)))
 		require.False(t, bytes.Contains(raw, signingKey))
+		require.False(t, bytes.Contains(raw, webhookKeys), "the webhook signing keys are sealed")
 		require.False(t, bytes.Contains(raw, []byte(delivery)), "subscription data is sealed")
 		require.False(t, bytes.Contains(raw, []byte(previous)), "the previous secret, in subscription data, is sealed")
 	})
@@ -245,6 +250,9 @@ func TestEncryption(t *testing.T) {
 		got, err := s.LoadOrStoreSigningKey(ctx, []byte("another key"))
 		require.NoError(t, err)
 		require.Equal(t, signingKey, got)
+		got, err = s.WebhookKeys(ctx)
+		require.NoError(t, err)
+		require.Equal(t, webhookKeys, got)
 	})
 
 	t.Run("a wrong key fails at New", func(t *testing.T) {

@@ -19,7 +19,7 @@ const (
 
 // ParseNotification reads the body of a wake-up request, verifies its
 // signature and decodes it. Answer 401 when the error wraps
-// ErrInvalidSignature, else 400. Unknown fields are ignored, so that a
+// ErrInvalidSignature, 503 when it wraps ErrKeySetUnavailable, else 400. Unknown fields are ignored, so that a
 // receiver keeps working when the engine adds some.
 func (v *Verifier) ParseNotification(r *http.Request) (*Notification, error) {
 	var n Notification

@@ -27,9 +27,12 @@ const maxSignatures = 8
 var ErrInvalidSignature = errors.New("receiver: invalid webhook signature")
 
 // A Verifier checks the signatures of the requests an engine sends, in
-// whichever scheme the subscription uses. It is safe for concurrent use.
+// whichever scheme the subscription uses: with its secrets (WithSecret)
+// for the HMAC schemes, with the engine's published keys (WithJWKS) for
+// Ed25519. It is safe for concurrent use.
 type Verifier struct {
 	secrets   []secret
+	jwks      *jwksCache // nil without WithJWKS
 	tolerance time.Duration
 	now       func() time.Time
 }
@@ -89,7 +92,8 @@ func WithClock(now func() time.Time) Option {
 	}
 }
 
-// NewVerifier returns a Verifier with opts. It needs at least one secret.
+// NewVerifier returns a Verifier with opts. It needs at least one secret
+// or a key set (WithJWKS).
 func NewVerifier(opts ...Option) (*Verifier, error) {
 	v := &Verifier{tolerance: DefaultTolerance, now: time.Now}
 	for _, opt := range opts {
@@ -97,25 +101,29 @@ func NewVerifier(opts ...Option) (*Verifier, error) {
 			return nil, err
 		}
 	}
-	if len(v.secrets) == 0 {
-		return nil, errors.New("receiver: no secret; use WithSecret")
+	if len(v.secrets) == 0 && v.jwks == nil {
+		return nil, errors.New("receiver: no secret and no key set; use WithSecret or WithJWKS")
 	}
 	return v, nil
 }
 
 // Verify checks that h, the headers of a request, sign body, the request
 // body exactly as received: re-encoded JSON does not verify. It reads the
-// scheme from SignatureHeader: "t=" starts spec 001's, which signs the
-// time and body; anything else is Standard Webhooks', which signs IDHeader,
-// TimestampHeader and the body. Every error wraps ErrInvalidSignature.
+// scheme from SignatureHeader: "t=<unix>,kid=" starts the Ed25519 one,
+// verified with the key set of WithJWKS; "t=" otherwise starts spec 001's,
+// which signs the time and body; anything else is Standard Webhooks',
+// which signs IDHeader, TimestampHeader and the body. Every error wraps
+// ErrInvalidSignature, except a failure to fetch the key set, which wraps
+// ErrKeySetUnavailable.
 //
-// ctx bounds fetching keys, for schemes that fetch them; the HMAC schemes
-// of today fetch none.
+// ctx bounds fetching the key set, which only the Ed25519 scheme needs.
 func (v *Verifier) Verify(ctx context.Context, h http.Header, body []byte) error {
 	sig := h.Get(SignatureHeader)
 	switch {
 	case sig == "":
 		return invalid("missing %s header", SignatureHeader)
+	case strings.HasPrefix(sig, "t=") && isEd25519Header(sig):
+		return v.verifyEd25519(ctx, sig, body)
 	case strings.HasPrefix(sig, "t="):
 		return v.verifyStreamhooks(sig, body)
 	default:

@@ -183,6 +183,7 @@ func TestEncryption(t *testing.T) {
 	const delivery webhooks.DeliveryMode = "delivery_needle_5c2e81"
 	const previous = "whsec_previous_needle_90af1e"
 	signingKey := []byte("signing_needle_77e0c3_0123456789")
+	webhookKeys := []byte("webhook_keys_needle_31f7aa")
 
 	// store writes a secret and a signing key into a fresh directory and
 	// returns the directory.
@@ -193,6 +194,8 @@ func TestEncryption(t *testing.T) {
 		require.NoError(t, s.CreateSubscription(ctx, &webhooks.Subscription{ID: "s", Pattern: "/**", Webhook: "https://example.com/s", Secret: secret, Delivery: delivery, PreviousSecret: previous}))
 		_, err = s.LoadOrStoreSigningKey(ctx, signingKey)
 		require.NoError(t, err)
+		_, err = s.UpdateWebhookKeys(ctx, func([]byte) ([]byte, error) { return webhookKeys, nil })
+		require.NoError(t, err)
 		require.NoError(t, s.Close())
 		return dir
 	}
@@ -201,6 +204,7 @@ func TestEncryption(t *testing.T) {
 		raw := sqlFileBytes(t, store())
 		require.True(t, bytes.Contains(raw, []byte(secret)), "the search finds plaintext")
 		require.True(t, bytes.Contains(raw, signingKey))
+		require.True(t, bytes.Contains(raw, webhookKeys))
 		require.True(t, bytes.Contains(raw, []byte(delivery)))
 		require.True(t, bytes.Contains(raw, []byte(previous)))
 	})
@@ -212,6 +216,7 @@ func TestEncryption(t *testing.T) {
 		raw := sqlFileBytes(t, dir)
 		require.False(t, bytes.Contains(raw, []byte(secret)))
 		require.False(t, bytes.Contains(raw, signingKey))
+		require.False(t, bytes.Contains(raw, webhookKeys), "the webhook signing keys are sealed")
 		require.False(t, bytes.Contains(raw, []byte(delivery)), "subscription data is sealed")
 		require.False(t, bytes.Contains(raw, []byte(previous)), "the previous secret, in subscription data, is sealed")
 	})
@@ -230,6 +235,9 @@ func TestEncryption(t *testing.T) {
 		got, err := s.LoadOrStoreSigningKey(ctx, []byte("another key"))
 		require.NoError(t, err)
 		require.Equal(t, signingKey, got)
+		got, err = s.WebhookKeys(ctx)
+		require.NoError(t, err)
+		require.Equal(t, webhookKeys, got)
 	})
 
 	t.Run("a wrong key fails at open", func(t *testing.T) {
@@ -361,6 +369,11 @@ func TestOpenDatabaseOfFirstRelease(t *testing.T) {
 	leased, err := s.TryLease(ctx, "metrics", "a", t0, t0.Add(time.Minute))
 	require.NoError(t, err)
 	require.True(t, leased, "the upgrade adds the leases table")
+	keys, err := s.WebhookKeys(ctx)
+	require.NoError(t, err)
+	require.Nil(t, keys, "a database of the first release has no webhook keys")
+	_, err = s.UpdateWebhookKeys(ctx, func([]byte) ([]byte, error) { return []byte("keys"), nil })
+	require.NoError(t, err, "and stores them with no migration")
 
 	// An update rewrites the value in the current format, which reads back.
 	got, err := s.UpdateConsumer(ctx, full.ID, sqlSave(func(c *webhooks.Consumer) { c.Epoch++ }))

@@ -53,6 +53,7 @@ var durableTests = []durableTest{
 	{"SubscriptionUpdate", testDurableSubscriptionUpdate},
 	{"Deletes", testDurableDeletes},
 	{"HealthAndDeliveryLog", testDurableHealthAndLog},
+	{"WebhookKeys", testDurableWebhookKeys},
 }
 
 // durableFixture is what testDurableEverything and testDurableDeletes

@@ -52,6 +52,7 @@ var sharedTests = []struct {
 	{"DeleteCascade", testSharedDeleteCascade},
 	{"CreateSameID", testSharedCreateSameID},
 	{"SigningKey", testSharedSigningKey},
+	{"WebhookKeys", testSharedWebhookKeys},
 	{"Lease", testSharedLease},
 	{"Feed/Create", testFeedCreate},
 	{"Feed/Update", testFeedUpdate},

@@ -24,7 +24,8 @@
 // A Store that several engine processes may share also runs RunShared, with
 // two handles on one database, and one that batches the reads made at once
 // runs RunBatchedReads. The lease cases of both suites run only for
-// a Store that implements webhooks.Leaser, and skip otherwise.
+// a Store that implements webhooks.Leaser, and skip otherwise, and the
+// webhook key cases only for a webhooks.WebhookKeyStore.
 //
 // Where the Store interface leaves a choice open, the suite accepts any
 // answer, and where its wording allows two readings the suite takes the one
@@ -114,6 +115,7 @@ var contractTests = []contractTest{
 	{"NextDeadline", testNextDeadline},
 	{"CountConsumers", testCountConsumers},
 	{"SigningKey", testSigningKey},
+	{"WebhookKeys", testWebhookKeys},
 	{"DeleteSubscriptionCascade", testDeleteCascade},
 	{"ListConsumers", testListConsumers},
 	{"UpdateHealth", testUpdateHealth},
@@ -125,6 +127,7 @@ var contractTests = []contractTest{
 	{"Concurrent/DeleteCascade", testConcurrentDeleteCascade},
 	{"Concurrent/CreateSameID", testConcurrentCreate},
 	{"Concurrent/SigningKey", testConcurrentSigningKey},
+	{"Concurrent/WebhookKeys", testConcurrentWebhookKeys},
 	{"Concurrent/Health", testConcurrentHealth},
 	{"Lease/Grant", testLeaseGrant},
 	{"Lease/HeldByAnother", testLeaseHeldByAnother},

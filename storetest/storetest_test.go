@@ -57,7 +57,7 @@ var mutants = map[string]struct {
 }{
 	"separate-handles": {
 		openTwo: func(*testing.T) (webhooks.Store, webhooks.Store) { return memstore.New(), memstore.New() },
-		caught:  []string{"SeesWrites", "NoLostUpdate", "DeleteCascade", "CreateSameID", "SigningKey", "Feed/Create", "Feed/Delete"},
+		caught:  []string{"SeesWrites", "NoLostUpdate", "DeleteCascade", "CreateSameID", "SigningKey", "WebhookKeys", "Feed/Create", "Feed/Delete"},
 	},
 	"silent-feed": {
 		openTwo: func(*testing.T) (webhooks.Store, webhooks.Store) {
@@ -140,6 +140,13 @@ var mutants = map[string]struct {
 			})
 		},
 		caught: []string{"Everything", "Deletes"},
+	},
+	"forgets-webhook-keys": {
+		durable: true,
+		open: func(t *testing.T, dir string) webhooks.Store {
+			return openSnapshot(t, dir, func(s *snapshot) { s.WebhookKeys = nil })
+		},
+		caught: []string{"WebhookKeys"},
 	},
 	"not-a-closer": {
 		durable: true,
@@ -464,6 +471,8 @@ type snapshot struct {
 	// MarshalBinary, which gob uses, leaves the ID out.
 	Attempts map[string][]*webhooks.DeliveryAttempt
 	Key      []byte
+	// WebhookKeys is the webhooks.WebhookKeyStore's key set.
+	WebhookKeys []byte
 }
 
 // snapshotStore is a memstore loaded from a file when opened and written
@@ -504,6 +513,10 @@ func openSnapshot(t *testing.T, dir string, onWrite func(*snapshot)) *snapshotSt
 	}
 	if snap.Key != nil {
 		_, err := s.LoadOrStoreSigningKey(ctx, snap.Key)
+		require.NoError(t, err)
+	}
+	if snap.WebhookKeys != nil {
+		_, err := s.UpdateWebhookKeys(ctx, func([]byte) ([]byte, error) { return snap.WebhookKeys, nil })
 		require.NoError(t, err)
 	}
 	return s
@@ -553,6 +566,9 @@ func (s *snapshotStore) Close() error {
 		snap.Attempts[id] = as
 	}
 	snap.Key, _ = s.LoadOrStoreSigningKey(ctx, nil)
+	if snap.WebhookKeys, err = s.WebhookKeys(ctx); err != nil {
+		return err
+	}
 	if s.onWrite != nil {
 		s.onWrite(&snap)
 	}

@@ -10,6 +10,12 @@
 //	go run ./examples/streamserver -addr 127.0.0.1:8787 -dev
 //	STREAMHOOKS_POSTGRES=postgres://... go run ./examples/streamserver -addr 127.0.0.1:8788 -dev
 //
+// Every flag can also be set by an environment variable, STREAMHOOKS_ and
+// the flag's name in upper case with "_" for "-" (-log-level is
+// $STREAMHOOKS_LOG_LEVEL); -h lists both. -log-format and -log-level set
+// the logs; /healthz, /readyz and /metrics serve probes and Prometheus
+// without the API token.
+//
 // The subscription API lists webhook URLs and deletes subscriptions, so it
 // requires a bearer token, from -api-token or $STREAMHOOKS_API_TOKEN. Only
 // with -dev may it run without one, open to anyone who can reach it.
@@ -48,13 +54,21 @@ import (
 	"github.com/streamhooks/webhooks/examples/internal/exampleserver"
 )
 
-// Environment variables read when the matching flag is not given; unlike
-// flags, they do not show in process lists.
+// Every flag can be set by an environment variable instead, envPrefix and
+// its name in upper case with "_" for "-" (envName): unlike flags, they do
+// not show in process lists. A flag given on the command line wins.
+// STREAMHOOKS_ENCRYPTION_KEY holds the key itself rather than a file.
 const (
+	envPrefix        = "STREAMHOOKS_"
 	apiTokenEnv      = "STREAMHOOKS_API_TOKEN"
 	encryptionKeyEnv = "STREAMHOOKS_ENCRYPTION_KEY"
 	postgresEnv      = "STREAMHOOKS_POSTGRES"
 )
+
+// envName is the environment variable of flag name.
+func envName(name string) string {
+	return envPrefix + strings.ToUpper(strings.ReplaceAll(name, "-", "_"))
+}
 
 // encryptionKeyBytes is the length sqlitestore.WithEncryptionKey wants.
 const encryptionKeyBytes = 32
@@ -68,8 +82,7 @@ func main() {
 		fmt.Fprintln(os.Stderr, "streamserver:", err)
 		os.Exit(2)
 	}
-	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
-	cfg.Logger = log
+	log := cfg.Logger
 	if err := run(cfg, log); err != nil {
 		log.Error("streamserver failed", "error", err)
 		os.Exit(1)
@@ -87,11 +100,12 @@ func parseConfig(args []string, getenv func(string) string) (exampleserver.Confi
 	waking := fs.Duration("waking-timeout", webhooks.DefaultWakingTimeout, "how long a woken consumer has to claim its wake")
 	data := fs.String("data", "", "keep streams and engine state in this directory (default: in memory)")
 	liveness := fs.Duration("liveness-timeout", webhooks.DefaultLivenessTimeout, "how long a LIVE consumer may stay silent")
-	token := fs.String("api-token", "", "bearer token the subscription API and streams require (default $"+apiTokenEnv+")")
+	token := fs.String("api-token", "", "bearer token the subscription API and streams require")
 	publicStreams := fs.Bool("public-streams", false, "with an API token, leave streams open to anyone; the subscription API and the inbox's streams still need it")
-	postgres := fs.String("postgres", "", "keep streams and engine state in this PostgreSQL database, shared with other servers on it: a DSN (default $"+postgresEnv+")")
-	keyFile := fs.String("encryption-key-file", "", "file holding the key that seals secrets in -data or -postgres: 32 bytes, base64 (default $"+encryptionKeyEnv+")")
+	postgres := fs.String("postgres", "", "keep streams and engine state in this PostgreSQL database, shared with other servers on it: a DSN")
+	keyFile := fs.String("encryption-key-file", "", "file holding the key that seals secrets in -data or -postgres: 32 bytes, base64 (or the key itself in $"+encryptionKeyEnv+")")
 	inbox := fs.Bool("inbox", false, "receive github and standard (Standard Webhooks) deliveries at /inbox/{provider} into the stream /inbox/{provider}/records")
+	retention := fs.Bool("inbox-retention", false, "with -inbox, partition the inbox's streams by day and delete, hourly, processed records after 7 days and dead letters after 30")
 	secrets := map[string]string{}
 	fs.Func("inbox-secret", "PROVIDER=SECRET: the secret a provider of -inbox signs with (repeatable)", func(v string) error {
 		provider, secret, ok := strings.Cut(v, "=")
@@ -101,20 +115,27 @@ func parseConfig(args []string, getenv func(string) string) (exampleserver.Confi
 		secrets[provider] = secret
 		return nil
 	})
+	logFormat := fs.String("log-format", "text", "log format: text or json")
+	var logLevel slog.Level
+	fs.TextVar(&logLevel, "log-level", slog.LevelInfo, "lowest level logged: debug, info, warn or error")
+	subMetrics := fs.Int("metrics-subscriptions", 0, "label delivery metrics with the first N subscriptions, the rest as \"other\" (0: no subscription label)")
+	fs.VisitAll(func(f *flag.Flag) {
+		f.Usage += " [$" + envName(f.Name) + "]"
+	})
 	if err := fs.Parse(args); err != nil {
+		return exampleserver.Config{}, err
+	}
+	if err := setFromEnv(fs, getenv); err != nil {
 		return exampleserver.Config{}, err
 	}
 	if len(secrets) > 0 && !*inbox {
 		return exampleserver.Config{}, errors.New("-inbox-secret needs -inbox")
 	}
-	if *token == "" {
-		*token = getenv(apiTokenEnv)
+	if *retention && !*inbox {
+		return exampleserver.Config{}, errors.New("-inbox-retention needs -inbox")
 	}
 	if *token == "" && !*dev {
 		return exampleserver.Config{}, fmt.Errorf("no API token: set -api-token or $%s, or pass -dev to leave the subscription API open", apiTokenEnv)
-	}
-	if *postgres == "" {
-		*postgres = getenv(postgresEnv)
 	}
 	if *postgres != "" && *data != "" {
 		return exampleserver.Config{}, fmt.Errorf("-data and -postgres (or $%s) exclude each other", postgresEnv)
@@ -126,19 +147,65 @@ func parseConfig(args []string, getenv func(string) string) (exampleserver.Confi
 	if key != nil && *data == "" && *postgres == "" {
 		return exampleserver.Config{}, errors.New("an encryption key needs -data or -postgres: the in-memory store keeps nothing")
 	}
+	log, err := newLogger(*logFormat, logLevel)
+	if err != nil {
+		return exampleserver.Config{}, err
+	}
 	return exampleserver.Config{
-		Addr:          *addr,
-		CallbackBase:  *callbackBase,
-		Dev:           *dev,
-		DataDir:       *data,
-		Postgres:      *postgres,
-		APIToken:      *token,
-		PublicStreams: *publicStreams,
-		EncryptionKey: key,
-		Inbox:         *inbox,
-		InboxSecrets:  secrets,
-		EngineOptions: []webhooks.Option{webhooks.WithTimeouts(*waking, *liveness, 0)},
+		Logger:              log,
+		SubscriptionMetrics: *subMetrics,
+		Addr:                *addr,
+		CallbackBase:        *callbackBase,
+		Dev:                 *dev,
+		DataDir:             *data,
+		Postgres:            *postgres,
+		APIToken:            *token,
+		PublicStreams:       *publicStreams,
+		EncryptionKey:       key,
+		Inbox:               *inbox,
+		InboxSecrets:        secrets,
+		InboxRetention:      *retention,
+		EngineOptions:       []webhooks.Option{webhooks.WithTimeouts(*waking, *liveness, 0)},
 	}, nil
+}
+
+// setFromEnv sets every flag of fs not given on the command line from its
+// environment variable, if set. A repeatable flag (-inbox-secret) takes
+// space-separated values.
+func setFromEnv(fs *flag.FlagSet, getenv func(string) string) error {
+	given := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
+	var err error
+	fs.VisitAll(func(f *flag.Flag) {
+		v := getenv(envName(f.Name))
+		if given[f.Name] || v == "" || err != nil {
+			return
+		}
+		values := []string{v}
+		if f.Name == "inbox-secret" {
+			values = strings.Fields(v)
+		}
+		for _, v := range values {
+			if serr := fs.Set(f.Name, v); serr != nil {
+				err = fmt.Errorf("$%s: %w", envName(f.Name), serr)
+				return
+			}
+		}
+	})
+	return err
+}
+
+// newLogger returns a logger to stderr in format, text or json, from
+// level up.
+func newLogger(format string, level slog.Level) (*slog.Logger, error) {
+	opts := &slog.HandlerOptions{Level: level}
+	switch format {
+	case "text":
+		return slog.New(slog.NewTextHandler(os.Stderr, opts)), nil
+	case "json":
+		return slog.New(slog.NewJSONHandler(os.Stderr, opts)), nil
+	}
+	return nil, fmt.Errorf("-log-format %q: want text or json", format)
 }
 
 // encryptionKey returns the key in file, if named, or else in the

@@ -2,7 +2,9 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/base64"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"testing"
@@ -124,8 +126,46 @@ func TestParseConfigInbox(t *testing.T) {
 
 	_, err = parseConfig([]string{"-dev", "-inbox-secret", "github=s"}, env(nil))
 	require.ErrorContains(t, err, "needs -inbox")
+	_, err = parseConfig([]string{"-dev", "-inbox-retention"}, env(nil))
+	require.ErrorContains(t, err, "-inbox-retention needs -inbox")
+	cfg, err = parseConfig([]string{"-dev", "-inbox", "-inbox-retention"}, env(nil))
+	require.NoError(t, err)
+	require.True(t, cfg.InboxRetention)
 	for _, bad := range []string{"github", "=s", "github="} {
 		_, err = parseConfig([]string{"-dev", "-inbox", "-inbox-secret", bad}, env(nil))
 		require.ErrorContains(t, err, "PROVIDER=SECRET", bad)
 	}
+}
+
+// Every flag can come from its STREAMHOOKS_* variable; a flag given wins.
+func TestParseConfigFromEnvironment(t *testing.T) {
+	cfg, err := parseConfig([]string{"-addr", "127.0.0.1:9999"}, env(map[string]string{
+		"STREAMHOOKS_ADDR":                  "127.0.0.1:1",
+		"STREAMHOOKS_DEV":                   "true",
+		"STREAMHOOKS_LOG_FORMAT":            "json",
+		"STREAMHOOKS_LOG_LEVEL":             "debug",
+		"STREAMHOOKS_METRICS_SUBSCRIPTIONS": "20",
+		"STREAMHOOKS_INBOX":                 "1",
+		"STREAMHOOKS_INBOX_SECRET":          "github=s1 standard=whsec_c2VjcmV0",
+		"STREAMHOOKS_CALLBACK_BASE":         "https://hooks.example",
+	}))
+	require.NoError(t, err)
+	require.Equal(t, "127.0.0.1:9999", cfg.Addr, "the flag wins")
+	require.True(t, cfg.Dev)
+	require.True(t, cfg.Inbox)
+	require.Equal(t, map[string]string{"github": "s1", "standard": "whsec_c2VjcmV0"}, cfg.InboxSecrets)
+	require.Equal(t, 20, cfg.SubscriptionMetrics)
+	require.Equal(t, "https://hooks.example", cfg.CallbackBase)
+	require.True(t, cfg.Logger.Enabled(context.Background(), slog.LevelDebug))
+	require.IsType(t, &slog.JSONHandler{}, cfg.Logger.Handler())
+
+	cfg, err = parseConfig([]string{"-dev"}, env(nil))
+	require.NoError(t, err)
+	require.False(t, cfg.Logger.Enabled(context.Background(), slog.LevelDebug), "info by default")
+	require.IsType(t, &slog.TextHandler{}, cfg.Logger.Handler())
+
+	_, err = parseConfig([]string{"-dev"}, env(map[string]string{"STREAMHOOKS_LIVENESS_TIMEOUT": "soon"}))
+	require.ErrorContains(t, err, "$STREAMHOOKS_LIVENESS_TIMEOUT")
+	_, err = parseConfig([]string{"-dev", "-log-format", "xml"}, env(nil))
+	require.ErrorContains(t, err, "want text or json")
 }

@@ -17,6 +17,9 @@ import (
 const (
 	ADKeyCheck   = "key-check"
 	ADSigningKey = "signing-key"
+	// ADWebhookKeys seals the Ed25519 webhook signing keys
+	// (webhooks.WebhookKeyStore).
+	ADWebhookKeys = "webhook-keys"
 )
 
 // ADSecret is the additional data of subscription id's webhook secret.

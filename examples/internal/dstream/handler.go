@@ -384,7 +384,7 @@ func (s *Server) head(w http.ResponseWriter, r *http.Request) {
 
 func (s *Server) remove(w http.ResponseWriter, r *http.Request) {
 	path := r.URL.Path
-	ok, err := s.store.remove(r.Context(), path)
+	ok, err := s.delete(r.Context(), path)
 	switch {
 	case err != nil:
 		s.storageError(r.Context(), "delete", path, err).write(w)
@@ -393,8 +393,24 @@ func (s *Server) remove(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, "stream not found", http.StatusNotFound)
 		return
 	}
-	s.waiters.wake(path) // long-polls then answer 404
-
-	s.notify(r.Context(), "deleted", path, Observer.StreamDeleted)
 	w.WriteHeader(http.StatusNoContent)
+}
+
+// Delete deletes the stream at path, as a DELETE does; a stream already
+// gone is not an error.
+func (s *Server) Delete(ctx context.Context, path string) error {
+	_, err := s.delete(ctx, path)
+	return err
+}
+
+// delete deletes the stream at path, wakes its long-polls, which then
+// answer 404, and tells the Observer; false if there was none.
+func (s *Server) delete(ctx context.Context, path string) (bool, error) {
+	ok, err := s.store.remove(ctx, path)
+	if err != nil || !ok {
+		return ok, err
+	}
+	s.waiters.wake(path)
+	s.notify(ctx, "deleted", path, Observer.StreamDeleted)
+	return true, nil
 }

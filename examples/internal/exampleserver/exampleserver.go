@@ -17,6 +17,8 @@ import (
 	"path/filepath"
 	"time"
 
+	"github.com/benbjohnson/clock"
+
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	webhooks "github.com/streamhooks/webhooks"
@@ -88,6 +90,21 @@ type Config struct {
 	// logged; its error leaves the record to be tried again. A host that
 	// embeds the server, such as a demo, sets it.
 	InboxHandler inbox.RecordHandler
+
+	// SubscriptionMetrics, if positive, labels the delivery metrics with
+	// the first SubscriptionMetrics subscriptions, the rest as "other"
+	// (webhooks.WithSubscriptionMetrics).
+	SubscriptionMetrics int
+
+	// InboxRetention partitions the inbox's records and dead letters by
+	// day, "/inbox/{provider}/records/{yyyy-mm-dd}" and
+	// ".../dead/{yyyy-mm-dd}" (inbox.WithDailyPartitions), and deletes,
+	// each hour, the partitions past seed 003's retention: processed
+	// records after 7 days, dead letters after 30 (inbox.Processor.Sweep).
+	// The unpartitioned streams of a data directory written without it
+	// are still processed, listed and read; they are never deleted. It
+	// needs Inbox.
+	InboxRetention bool
 }
 
 // inboxSchemes make the Scheme of each inbox provider from its secret.
@@ -124,8 +141,11 @@ type Running struct {
 	streams *dstream.Server
 	owned   io.Closer // the store or database pool Start opened, if any
 	engine  *webhooks.Engine
-	http    *http.Server
-	served  chan error
+	tel     *telemetry
+	// stopSweep stops the inbox's retention sweep, if it runs.
+	stopSweep func()
+	http      *http.Server
+	served    chan error
 }
 
 // Start listens on cfg.Addr and serves the stream protocol with the engine
@@ -166,18 +186,30 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 	if cfg.APIToken == "" {
 		log.Warn("the subscription API and the streams are open: anyone who can reach " + url + " can list webhook URLs, delete subscriptions and read and write streams; set an API token")
 	}
+	tel, err := newTelemetry(ctx)
+	if err != nil {
+		_ = ln.Close()
+		return nil, fmt.Errorf("setting up telemetry: %w", err)
+	}
+	opts = append(opts, webhooks.WithMeterProvider(tel.meters))
+	if tel.tracers != nil {
+		opts = append(opts, webhooks.WithTracerProvider(tel.tracers))
+	}
+	if cfg.SubscriptionMetrics > 0 {
+		opts = append(opts, webhooks.WithSubscriptionMetrics(cfg.SubscriptionMetrics))
+	}
 	opts = append(opts, cfg.EngineOptions...)
 	streams, store, owned, err := open(ctx, cfg, log)
 	if err != nil {
 		_ = ln.Close()
-		return nil, err
+		return nil, errors.Join(err, tel.close(ctx))
 	}
 	var processor *inbox.Processor
 	if cfg.Inbox {
-		if processor, err = newProcessor(streams, providers, cfg.InboxHandler, log); err != nil {
+		if processor, err = newProcessor(newInboxAppender(streams), providers, cfg.InboxHandler, cfg.InboxRetention, log); err != nil {
 			_ = ln.Close()
 			streams.Close()
-			return nil, err
+			return nil, errors.Join(err, tel.close(ctx))
 		}
 		opts = append(opts, webhooks.WithBatchHandler(inboxHandler, processor.HandleBatch))
 	}
@@ -191,7 +223,7 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 		if owned != nil {
 			_ = owned.Close()
 		}
-		return nil, err
+		return nil, errors.Join(err, tel.close(ctx))
 	}
 	// The engine is built from the stream server, so it is registered as
 	// its observer afterwards, before any request can arrive.
@@ -199,10 +231,10 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 	next := guardStreams(streams, cfg.APIToken, cfg.PublicStreams)
 	var problems []string
 	if cfg.Inbox {
-		if next, problems, err = mountInbox(ctx, engine, streams, next, providers, processor, cfg.APIToken, log); err != nil {
+		if next, problems, err = mountInbox(ctx, engine, streams, next, providers, processor, cfg, log); err != nil {
 			_ = ln.Close()
 			streams.Close()
-			err = errors.Join(err, engine.Stop(ctx))
+			err = errors.Join(err, engine.Stop(ctx), tel.close(ctx))
 			if owned != nil {
 				err = errors.Join(err, owned.Close())
 			}
@@ -225,10 +257,14 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 		streams: streams,
 		owned:   owned,
 		engine:  engine,
-		http:    newHTTPServer(opsHandler(engine, log, handler), log),
+		tel:     tel,
+		http:    newHTTPServer(opsHandler(engine, tel.scrape, log, handler), log),
 		served:  make(chan error, 1),
 	}
 	r.Problems = problems
+	if cfg.InboxRetention {
+		r.stopSweep = sweepInbox(engine, streams, processor, clock.New(), log)
+	}
 	go func() { r.served <- r.http.Serve(ln) }()
 	return r, nil
 }
@@ -237,8 +273,8 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 // or none without cfg.Inbox.
 func inboxProviders(cfg Config) ([]inbox.Provider, error) {
 	if !cfg.Inbox {
-		if len(cfg.InboxSecrets) > 0 {
-			return nil, errors.New("inbox secrets need the inbox")
+		if len(cfg.InboxSecrets) > 0 || cfg.InboxRetention {
+			return nil, errors.New("inbox secrets and retention need the inbox")
 		}
 		return nil, nil
 	}
@@ -259,8 +295,12 @@ func inboxProviders(cfg Config) ([]inbox.Provider, error) {
 const inboxHandler = "inbox"
 
 // newProcessor returns the inbox's Processor, which logs each record.
-func newProcessor(streams *dstream.Server, providers []inbox.Provider, then inbox.RecordHandler, log *slog.Logger) (*inbox.Processor, error) {
-	p, err := inbox.NewProcessor(streams, providers, inbox.WithLogger(log))
+func newProcessor(appender inbox.Appender, providers []inbox.Provider, then inbox.RecordHandler, daily bool, log *slog.Logger) (*inbox.Processor, error) {
+	opts := []inbox.Option{inbox.WithLogger(log)}
+	if daily {
+		opts = append(opts, inbox.WithDailyPartitions())
+	}
+	p, err := inbox.NewProcessor(appender, providers, opts...)
 	if err != nil {
 		return nil, err
 	}
@@ -294,12 +334,15 @@ func newHTTPServer(h http.Handler, log *slog.Logger) *http.Server {
 // requests and waits, until ctx ends, for those in progress, then stops the
 // engine. Stopping the engine last lets in-flight callbacks finish.
 func (r *Running) Close(ctx context.Context) error {
+	if r.stopSweep != nil {
+		r.stopSweep()
+	}
 	r.streams.Close()
 	err := r.http.Shutdown(ctx)
 	if serr := <-r.served; !errors.Is(serr, http.ErrServerClosed) {
 		err = errors.Join(err, fmt.Errorf("serving: %w", serr))
 	}
-	err = errors.Join(err, r.engine.Stop(ctx))
+	err = errors.Join(err, r.engine.Stop(ctx), r.tel.close(ctx))
 	if r.owned != nil {
 		err = errors.Join(err, r.owned.Close())
 	}

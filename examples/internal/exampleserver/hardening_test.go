@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/streamhooks/webhooks/examples/internal/exampleserver"
+	"github.com/streamhooks/webhooks/internal/openapitest"
 	"github.com/streamhooks/webhooks/receiver"
 )
 
@@ -27,9 +28,10 @@ func startServer(t *testing.T, cfg exampleserver.Config) (*client, func()) {
 	cfg.Addr = "127.0.0.1:0"
 	srv, err := exampleserver.Start(context.Background(), cfg)
 	require.NoError(t, err)
-	c := &client{hc: &http.Client{Transport: &http.Transport{}}, base: srv.URL}
+	// Every exchange is checked against the OpenAPI document.
+	c := &client{hc: &http.Client{Transport: openapitest.NewTransport(t, &http.Transport{})}, base: srv.URL}
 	stop := sync.OnceFunc(func() {
-		c.hc.CloseIdleConnections()
+		c.hc.Transport.(*openapitest.Transport).Base.(*http.Transport).CloseIdleConnections()
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
 		require.NoError(t, srv.Close(ctx))

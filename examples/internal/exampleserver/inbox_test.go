@@ -67,6 +67,22 @@ func TestInboxEndToEnd(t *testing.T) {
 	require.Equal(t, http.StatusOK, resp.StatusCode, "%s", data)
 }
 
+// TestInboxRoutingMetadata: a delivery to a path below the provider is
+// the provider's, with that path and the query on its record; the
+// provider's stream paths below it stay streams.
+func TestInboxRoutingMetadata(t *testing.T) {
+	c, _ := startServer(t, exampleserver.Config{Dev: true, Inbox: true})
+	require.Equal(t, http.StatusAccepted, c.post(t, "/inbox/github/org/acme?x=1", []byte(`{}`), "X-GitHub-Delivery", "r-1").StatusCode)
+	resp, data := c.do(t, http.MethodGet, "/inbox/github/records", "", "", nil)
+	require.Equal(t, http.StatusOK, resp.StatusCode, "%s", data)
+	var recs []inbox.Record
+	require.NoError(t, json.Unmarshal(data, &recs))
+	require.Len(t, recs, 1)
+	require.Equal(t, "/org/acme", recs[0].Path)
+	require.Equal(t, "x=1", recs[0].Query)
+	require.Equal(t, http.StatusForbidden, c.post(t, "/inbox/github/records/x", []byte(`{}`)).StatusCode)
+}
+
 func TestInboxConfigRefused(t *testing.T) {
 	ctx := context.Background()
 	for name, cfg := range map[string]exampleserver.Config{
@@ -109,13 +125,36 @@ func TestInboxProcessing(t *testing.T) {
 	require.Equal(t, http.StatusOK, resp.StatusCode, "%s", data)
 	require.Contains(t, string(data), `"handler":"inbox"`)
 
-	// An operator replays the dead letter, with the API token: it is
-	// verified again, and fails again.
+	// An operator lists the dead letters, and replays one by its delivery
+	// id, with the API token: it is verified again, and fails again.
+	resp, data = c.do(t, http.MethodGet, "/inbox/github?status=dead", "", "", nil)
+	requireRefused(t, resp, data)
+	resp, data = c.do(t, http.MethodGet, "/inbox/github?status=dead", "", token, nil)
+	require.Equal(t, http.StatusOK, resp.StatusCode, "%s", data)
+	var page inbox.Page
+	require.NoError(t, json.Unmarshal(data, &page))
+	require.Len(t, page.Entries, 1)
+	require.Equal(t, "forged-1", page.Entries[0].Record.DeliveryID)
+	resp, data = c.do(t, http.MethodGet, "/inbox/github?status=done", "", token, nil)
+	require.Equal(t, http.StatusOK, resp.StatusCode, "%s", data)
+	require.NoError(t, json.Unmarshal(data, &page))
+	require.Len(t, page.Entries, 1, "the cursor passed the record")
+	resp, data = c.do(t, http.MethodGet, "/inbox/github?status=pending", "", token, nil)
+	require.Equal(t, http.StatusOK, resp.StatusCode, "%s", data)
+	require.NoError(t, json.Unmarshal(data, &page))
+	require.Empty(t, page.Entries)
+
+	// The old route, a dead letter as the body, is gone: a token holder
+	// could have had a forged one, with any received_at, processed.
 	letter, err := json.Marshal(dead[0])
 	require.NoError(t, err)
-	resp, data = c.do(t, http.MethodPost, "/inbox/github/dead?replay", "application/json", "", letter)
-	require.Equal(t, http.StatusUnauthorized, resp.StatusCode, "%s", data)
 	resp, data = c.do(t, http.MethodPost, "/inbox/github/dead?replay", "application/json", token, letter)
+	require.Equal(t, http.StatusBadRequest, resp.StatusCode, "%s", data)
+	resp, data = c.do(t, http.MethodPost, "/inbox/github/dead?replay=nonsuch", "", token, nil)
+	require.Equal(t, http.StatusNotFound, resp.StatusCode, "%s", data)
+	resp, data = c.do(t, http.MethodPost, "/inbox/github/dead?replay=forged-1", "", "", nil)
+	require.Equal(t, http.StatusUnauthorized, resp.StatusCode, "%s", data)
+	resp, data = c.do(t, http.MethodPost, "/inbox/github/dead?replay=forged-1", "", token, nil)
 	require.Equal(t, http.StatusOK, resp.StatusCode, "%s", data)
 	resp, data = c.do(t, http.MethodGet, "/inbox/github/dead?live=long-poll&offset="+after, "", token, nil)
 	require.Equal(t, http.StatusOK, resp.StatusCode, "%s", data)

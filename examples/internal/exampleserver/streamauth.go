@@ -49,7 +49,7 @@ func apiAuthorizer(token string) webhooks.Authorizer {
 		if token != "" && !hasToken(r, token) {
 			return webhooks.ErrUnauthorized
 		}
-		if id == inboxHandler && (op == webhooks.OpCreate || op == webhooks.OpUpdate) {
+		if (id == inboxHandler || id == inboxPartitions) && (op == webhooks.OpCreate || op == webhooks.OpUpdate) {
 			return webhooks.ErrForbidden
 		}
 		return nil
