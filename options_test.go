@@ -235,7 +235,7 @@ func optSecondEngine(t *testing.T, h *harness, store webhooks.Store, opts ...web
 	e, err := webhooks.New(store, h.source, append(base, opts...)...)
 	require.NoError(t, err)
 	startForTest(t, e)
-	return e.Handler(http.NotFoundHandler())
+	return apiHandler(t, e)
 }
 
 func optKey(b byte) []byte { return bytes.Repeat([]byte{b}, webhooks.MinTokenKeyLength) }

@@ -343,10 +343,13 @@ func (e *Engine) Stop(ctx context.Context) error {
 // before the first event (OffsetNone), and wakes it: a new stream has
 // pending work even while empty, since its tail is past OffsetNone. A
 // stream created with an initial body needs no separate StreamAppended. A
-// path longer than MaxStreamPathLength, or with a control character, gets
-// no consumers, and an error.
+// path that ValidateStreamPath refuses, longer than MaxStreamPathLength, or
+// with a control character, gets no consumers, and a *ValidationError.
 // Before Start it returns ErrNotStarted, and Start's sweep does the work.
 func (e *Engine) StreamCreated(ctx context.Context, path string) error {
+	if err := checkStreamPath(path); err != nil {
+		return err
+	}
 	return e.streamChanged(ctx, path)
 }
 
@@ -357,6 +360,9 @@ func (e *Engine) StreamCreated(ctx context.Context, path string) error {
 // needs no retry either: the scheduler makes up the event once the Store
 // answers again.
 func (e *Engine) StreamAppended(ctx context.Context, path string) error {
+	if err := checkStreamPath(path); err != nil {
+		return err
+	}
 	return e.streamChanged(ctx, path)
 }
 
