@@ -59,7 +59,9 @@ func (e *Engine) send(ctx context.Context, c *Consumer) {
 }
 
 // startDelivery runs attempt a, started by its lane, in a goroutine that
-// Stop waits for.
+// Stop waits for. Its context is the engine's context for deliveries in
+// flight, which Stop leaves them until its own context ends; an attempt
+// that its lane has not started by Stop is not (lanes.next).
 func (e *Engine) startDelivery(a *attempt) {
 	e.deliveries.Add(1)
 	e.attempts.Add(1)
@@ -69,7 +71,7 @@ func (e *Engine) startDelivery(a *attempt) {
 // runDelivery makes attempt a and reports its outcome to its lane.
 func (e *Engine) runDelivery(a *attempt) {
 	defer e.deliveries.Done()
-	e.lanes.finish(a, laneOutcomeOf(e.deliver(a.ctx, a.c, a.sub)))
+	e.lanes.finish(a, laneOutcomeOf(e.deliver(e.sendCtx, a.c, a.sub)))
 	e.attempts.Add(-1)
 	e.signals.attemptEnded.Send()
 }

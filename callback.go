@@ -276,7 +276,24 @@ func validateCallbackRequest(req *receiver.CallbackRequest) error {
 			return invalid("subscribe", "subscribe/unsubscribe: %v", err)
 		}
 	}
+	// Acks and unsubscribes may still name a stream that an older release
+	// gave a consumer; no new subscription may.
+	for _, p := range req.Subscribe {
+		var ve *ValidationError
+		if errors.As(ValidateStreamPath(p), &ve) {
+			return invalid("subscribe", "subscribe: %s", ve.Reason)
+		}
+	}
 	return nil
+}
+
+// checkStreamPath refuses a path that StreamCreated and StreamAppended
+// would not give consumers, as a *ValidationError of field "path".
+func checkStreamPath(path string) error {
+	if err := validateStreamPath(path); err != nil {
+		return invalid("path", "%v", err)
+	}
+	return ValidateStreamPath(path)
 }
 
 func validateStreamPath(p string) error {

@@ -134,11 +134,14 @@ func (s *subscriptionSet) endReload(subs []*Subscription) (added, removed []stri
 			continue
 		}
 		// A subscription deleted and created again under its id through
-		// another engine is replaced, webhook and secret too.
-		if old, ok := s.entries[sub.ID]; !ok || !sameSubscription(old.sub, sub) {
+		// another engine is replaced, webhook and secret too. Its health
+		// changes with every delivery, on any engine, and is no change of
+		// the subscription: it is taken as it is, and not reported.
+		old, ok := s.entries[sub.ID]
+		if !ok || !sameSubscription(old.sub, sub) {
 			added = append(added, sub.ID)
-			s.put(p, sub)
 		}
+		s.put(p, sub)
 	}
 	for id := range s.entries {
 		if !listed[id] && !touched[id] {
@@ -150,16 +153,15 @@ func (s *subscriptionSet) endReload(subs []*Subscription) (added, removed []stri
 }
 
 // sameSubscription reports whether a and b are the same stored
-// subscription: every field equal, times as instants, and the rest by its
-// encoding, which is canonical.
+// subscription: every field but Health equal, times as instants, and the
+// rest by its encoding, which is canonical.
 func sameSubscription(a, b *Subscription) bool {
 	encode := func(s *Subscription) []byte {
 		data, err := s.MarshalData()
-		health, herr := s.Health.MarshalBinary()
-		if err != nil || herr != nil {
+		if err != nil {
 			return nil // never equal
 		}
-		return append(data, health...)
+		return data
 	}
 	ea, eb := encode(a), encode(b)
 	return a.ID == b.ID && a.Pattern == b.Pattern && a.Webhook == b.Webhook && a.Description == b.Description &&
@@ -247,6 +249,7 @@ func (e *Engine) reloadSubscriptions(ctx context.Context, changed <-chan struct{
 			e.log.InfoContext(ctx, "webhooks: subscriptions changed through another engine", "added", added, "removed", removed)
 		}
 		e.signals.subscriptionsReloaded.Send()
+		e.signals.reloadEnded.Send()
 	}
 }
 

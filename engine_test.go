@@ -554,7 +554,7 @@ func TestStartSweepSkipsSubscriptionsCreatedSinceStart(t *testing.T) {
 		webhooks.WithWebhookPolicy(webhooks.WebhookPolicy{AllowLoopback: true}))
 	require.NoError(t, err)
 	webhooks.SignalProgress(e, h.signals())
-	h.engine, h.handler = e, e.Handler(http.NotFoundHandler())
+	h.engine, h.handler = e, apiHandler(t, e)
 	startForTest(t, e)
 	created := make(chan int, 1)
 	go func() {

@@ -169,7 +169,10 @@ func TestFaultLimitStreamPathLength(t *testing.T) {
 
 	h.source.set(after, 10)
 	err := h.engine.StreamCreated(context.Background(), after)
-	require.ErrorContains(t, err, fmt.Sprintf("MaxStreamPathLength (%d)", webhooks.MaxStreamPathLength))
+	var ve *webhooks.ValidationError
+	require.ErrorAs(t, err, &ve)
+	require.Equal(t, "path", ve.Field)
+	require.Contains(t, ve.Reason, fmt.Sprintf("at most %d characters", webhooks.MaxStreamPathLength))
 	h.subNoConsumer(webhooks.ConsumerID("s1", after))
 	// Nor does a subscription created after the stream adopt it.
 	h.subscribe("s2", "/**")

@@ -106,7 +106,7 @@ var faultSSRFURLs = []struct{ url, reason string }{
 // nothing.
 func TestFaultSSRFRefusedAtCreation(t *testing.T) {
 	e, calls := subStrictEngine(t)
-	handler := e.Handler(http.NotFoundHandler())
+	handler := apiHandler(t, e)
 	for i, tc := range faultSSRFURLs {
 		t.Run(tc.url, func(t *testing.T) {
 			rec := subServe(handler, http.MethodPut, fmt.Sprintf("/agents/*?subscription=s%d", i), subBody(tc.url, ""))

@@ -20,8 +20,8 @@ const MaxPatternLength = 1024
 // A pattern is a '/'-separated list of segments: `*` matches exactly one
 // non-empty path segment, `**` matches zero or more path segments, and any
 // other segment matches itself literally. A path is split the same way
-// (after its leading '/'), so "/" is a path of one empty segment and "/a/"
-// ends with an empty one; such segments are matched only by `**`.
+// (after its leading '/'). A path that ValidateStreamPath refuses, such as
+// "/", "/a/" or "/a/../b", matches no pattern.
 //
 // A Pattern is safe for concurrent use.
 type Pattern struct {
@@ -76,16 +76,13 @@ func ParsePattern(s string) (*Pattern, error) {
 	if s == "/" {
 		return nil, patternError(s, `has no segments; "/**" matches every path`)
 	}
+	if reason := segmentProblem(s); reason != "" {
+		return nil, patternError(s, reason)
+	}
 	raw := strings.Split(s[1:], "/")
 	segs := make([]string, 0, len(raw))
-	for i, seg := range raw {
+	for _, seg := range raw {
 		switch {
-		case seg == "" && i == len(raw)-1:
-			return nil, patternError(s, "must not end with '/'")
-		case seg == "":
-			return nil, patternError(s, `has an empty segment ("//")`)
-		case seg == "." || seg == "..":
-			return nil, patternError(s, fmt.Sprintf("segment %q is not allowed", seg))
 		case seg == "**" && len(segs) > 0 && segs[len(segs)-1] == "**":
 			// Both match the same paths; one canonical form keeps an
 			// identical create idempotent.
@@ -175,7 +172,7 @@ func (p *Pattern) String() string { return p.canon }
 // place: `**` matches anything, so that leaves the most room for the rest.
 // That bounds a match by path length × pattern length.
 func (p *Pattern) Match(path string) bool {
-	if !strings.HasPrefix(path, "/") {
+	if !validPath(path) {
 		return false
 	}
 	if !p.globstar {
@@ -323,7 +320,7 @@ func (n *indexNode) empty() bool {
 // step instead of a branch per way to split the path, which is what keeps
 // patterns like "/**/**/**/x" linear.
 func (x *patternIndex) match(path string) []string {
-	if !strings.HasPrefix(path, "/") {
+	if !validPath(path) {
 		return nil
 	}
 	x.mu.RLock()
@@ -340,9 +337,7 @@ func (x *patternIndex) match(path string) []string {
 		next = next[:0]
 		for _, n := range cur {
 			next = addNode(next, n.children[seg], seen, step)
-			if seg != "" {
-				next = addNode(next, n.star, seen, step)
-			}
+			next = addNode(next, n.star, seen, step) // seg is not empty: validPath
 			if n.loop {
 				next = addNode(next, n, seen, step)
 			}

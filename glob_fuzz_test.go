@@ -193,10 +193,15 @@ func globFuzzParse(pattern string) ([]string, bool) {
 // globFuzzMatch is a reference matcher: dynamic programming over pattern
 // and path segments, so it is simple and never backtracks.
 func globFuzzMatch(segs []string, path string) bool {
-	if !strings.HasPrefix(path, "/") {
+	if !strings.HasPrefix(path, "/") || !utf8.ValidString(path) {
 		return false
 	}
 	parts := strings.Split(path[1:], "/")
+	for _, part := range parts {
+		if part == "" || part == "." || part == ".." {
+			return false // a path ValidateStreamPath refuses matches nothing
+		}
+	}
 	// ok[j] reports whether segs[i:] matches parts[j:], computed from the
 	// last pattern segment back.
 	ok := make([]bool, len(parts)+1)

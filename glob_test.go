@@ -3,6 +3,7 @@ package webhooks
 import (
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -19,14 +20,17 @@ func TestPatternMatch(t *testing.T) {
 	}{
 		// The spec's examples.
 		{"/agents/*", []string{"/agents/task-1"}, []string{"/agents/foo/bar", "/agents", "/agents/", "/other/task-1"}},
-		{"/agents/**", []string{"/agents/task-1", "/agents/foo/bar/baz", "/agents", "/agents/"}, []string{"/other/path", "/agentsx", "/"}},
+		{"/agents/**", []string{"/agents/task-1", "/agents/foo/bar/baz", "/agents"}, []string{"/other/path", "/agentsx", "/"}},
 		{"/agents/*/inbox", []string{"/agents/worker-1/inbox"}, []string{"/agents/worker-1/outbox", "/agents//inbox", "/agents/a/b/inbox"}},
-		{"/**", []string{"/", "/a", "/a/b/c", "//", "/a/"}, []string{"", "a", "a/b"}},
+		{"/**", []string{"/a", "/a/b/c", "/a/.../b", "/.a/b."}, []string{"", "a", "a/b"}},
+		// A path ValidateStreamPath refuses matches nothing, not even `**`.
+		{"/**", nil, []string{"/", "//", "/a/", "/a//b", "/a/./b", "/a/../b", "/..", "/a/\xff"}},
+		{"/agents/**", nil, []string{"/agents/", "/agents/../admin/x", "/agents/./y", "/agents//z"}},
 		// `*` needs a non-empty segment.
 		{"/*", []string{"/a"}, []string{"/", "//", "/a/b"}},
 		{"/a/*/b", []string{"/a/x/b"}, []string{"/a//b", "/a/b"}},
 		// `**` matches zero segments in the middle and at either end.
-		{"/a/**/b", []string{"/a/b", "/a/x/b", "/a/x/y/b", "/a//b"}, []string{"/a", "/b", "/a/b/c", "/x/a/b"}},
+		{"/a/**/b", []string{"/a/b", "/a/x/b", "/a/x/y/b"}, []string{"/a", "/b", "/a/b/c", "/x/a/b", "/a//b"}},
 		{"/**/b", []string{"/b", "/a/b", "/a/x/b"}, []string{"/b/a", "/"}},
 		{"/a/**/**/b", []string{"/a/b", "/a/x/b", "/a/x/y/b"}, []string{"/a/x"}},
 		{"/**/a/**", []string{"/a", "/x/a", "/a/x", "/x/a/y/z"}, []string{"/x", "/"}},
@@ -44,7 +48,7 @@ func TestPatternMatch(t *testing.T) {
 		{"/agents/%2A/inbox", []string{"/agents/%2A/inbox"}, []string{"/agents/worker-1/inbox", "/agents/*/inbox"}},
 		{"/agents/%2a%2A", []string{"/agents/%2a%2A"}, []string{"/agents/x"}},
 		// A run of `**` is one.
-		{"/**/**", []string{"/", "/a", "/a/b"}, []string{""}},
+		{"/**/**", []string{"/a", "/a/b"}, []string{"", "/"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.pattern, func(t *testing.T) {
@@ -136,7 +140,10 @@ func TestPatternIndex(t *testing.T) {
 	require.Equal(t, []string{"all", "deep"}, x.match("/agents/worker-1/outbox"))
 	require.Equal(t, []string{"all", "deep"}, x.match("/agents"))
 	require.Equal(t, []string{"all", "other"}, x.match("/other/path"))
-	require.Equal(t, []string{"all"}, x.match("/"))
+	require.Empty(t, x.match("/"))
+	require.Empty(t, x.match("/agents/../agents/task-1"))
+	require.Empty(t, x.match("/agents//task-1"))
+	require.Empty(t, x.match("/agents/\xff"))
 	require.Empty(t, x.match("agents/task-1"))
 	require.Empty(t, x.match(""))
 
@@ -214,13 +221,15 @@ func TestPatternIndexProperty(t *testing.T) {
 					segs[j] = pathSegs[rng.IntN(len(pathSegs))]
 				}
 				path := "/" + strings.Join(segs, "/")
+				// A path with an empty segment matches nothing.
+				valid := len(segs) > 0 && !slices.Contains(segs, "")
 				var want []string
 				for i, p := range patterns {
 					if p == nil {
 						continue
 					}
 					matched := p.Match(path)
-					require.Equal(t, refs[i].Match(path), matched,
+					require.Equal(t, valid && refs[i].Match(path), matched,
 						"seed %d: pattern %s, path %q", seed, p, path)
 					if matched {
 						want = append(want, fmt.Sprint(i))

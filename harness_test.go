@@ -18,6 +18,7 @@ import (
 	"go.uber.org/goleak"
 
 	webhooks "github.com/streamhooks/webhooks"
+	"github.com/streamhooks/webhooks/internal/openapitest"
 	"github.com/streamhooks/webhooks/memstore"
 	"github.com/streamhooks/webhooks/receiver"
 )
@@ -253,8 +254,16 @@ func (h *harness) startEngine(opts ...webhooks.Option) {
 	require.NoError(h.t, err)
 	webhooks.SignalProgress(e, h.signals())
 	h.engine = e
-	h.handler = e.Handler(http.NotFoundHandler())
+	h.handler = apiHandler(h.t, e)
 	startForTest(h.t, e)
+}
+
+// apiHandler is e's handler behind a check of every exchange against the
+// OpenAPI document: a response it does not allow, or a route it lacks,
+// fails t.
+func apiHandler(t testing.TB, e *webhooks.Engine) http.Handler {
+	t.Helper()
+	return openapitest.Handler(t, e.Handler(http.NotFoundHandler()))
 }
 
 // startForTest starts e and stops it when the test ends.

@@ -128,7 +128,7 @@ func (e *Engine) retryMissed(ctx context.Context) bool {
 		}
 	}
 	if sweep {
-		e.recover(ctx)
+		e.recover(ctx, nil)
 	}
 	return true
 }

@@ -128,6 +128,7 @@ type config struct {
 	maxConcurrentDeliveries int
 	authorizer              Authorizer
 	pollInterval            time.Duration
+	sweepInterval           time.Duration // zero: sweepPolls poll intervals
 	maxDeliveriesPerHost    int
 	breaker                 breakerConfig
 	disabledHook            func(context.Context, SubscriptionDisabled)
@@ -366,6 +367,24 @@ func WithPollInterval(d time.Duration) Option {
 			return fmt.Errorf("WithPollInterval: %v is not positive", d)
 		}
 		c.pollInterval = d
+		return nil
+	}
+}
+
+// WithSweepInterval sets how often the engine sweeps the streams its
+// subscriptions match for appends it was not told of, because the host
+// that committed them crashed before its StreamAppended, or the call
+// failed and its engine died before retrying it. Each sweep lists the
+// streams (StreamSource.MatchStreams) and wakes the consumers of those
+// whose tail moved since the previous one, so such an append waits at most
+// about an interval, on any engine still running. The default is 60 poll
+// intervals (WithPollInterval): a minute.
+func WithSweepInterval(d time.Duration) Option {
+	return func(c *config) error {
+		if d <= 0 {
+			return fmt.Errorf("WithSweepInterval: %v is not positive", d)
+		}
+		c.sweepInterval = d
 		return nil
 	}
 }

@@ -15,6 +15,14 @@ type signals struct {
 	handlerReturned testsignal.Signal
 	// subscriptionsReloaded: the SubscriptionFeed's reload ended.
 	subscriptionsReloaded testsignal.Signal
+	// reloadEnded: the same point, on a channel of its own, for a test
+	// that waits for reloads alone while SignalProgress takes the rest.
+	reloadEnded testsignal.Signal
+	// streamsSwept: Start's recovery, or a stream sweep, ended.
+	streamsSwept testsignal.Signal
+	// stopWaiting: Stop has stopped the engine's work and waits for the
+	// deliveries in flight.
+	stopWaiting testsignal.Signal
 	// schedulerParked: the scheduler waits for its timer or a kick.
 	schedulerParked testsignal.Signal
 	// attemptLogged: the delivery log wrote attempts to the Store.

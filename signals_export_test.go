@@ -1,6 +1,7 @@
 package webhooks
 
 import (
+	"context"
 	"maps"
 	"slices"
 
@@ -21,6 +22,18 @@ func SignalProgress(e *Engine, ch chan<- struct{}) {
 		sig.Set(ch)
 	}
 }
+
+// SignalReloaded makes e send on ch after each reload of its subscriptions
+// through the SubscriptionFeed. Call it before Start.
+func SignalReloaded(e *Engine, ch chan<- struct{}) { e.signals.reloadEnded.Set(ch) }
+
+// SignalSwept makes e send on ch after Start's recovery and after each
+// stream sweep. Call it before Start.
+func SignalSwept(e *Engine, ch chan<- struct{}) { e.signals.streamsSwept.Set(ch) }
+
+// SignalStopping makes e send on ch when Stop has stopped its work and
+// waits for its deliveries in flight. Call it before Start.
+func SignalStopping(e *Engine, ch chan<- struct{}) { e.signals.stopWaiting.Set(ch) }
 
 // SchedulerParked reports whether e's scheduler waits for work, its timer
 // armed after the clock's time and no kick pending: it acts again only when
@@ -59,3 +72,23 @@ const DeliveryLogLinger = attemptLogLinger
 // DeliveryLogLingering reports whether e's delivery log waits, its timer
 // set, for more attempts to join those it holds.
 func DeliveryLogLingering(e *Engine) bool { return e.attemptLog.lingering.Load() }
+
+// LoadForBench loads e's signing key and subscriptions, as Start does,
+// without starting it, and readies its stream sweep.
+func LoadForBench(ctx context.Context, e *Engine) error {
+	if err := e.load(ctx); err != nil {
+		return err
+	}
+	e.sweep.begin(e.stored)
+	return nil
+}
+
+// RecoverForBench runs Start's recovery on a loaded e, recording the
+// stream sweep's first tails.
+func RecoverForBench(ctx context.Context, e *Engine) {
+	e.sweep.tails = make(map[uint64]uint64)
+	e.recover(ctx, e.sweep.tails)
+}
+
+// SweepForBench runs one stream sweep of a loaded e.
+func SweepForBench(ctx context.Context, e *Engine) { e.sweep.sweep(ctx) }

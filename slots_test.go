@@ -55,7 +55,7 @@ func TestAttemptOfStaleSnapshotGoesThroughItsLane(t *testing.T) {
 	)
 	require.NoError(t, err)
 	webhooks.SignalProgress(e, h.signals())
-	h.engine, h.handler = e, e.Handler(http.NotFoundHandler())
+	h.engine, h.handler = e, apiHandler(t, e)
 	require.NoError(t, e.Start(context.Background()))
 	t.Cleanup(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), waitFor)

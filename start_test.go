@@ -65,7 +65,7 @@ func newUnstartedHarness(t *testing.T, store webhooks.Store, opts ...webhooks.Op
 	}, opts...)...)
 	require.NoError(t, err)
 	webhooks.SignalProgress(e, h.signals())
-	h.engine, h.handler = e, e.Handler(http.NotFoundHandler())
+	h.engine, h.handler = e, apiHandler(t, e)
 	return h
 }
 

@@ -440,7 +440,7 @@ func (f subRoundTripper) RoundTrip(r *http.Request) (*http.Response, error) { re
 
 func TestSubscriptionWebhookPolicy(t *testing.T) {
 	e, calls := subStrictEngine(t)
-	handler := e.Handler(http.NotFoundHandler())
+	handler := apiHandler(t, e)
 	for i, webhook := range []string{
 		"http://example.com/hook",
 		"https://10.0.0.1/",
@@ -870,7 +870,7 @@ func TestSubscriptionStoreErrorIsGeneric(t *testing.T) {
 		webhooks.WithLogger(slog.New(slog.NewTextHandler(io.Discard, nil))))
 	require.NoError(t, err)
 	startForTest(t, e)
-	handler := e.Handler(http.NotFoundHandler())
+	handler := apiHandler(t, e)
 	rec := subServe(handler, http.MethodPut, "/a/*?subscription=s1", subBody("http://127.0.0.1:9/", ""))
 	require.Equal(t, http.StatusCreated, rec.Code, rec.Body.String())
 

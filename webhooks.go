@@ -16,6 +16,7 @@ import (
 	"crypto/rand"
 	"errors"
 	"fmt"
+	"hash/maphash"
 	"log/slog"
 	"maps"
 	"net/http"
@@ -77,7 +78,9 @@ type Engine struct {
 	// patterns; the start-up sweep covers only these.
 	stored map[string]*Pattern
 
-	missed     missedStreams
+	missed missedStreams
+	// sweep finds the appends no StreamAppended told of.
+	sweep      *streamSweep
 	lanes      *lanes
 	deliveries sync.WaitGroup
 
@@ -86,7 +89,11 @@ type Engine struct {
 	stopped bool
 	cancel  context.CancelFunc
 	runCtx  context.Context // from Start to Stop: what a request's wake sends runs in it
-	done    chan struct{}
+	// sendCtx is that of the delivery attempts in flight: it outlives
+	// runCtx until they end or Stop's context does.
+	sendCtx    context.Context
+	sendCancel context.CancelFunc
+	done       chan struct{}
 }
 
 // New returns an engine over store and source. It does no I/O: Start reads
@@ -106,6 +113,9 @@ func New(store Store, source StreamSource, opts ...Option) (*Engine, error) {
 	}
 	if cfg.callbackBase == nil {
 		return nil, errors.New("webhooks: WithCallbackBaseURL is required")
+	}
+	if cfg.sweepInterval == 0 {
+		cfg.sweepInterval = sweepPolls * cfg.pollInterval
 	}
 	metrics := newLease(store, metricsLease, &cfg)
 	tel, err := newTelemetry(cfg.tracerProvider, cfg.meterProvider, store, metrics, cfg.subscriptionMetrics, cfg.clock)
@@ -166,6 +176,22 @@ func New(store Store, source StreamSource, opts ...Option) (*Engine, error) {
 		deadline: e.sched.kickAt,
 		written:  e.signals.consumerWritten.Send,
 	}
+	e.sweep = &streamSweep{
+		source:   source,
+		store:    store,
+		log:      cfg.logger,
+		clock:    cfg.clock,
+		interval: cfg.sweepInterval,
+		seed:     maphash.MakeSeed(),
+		subscriptions: func() map[string]*Pattern {
+			return e.subs.patterns()
+		},
+		match:          func(path string) []string { return e.subs.index.match(path) },
+		recover:        e.recover,
+		spawnAndWake:   e.spawnAndWake,
+		startIfPending: e.startIfPending,
+		swept:          e.signals.streamsSwept.Send,
+	}
 	e.keys = newWebhookKeyring(store, &cfg, e.signals.webhookKeysReread.Send)
 	e.x = &executor{
 		clock:          cfg.clock,
@@ -214,15 +240,17 @@ func (e *Engine) Start(ctx context.Context) error {
 	}
 	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
 	e.cancel, e.runCtx = cancel, runCtx
+	e.sendCtx, e.sendCancel = context.WithCancel(context.WithoutCancel(ctx))
 	e.running = true
 	e.sched.beat.Store(e.clock.Now().UnixNano())
 	e.metrics.start(ctx, runCtx, &e.deliveries)
 	e.keys.start(runCtx, &e.deliveries)
-	// Stop waits for the start-up sweep as it does for deliveries.
+	// Stop waits for the start-up sweep and the stream sweeps as it does
+	// for deliveries.
 	e.deliveries.Add(1)
 	go func() {
 		defer e.deliveries.Done()
-		e.recover(runCtx)
+		e.sweep.run(runCtx, e.stored)
 	}()
 	e.followFeed(runCtx)
 	e.deliveries.Add(1)
@@ -283,8 +311,11 @@ func (e *Engine) checkLoaded() error {
 }
 
 // Stop stops the engine and waits, until ctx ends, for its goroutines to
-// exit. Deliveries in flight are abandoned; their attempts time out and are
-// retried by the next engine on the Store. Stop is idempotent.
+// exit. It starts no delivery, and lets those in flight end and record
+// their outcomes, so that a delivery its receiver accepted is not sent
+// again by another engine. If ctx ends first, the deliveries still in
+// flight are abandoned, and Stop returns ctx's error: their attempts time
+// out and are retried by the next engine on the Store. Stop is idempotent.
 func (e *Engine) Stop(ctx context.Context) error {
 	e.mu.Lock()
 	running := e.running
@@ -296,10 +327,13 @@ func (e *Engine) Stop(ctx context.Context) error {
 	if !running {
 		return nil
 	}
+	e.signals.stopWaiting.Send()
 	select {
 	case <-e.done:
+		e.sendCancel()
 		return nil
 	case <-ctx.Done():
+		e.sendCancel()
 		return ctx.Err()
 	}
 }
@@ -309,10 +343,13 @@ func (e *Engine) Stop(ctx context.Context) error {
 // before the first event (OffsetNone), and wakes it: a new stream has
 // pending work even while empty, since its tail is past OffsetNone. A
 // stream created with an initial body needs no separate StreamAppended. A
-// path longer than MaxStreamPathLength, or with a control character, gets
-// no consumers, and an error.
+// path that ValidateStreamPath refuses, longer than MaxStreamPathLength, or
+// with a control character, gets no consumers, and a *ValidationError.
 // Before Start it returns ErrNotStarted, and Start's sweep does the work.
 func (e *Engine) StreamCreated(ctx context.Context, path string) error {
+	if err := checkStreamPath(path); err != nil {
+		return err
+	}
 	return e.streamChanged(ctx, path)
 }
 
@@ -323,6 +360,9 @@ func (e *Engine) StreamCreated(ctx context.Context, path string) error {
 // needs no retry either: the scheduler makes up the event once the Store
 // answers again.
 func (e *Engine) StreamAppended(ctx context.Context, path string) error {
+	if err := checkStreamPath(path); err != nil {
+		return err
+	}
 	return e.streamChanged(ctx, path)
 }
 
@@ -425,8 +465,10 @@ func (e *Engine) startIfPending(ctx context.Context, id, subID string) error {
 // since adopt their streams themselves, at the tail; spawning them here
 // would race that and replay whole streams. Deadlines of WAKING and LIVE
 // consumers need no sweep: they are in the Store, and the scheduler acts
-// on overdue ones as soon as it starts.
-func (e *Engine) recover(ctx context.Context) {
+// on overdue ones as soon as it starts. If tails is set, it records there
+// each stream's tail as listed, before it looks at its consumers: the
+// stream sweep's first tails (sweep.go).
+func (e *Engine) recover(ctx context.Context, tails map[uint64]uint64) {
 	ids := slices.Sorted(maps.Keys(e.stored))
 	seen := make(map[string]bool)
 	for _, id := range ids {
@@ -442,6 +484,9 @@ func (e *Engine) recover(ctx context.Context) {
 				continue
 			}
 			seen[s.Path] = true
+			if tails != nil {
+				tails[e.sweep.hash(s.Path)] = e.sweep.hash(s.Tail)
+			}
 			subs := slices.DeleteFunc(e.subs.index.match(s.Path), func(sub string) bool { return e.stored[sub] == nil })
 			if err := e.spawnAndWake(ctx, s.Path, subs); err != nil && ctx.Err() == nil {
 				e.log.ErrorContext(ctx, "webhooks: start-up sweep", "stream", s.Path, "error", err)

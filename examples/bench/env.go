@@ -131,8 +131,13 @@ func (e *env) close() error {
 	// connection that never carried a request as busy for five seconds.
 	e.b.hc.CloseIdleConnections()
 	var err error
+	if e.recv != nil {
+		// Its connections first: the engine's Stop waits for the POSTs in
+		// flight, and one the receiver hangs on ends only with them.
+		err = e.recv.srv.Close()
+	}
 	if e.srv != nil {
-		err = e.srv.Close(ctx)
+		err = errors.Join(err, e.srv.Close(ctx))
 	}
 	if e.recv != nil {
 		err = errors.Join(err, e.recv.close(ctx))

@@ -80,8 +80,15 @@ func fairnessRun(ctx context.Context, b *bench, s fairSpread) (_ result, err err
 	if err != nil {
 		return result{}, err
 	}
-	// Before the hosts close: stopping the engine ends the POSTs they hold.
-	defer func() { err = errors.Join(err, e.close()) }()
+	// The hosts close first: the engine's Stop waits for the POSTs they
+	// hold, and their close ends them.
+	defer func() {
+		for _, h := range hosts {
+			h.close()
+		}
+		hosts = nil
+		err = errors.Join(err, e.close())
+	}()
 
 	// The streams come first, for the reason wakeLatency gives.
 	var hot []target

@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 )
 
 // In on-disk mode each stream is one append-only file in the data directory,
@@ -53,6 +54,10 @@ type fileMeta struct {
 	Path        string `json:"path"`
 	ContentType string `json:"contentType"`
 }
+
+// errPathNotUTF8 is the loading error of a file that an older release wrote
+// for a path that is not valid UTF-8, before such paths were refused.
+var errPathNotUTF8 = errors.New("stream path is not valid UTF-8")
 
 // loaded is a stream read back from its file.
 type loaded struct {
@@ -177,7 +182,14 @@ func (d *disk) load(log *slog.Logger) ([]loaded, error) {
 			}
 		case strings.HasSuffix(name, fileSuffix):
 			l, err := d.loadFile(name, log)
-			if err != nil {
+			switch {
+			case errors.Is(err, errPathNotUTF8):
+				// A stream this server no longer accepts must not keep
+				// the others from being served; the file stays.
+				log.LogAttrs(context.Background(), slog.LevelError, "dstream: skipping a stream whose path is not valid UTF-8, written by an older release",
+					slog.String("file", filepath.Join(d.dir, name)))
+				continue
+			case err != nil:
 				return nil, fmt.Errorf("dstream: loading %s: %w", filepath.Join(d.dir, name), err)
 			}
 			out = append(out, l)
@@ -209,6 +221,11 @@ func (d *disk) loadFile(name string, log *slog.Logger) (loaded, error) {
 		return loaded{}, fmt.Errorf("unknown format version %d", m.Version)
 	}
 	if d.file(m.Path) != full {
+		// JSON wrote such a path with U+FFFD in place of its bad bytes;
+		// the file name still holds them.
+		if p, err := fileEncoding.DecodeString(strings.TrimSuffix(name, fileSuffix)); err == nil && !utf8.Valid(p) {
+			return loaded{}, errPathNotUTF8
+		}
 		return loaded{}, fmt.Errorf("file holds stream %q, which belongs in another file", m.Path)
 	}
 	st, err := newStream(m.ContentType)

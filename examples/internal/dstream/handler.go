@@ -91,7 +91,7 @@ func (s *Server) create(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	path := r.URL.Path
-	if e := s.store.checkPath(path); e != nil {
+	if e := s.checkPath(path); e != nil {
 		e.write(w)
 		return
 	}

@@ -26,6 +26,8 @@ import (
 	"time"
 
 	"github.com/benbjohnson/clock"
+
+	"github.com/streamhooks/webhooks"
 )
 
 // Defaults used when the corresponding Options field is zero.
@@ -212,7 +214,7 @@ var ErrContentTypeConflict = errors.New("dstream: a stream exists with another C
 // left as it is if it has the same media type, and is an error wrapping
 // ErrContentTypeConflict otherwise.
 func (s *Server) Create(ctx context.Context, path, contentType string) error {
-	if e := s.store.checkPath(path); e != nil {
+	if e := s.checkPath(path); e != nil {
 		return e
 	}
 	st, err := newStream(contentType)
@@ -252,4 +254,17 @@ func (s *Server) appendBody(ctx context.Context, path, mt string, body []byte) (
 	s.waiters.wake(path)
 	s.notify(ctx, "appended", path, Observer.StreamAppended)
 	return tail, nil
+}
+
+// checkPath refuses a new stream's path: one that no subscription pattern
+// could name (see webhooks.ValidateStreamPath), since a client that
+// normalises "/a/../b" would read another stream, or one the storage cannot
+// hold. The path is the decoded one, so "%2e%2e" is a ".." segment and
+// "%2F" a '/'.
+func (s *Server) checkPath(path string) *httpError {
+	var ve *webhooks.ValidationError
+	if errors.As(webhooks.ValidateStreamPath(path), &ve) {
+		return &httpError{http.StatusBadRequest, ve.Reason}
+	}
+	return s.store.checkPath(path)
 }

@@ -1,0 +1,176 @@
+package webhooks
+
+import (
+	"context"
+	"hash/maphash"
+	"log/slog"
+	"maps"
+	"slices"
+	"time"
+
+	"github.com/benbjohnson/clock"
+)
+
+// The stream sweep finds appends whose StreamAppended or StreamCreated
+// never ran: the host that committed them crashed first, or the call
+// failed and its engine died before retrying it. Nothing else would wake
+// the consumers of such a stream, IDLE with no deadline, until its next
+// append or an engine's restart.
+//
+// Every sweep interval (WithSweepInterval) each engine lists the streams
+// its subscriptions match, as Start's recovery does, and keeps a hash of
+// each one's tail. A stream whose tail differs from the one the previous
+// sweep kept (or that it did not see) gets what the missed call would have
+// done: its IDLE consumers with pending work are woken, and consumers it
+// lacks are spawned. The first tails come from Start's recovery, which
+// makes up for everything committed before them. So an append committed
+// while an engine runs is found by that engine's next sweep at the latest,
+// and each running engine sweeps: an append is stranded only if every
+// engine dies.
+//
+// An idle sweep costs one StreamSource.MatchStreams per distinct pattern
+// and about 40 bytes of memory per stream, and no Store access: only
+// streams that moved are looked up. Streams appended to through the
+// engine are looked at once more, at the sweep after their append.
+
+// sweepPolls is the default sweep interval, in poll intervals.
+const sweepPolls = 60
+
+// streamSweep is the engine's part that sweeps the streams. What the
+// previous sweep saw is used only by the goroutine that sweeps.
+type streamSweep struct {
+	source   StreamSource
+	store    Store
+	log      *slog.Logger
+	clock    clock.Clock
+	interval time.Duration
+	seed     maphash.Seed
+	// subscriptions are the engine's subscriptions' patterns by id, and
+	// match the ids of those matching a path.
+	subscriptions func() map[string]*Pattern
+	match         func(path string) []string
+	// recover is Start's recovery, which records the first tails.
+	recover func(ctx context.Context, tails map[uint64]uint64)
+	// spawnAndWake and startIfPending do what StreamAppended would have.
+	spawnAndWake   func(ctx context.Context, path string, subs []string) error
+	startIfPending func(ctx context.Context, id, subID string) error
+	swept          func()
+
+	// tails maps a stream path's hash to its tail's hash, as last checked;
+	// nil before Start's recovery has run.
+	tails map[uint64]uint64
+	// known are the subscriptions of the previous sweep: a stream gets
+	// consumers only of these, as the start-up sweep spawns only those
+	// Start loaded. A subscription created since adopts its streams
+	// itself, and spawning them here first would replay whole streams.
+	known map[string]bool
+}
+
+func (s *streamSweep) hash(v string) uint64 { return maphash.String(s.seed, v) }
+
+// begin readies the sweep for the subscriptions Start loaded.
+func (s *streamSweep) begin(stored map[string]*Pattern) {
+	s.tails = make(map[uint64]uint64)
+	s.known = make(map[string]bool, len(stored))
+	for id := range stored {
+		s.known[id] = true
+	}
+}
+
+// run runs Start's recovery of the subscriptions it loaded (stored), and
+// then a sweep every sweep interval, until ctx ends.
+func (s *streamSweep) run(ctx context.Context, stored map[string]*Pattern) {
+	s.begin(stored)
+	s.recover(ctx, s.tails)
+	s.swept()
+	t := s.clock.Ticker(s.interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		s.sweep(ctx)
+		s.swept()
+	}
+}
+
+// sweep runs one sweep: it wakes or spawns the consumers of every stream
+// whose tail moved since the previous sweep.
+func (s *streamSweep) sweep(ctx context.Context) {
+	patterns := s.subscriptions()
+	distinct := make(map[string]*Pattern)
+	for _, p := range patterns {
+		distinct[p.String()] = p
+	}
+	prev := s.tails
+	seen := make(map[uint64]uint64, len(prev))
+	var moved []StreamInfo
+	for _, key := range slices.Sorted(maps.Keys(distinct)) {
+		streams, err := s.source.MatchStreams(ctx, distinct[key])
+		if err != nil {
+			if ctx.Err() == nil {
+				s.log.ErrorContext(ctx, "webhooks: stream sweep: matching streams", "pattern", key, "error", err)
+			}
+			// The previous tails stay, so nothing that moved is lost:
+			// the next sweep finds it.
+			return
+		}
+		for _, st := range streams {
+			k := s.hash(st.Path)
+			if _, dup := seen[k]; dup {
+				continue
+			}
+			tail := s.hash(st.Tail)
+			seen[k] = tail
+			if old, ok := prev[k]; (!ok || old != tail) && validateStreamPath(st.Path) == nil {
+				moved = append(moved, st)
+			}
+		}
+	}
+	for _, st := range moved {
+		if err := s.sweepStream(ctx, st); err != nil {
+			if ctx.Err() != nil {
+				return
+			}
+			// Forgotten, so that the next sweep tries it again.
+			delete(seen, s.hash(st.Path))
+			s.log.ErrorContext(ctx, "webhooks: stream sweep", "stream", st.Path, "error", err)
+		}
+	}
+	s.tails = seen
+	known := make(map[string]bool, len(patterns))
+	for id := range patterns {
+		known[id] = true
+	}
+	s.known = known
+}
+
+// sweepStream does for stream st, whose tail moved, what a StreamAppended
+// would have done, for the subscriptions of the previous sweep.
+func (s *streamSweep) sweepStream(ctx context.Context, st StreamInfo) error {
+	subs := slices.DeleteFunc(s.match(st.Path), func(id string) bool { return !s.known[id] })
+	existing, err := s.store.ConsumersByStream(ctx, st.Path)
+	if err != nil {
+		return err
+	}
+	for _, sub := range subs {
+		id := ConsumerID(sub, st.Path)
+		if !slices.ContainsFunc(existing, func(c *Consumer) bool { return c.ID == id }) {
+			return s.spawnAndWake(ctx, st.Path, subs)
+		}
+	}
+	// Only consumers that look stranded are woken: the others are in a
+	// wake cycle already, or up to date.
+	t := tails{st.Path: st}
+	for _, c := range existing {
+		if c.State != StateIdle || len(pendingStreams(c, t)) == 0 {
+			continue
+		}
+		if err := s.startIfPending(ctx, c.ID, c.SubscriptionID); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,118 @@
+package webhooks_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	webhooks "github.com/streamhooks/webhooks"
+	"github.com/streamhooks/webhooks/memstore"
+)
+
+// countingStore counts the consumer lookups and updates made through it.
+type countingStore struct {
+	webhooks.Store
+	lookups, updates atomic.Int64
+}
+
+func (s *countingStore) ConsumersByStream(ctx context.Context, path string) ([]*webhooks.Consumer, error) {
+	s.lookups.Add(1)
+	return s.Store.ConsumersByStream(ctx, path)
+}
+
+func (s *countingStore) UpdateConsumer(ctx context.Context, id string, fn func(c *webhooks.Consumer) (webhooks.UpdateAction, error)) (*webhooks.Consumer, error) {
+	s.updates.Add(1)
+	return s.Store.UpdateConsumer(ctx, id, fn)
+}
+
+// idleFleet is n streams under /agents/, each with one IDLE consumer of
+// s1 acked up to its tail, and an engine over them, loaded, not started.
+func idleFleet(tb testing.TB, n int) (*webhooks.Engine, *countingStore, *fakeSource) {
+	tb.Helper()
+	ctx := context.Background()
+	store := &countingStore{Store: memstore.New()}
+	src := newFakeSource()
+	require.NoError(tb, store.CreateSubscription(ctx, &webhooks.Subscription{
+		ID: "s1", Pattern: "/agents/*", Webhook: "http://127.0.0.1:1/hook", Secret: "whsec_test", CreatedAt: testStart,
+	}))
+	for i := range n {
+		path := fmt.Sprintf("/agents/%07d", i)
+		src.streams[path] = 10
+		require.NoError(tb, store.CreateConsumer(ctx, &webhooks.Consumer{
+			ID: webhooks.ConsumerID("s1", path), SubscriptionID: "s1", PrimaryStream: path, State: webhooks.StateIdle,
+			Streams: streamOffsets(path, offset(10)), CreatedAt: testStart, UpdatedAt: testStart,
+		}))
+	}
+	e, err := webhooks.New(store, src, webhooks.WithClock(newMockClock()), webhooks.WithCallbackBaseURL(callbackBase))
+	require.NoError(tb, err)
+	require.NoError(tb, webhooks.LoadForBench(ctx, e))
+	return e, store, src
+}
+
+// An idle sweep reads no consumer: only the streams' listing. A stream
+// that moved is looked up, and its stranded consumer woken, and the next
+// sweep leaves it alone.
+func TestIdleSweepReadsNoConsumers(t *testing.T) {
+	ctx := context.Background()
+	e, store, src := idleFleet(t, 100)
+	webhooks.RecoverForBench(ctx, e)
+	store.lookups.Store(0)
+	store.updates.Store(0)
+	webhooks.SweepForBench(ctx, e)
+	require.Zero(t, store.lookups.Load())
+	require.Zero(t, store.updates.Load())
+
+	src.grow("/agents/0000042", 1)
+	webhooks.SweepForBench(ctx, e)
+	require.EqualValues(t, 1, store.lookups.Load())
+	require.EqualValues(t, 1, store.updates.Load())
+	c, err := store.GetConsumer(ctx, webhooks.ConsumerID("s1", "/agents/0000042"))
+	require.NoError(t, err)
+	require.Equal(t, webhooks.StateWaking, c.State, "the stranded consumer is woken")
+
+	webhooks.SweepForBench(ctx, e)
+	require.EqualValues(t, 1, store.lookups.Load(), "nothing moved since")
+}
+
+// BenchmarkStreamSweep measures one stream sweep over idle consumers, one
+// per stream ($SWEEP_STREAMS, 1,000,000 by default), in which no stream
+// moved, against Start's recovery over the same consumers, measured in
+// the same run: the ceiling, as every engine already pays it at each
+// start. It reports the sweep's time as a share of the recovery's and of
+// the default sweep interval, and the time of the one listing of the
+// streams (MatchStreams) that the sweep makes, which is the most of it.
+func BenchmarkStreamSweep(b *testing.B) {
+	n := 1_000_000
+	if v := os.Getenv("SWEEP_STREAMS"); v != "" {
+		var err error
+		n, err = strconv.Atoi(v)
+		require.NoError(b, err)
+	}
+	ctx := context.Background()
+	e, _, src := idleFleet(b, n)
+	start := time.Now()
+	webhooks.RecoverForBench(ctx, e)
+	recovery := time.Since(start)
+	pattern, err := webhooks.ParsePattern("/agents/*")
+	require.NoError(b, err)
+	start = time.Now()
+	_, err = src.MatchStreams(ctx, pattern)
+	require.NoError(b, err)
+	listing := time.Since(start)
+	b.ResetTimer()
+	for b.Loop() {
+		webhooks.SweepForBench(ctx, e)
+	}
+	sweep := b.Elapsed() / time.Duration(b.N)
+	b.ReportMetric(recovery.Seconds(), "recovery-s")
+	b.ReportMetric(sweep.Seconds(), "sweep-s")
+	b.ReportMetric(listing.Seconds(), "listing-s")
+	b.ReportMetric(float64(sweep)/float64(recovery), "sweep/recovery")
+	b.ReportMetric(float64(sweep)/float64(60*webhooks.DefaultPollInterval), "sweep/interval")
+}
