@@ -233,7 +233,7 @@ func Handler(t testing.TB, next http.Handler) http.Handler {
 		t.Fatal(err)
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if _, _, err := route(r); err != nil {
+		if _, _, err := v.route(r); err != nil {
 			next.ServeHTTP(w, r)
 			return
 		}
