@@ -528,7 +528,21 @@ func TestCircuitBreakerHookOnceUnderConcurrentFailures(t *testing.T) {
 	var calls atomic.Int32
 	h := newHarness(t, faultConstBackoff(time.Hour), webhooks.WithCircuitBreaker(2, 0),
 		webhooks.WithSubscriptionDisabledHook(func(context.Context, webhooks.SubscriptionDisabled) { calls.Add(1) }))
-	h.recv.srv.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(500) })
+	// Every batch is held until all six have arrived, so that all six are
+	// sent before the first failure trips the breaker, however busy the
+	// machine: four failures then arrive after it.
+	var arrived atomic.Int32
+	all := make(chan struct{})
+	h.recv.srv.Config.Handler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if arrived.Add(1) == 6 {
+			close(all)
+		}
+		select {
+		case <-all:
+		case <-r.Context().Done():
+		}
+		w.WriteHeader(500)
+	})
 	h.subscribeEvents("s1", "/orders/*", `"batch":{"max_wait_ms":0}`)
 	for i := 1; i <= 6; i++ {
 		h.push(fmt.Sprintf("/orders/%d", i), numbered(i, i)...)
