@@ -160,8 +160,11 @@ func globRegexp(p string) (string, error) {
 	return b.String(), nil
 }
 
-// globClass translates the list or range that follows a '[' at the start
-// of s, returning how many bytes of s it took, its closing ']' included.
+// globClass translates the class that follows a '[' at the start of s,
+// returning how many bytes of s it took, its closing ']' included. As in
+// gobwas's lexer, a class is a range, one character, '-' and one
+// character, read as they are; or else a list of characters, '-' among
+// them, with '\' escapes. Either may start with '!'.
 func globClass(s string) (int, string, error) {
 	var b strings.Builder
 	b.WriteByte('[')
@@ -170,15 +173,21 @@ func globClass(s string) (int, string, error) {
 		b.WriteByte('^')
 		i++
 	}
+	if lo, n := utf8.DecodeRuneInString(s[i:]); n > 0 && strings.HasPrefix(s[i+n:], "-") {
+		hi, m := utf8.DecodeRuneInString(s[i+n+1:])
+		j := i + n + 1 + m
+		if m == 0 || !strings.HasPrefix(s[j:], "]") {
+			return 0, "", errors.New("a range is one character, '-' and one character")
+		}
+		fmt.Fprintf(&b, `\x{%x}-\x{%x}]`, lo, hi)
+		return j + 1, b.String(), nil
+	}
 	for i < len(s) {
 		r, n := utf8.DecodeRuneInString(s[i:])
 		i += n
 		switch r {
 		case ']':
 			return i, b.String() + "]", nil
-		case '-':
-			b.WriteByte('-')
-			continue
 		case '\\':
 			if i >= len(s) {
 				return 0, "", errors.New("ends with an escape")

@@ -29,6 +29,8 @@ func FuzzEventFilter(f *testing.F) {
 		{"*a*a*a*a*a*a*a*a*a*a*c*", strings.Repeat("a", 81)},
 		{"[!a]?", ".b"},
 		{"[a-c]{x,y.*}", "by.z"},
+		{"[*a-c]{x,y.*}", "by.z"}, // a list, '-' among its characters: no match
+		{"[!a-c]y", "by"},
 		{`a\*b`, "a*b"},
 		{"{a,{b,c}}", "c"},
 		{"é?*", "éü"},
