@@ -130,7 +130,7 @@ func newCluster(t *testing.T, stores []sharedStore, opts ...webhooks.Option) *cl
 		require.NoError(t, err)
 		webhooks.SignalProgress(e, c.progressed)
 		c.engines = append(c.engines, e)
-		c.handlers = append(c.handlers, e.Handler(http.NotFoundHandler()))
+		c.handlers = append(c.handlers, apiHandler(t, e))
 	}
 	return c
 }

@@ -178,7 +178,7 @@ func TestPushExactlyOnceInOrder(t *testing.T) {
 	webhooks.SignalProgress(e, progressed)
 	startForTest(t, e)
 	rec := httptest.NewRecorder()
-	e.Handler(http.NotFoundHandler()).ServeHTTP(rec, httptest.NewRequest(http.MethodPut, "/s/*?subscription=s1",
+	apiHandler(t, e).ServeHTTP(rec, httptest.NewRequest(http.MethodPut, "/s/*?subscription=s1",
 		bytes.NewBufferString(fmt.Sprintf(`{"webhook":%q,"delivery":"events","batch":{"max_size":7,"max_wait_ms":0},"timeout_ms":100,"retry":{"max_attempts":0}}`, srv.URL))))
 	require.Equal(t, http.StatusCreated, rec.Code, rec.Body.String())
 	var created struct {

@@ -230,7 +230,7 @@ func TestSubscriptionCompareBeforePolicy(t *testing.T) {
 	strict, err := webhooks.New(h.store, h.source, webhooks.WithCallbackBaseURL(callbackBase), webhooks.WithClock(h.clock))
 	require.NoError(t, err)
 	startForTest(t, strict)
-	handler := strict.Handler(http.NotFoundHandler())
+	handler := apiHandler(t, strict)
 
 	rec = subServe(handler, http.MethodPut, "/agents/*?subscription=s1", body)
 	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
