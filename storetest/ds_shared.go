@@ -20,9 +20,9 @@ func testSharedDSClaimRace(t *testing.T, a, b webhooks.Store) {
 	raceClaims(t, da, db)
 }
 
-// testSharedDSAckAndAppend acks and reports appends of the same links at
-// once through two handles: no ack or tail is lost, and neither deadlocks
-// with the other.
+// testSharedDSAckAndAppend acks, links and reports appends of the same
+// links at once through two handles: no ack or tail is lost, and none
+// deadlocks with another.
 func testSharedDSAckAndAppend(t *testing.T, a, b webhooks.Store) {
 	da, db := dsStore(t, a), dsStore(t, b)
 	const streams, rounds = 4, 10
@@ -39,6 +39,22 @@ func testSharedDSAckAndAppend(t *testing.T, a, b webhooks.Store) {
 		wg.Go(func() {
 			for r := 1; r <= rounds; r++ {
 				if _, err := db.NoteDSAppend(t.Context(), &webhooks.NoteDSAppendParams{Path: path, Tail: off(2 * r), Now: at(time.Second)}); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		})
+		// An idle subscription takes its due time from an append while
+		// its links are relinked: the append locks a link, then the
+		// subscription; a link locks them the other way round unless the
+		// Store orders its locks.
+		wg.Go(func() {
+			for range rounds {
+				if _, err := da.UpdateDSCursor(t.Context(), "t", func(c *webhooks.DSCursor) error { c.DueAt = time.Time{}; return nil }); err != nil {
+					t.Error(err)
+					return
+				}
+				if err := da.LinkDSStreams(t.Context(), &webhooks.LinkDSStreamsParams{ID: "t", Links: []webhooks.DSLinkSpec{explicit(path, 0)}}); err != nil {
 					t.Error(err)
 					return
 				}
