@@ -80,9 +80,11 @@ func BenchmarkDSCost(b *testing.B, s webhooks.Store) {
 		id := fmt.Sprintf("s-%d", n)
 		specs := make([]webhooks.DSLinkSpec, n)
 		for i := range specs {
-			specs[i] = glob(fmt.Sprintf("events/%07d", i), 1)
+			specs[i] = glob(fmt.Sprintf("events/%d/%07d", n, i), 1)
 		}
-		// Linked in chunks, as an engine backfills a large pattern.
+		// Linked in chunks, as an engine backfills a large pattern. Each
+		// subscription has streams of its own, so that an append
+		// concerns one.
 		const chunk = 5_000
 		mustPutDS(b, d, newDSSub(id), specs[:min(chunk, n)]...)
 		for i := chunk; i < n; i += chunk {
@@ -90,7 +92,7 @@ func BenchmarkDSCost(b *testing.B, s webhooks.Store) {
 		}
 		gen := startWake(b, d, id, "w1", time.Time{})
 		// The streams touched are spread over the subscription's links.
-		path := func(i int) string { return fmt.Sprintf("events/%07d", (i*7919)%n) }
+		path := func(i int) string { return fmt.Sprintf("events/%d/%07d", n, (i*7919)%n) }
 		b.Run(fmt.Sprintf("links=%d/op=ack", n), func(b *testing.B) {
 			i := 0
 			for b.Loop() {
@@ -159,7 +161,7 @@ func BenchmarkDSCostRatio(b *testing.B, s webhooks.Store) {
 		id := fmt.Sprintf("r-%d", n)
 		specs := make([]webhooks.DSLinkSpec, n)
 		for i := range specs {
-			specs[i] = glob(fmt.Sprintf("events/%07d", i), 1)
+			specs[i] = glob(fmt.Sprintf("events/%d/%07d", n, i), 1)
 		}
 		const chunk = 5_000
 		mustPutDS(b, d, newDSSub(id), specs[:min(chunk, n)]...)
@@ -175,7 +177,7 @@ func BenchmarkDSCostRatio(b *testing.B, s webhooks.Store) {
 	run := func(sb *sub, op string) {
 		for range batch {
 			seq++
-			path := fmt.Sprintf("events/%07d", (seq*7919)%sb.n)
+			path := fmt.Sprintf("events/%d/%07d", sb.n, (seq*7919)%sb.n)
 			var err error
 			switch op {
 			case "ack":
