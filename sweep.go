@@ -124,7 +124,7 @@ func (s *streamSweep) sweep(ctx context.Context) {
 			}
 			tail := s.hash(st.Tail)
 			seen[k] = tail
-			if old, ok := prev[k]; (!ok || old != tail) && validateStreamPath(st.Path) == nil {
+			if old, ok := prev[k]; (!ok || old != tail) && nameableStreamPath(st.Path) == nil {
 				moved = append(moved, st)
 			}
 		}

@@ -25,7 +25,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
 
 	"github.com/benbjohnson/clock"
 )
@@ -343,11 +342,11 @@ func (e *Engine) Stop(ctx context.Context) error {
 // before the first event (OffsetNone), and wakes it: a new stream has
 // pending work even while empty, since its tail is past OffsetNone. A
 // stream created with an initial body needs no separate StreamAppended. A
-// path that ValidateStreamPath refuses, longer than MaxStreamPathLength, or
-// with a control character, gets no consumers, and a *ValidationError.
+// path that ValidateStreamPath refuses gets no consumers, and its
+// *ValidationError.
 // Before Start it returns ErrNotStarted, and Start's sweep does the work.
 func (e *Engine) StreamCreated(ctx context.Context, path string) error {
-	if err := checkStreamPath(path); err != nil {
+	if err := ValidateStreamPath(path); err != nil {
 		return err
 	}
 	return e.streamChanged(ctx, path)
@@ -360,7 +359,7 @@ func (e *Engine) StreamCreated(ctx context.Context, path string) error {
 // needs no retry either: the scheduler makes up the event once the Store
 // answers again.
 func (e *Engine) StreamAppended(ctx context.Context, path string) error {
-	if err := checkStreamPath(path); err != nil {
+	if err := ValidateStreamPath(path); err != nil {
 		return err
 	}
 	return e.streamChanged(ctx, path)
@@ -382,17 +381,8 @@ func (e *Engine) streamChanged(ctx context.Context, path string) error {
 // spawnAndWake gives path a consumer for each of subs that lacks one, and
 // wakes the IDLE consumers subscribed to path that now have pending work.
 func (e *Engine) spawnAndWake(ctx context.Context, path string, subs []string) error {
-	if len(path) > MaxStreamPathLength {
-		// A consumer could not name the stream in a callback to ack it.
-		return fmt.Errorf("webhooks: stream path is %d bytes long, more than MaxStreamPathLength (%d): it gets no consumers", len(path), MaxStreamPathLength)
-	}
-	if r, ok := controlChar(path); ok {
-		// Nor could it name one with a control character.
-		return fmt.Errorf("webhooks: stream path %q contains the control character %U: it gets no consumers", path, r)
-	}
-	if !utf8.ValidString(path) {
-		// Nor one that JSON cannot carry as it is.
-		return fmt.Errorf("webhooks: stream path %q is not valid UTF-8: it gets no consumers", path)
+	if err := ValidateStreamPath(path); err != nil {
+		return fmt.Errorf("webhooks: %w: it gets no consumers", err)
 	}
 	existing, err := e.store.ConsumersByStream(ctx, path)
 	if err != nil {
