@@ -127,7 +127,8 @@ func (p *pipeline) send(ctx context.Context, c *Consumer) {
 		p.deferAttempt(ctx, c, sub, wait)
 		return
 	}
-	p.lanes.enqueue(ctx, mechanismOf(sub).transport().lane(sub), c, sub)
+	mech := mechanismOf(sub)
+	p.lanes.enqueue(ctx, mech.transport().lane(sub), c, sub, mech)
 }
 
 // startDelivery runs attempt a, started by its lane, in a goroutine that
@@ -148,18 +149,17 @@ func (p *pipeline) runDelivery(a *attempt) {
 	p.mu.Lock()
 	ctx := p.sending
 	p.mu.Unlock()
-	p.lanes.finish(a, laneOutcomeOf(p.deliver(ctx, a.c, a.sub)))
+	p.lanes.finish(a, laneOutcomeOf(p.deliver(ctx, a.c, a.sub, a.mech)))
 	p.attempts.Add(-1)
 	p.ended()
 }
 
-// deliver makes the attempt of c, of sub, that a transition has just
-// marked as sent, and records its outcome. It returns the transport's
+// deliver makes the attempt of c, of sub delivered by mech, that a
+// transition has just marked as sent, and records its outcome. It returns the transport's
 // outcome, or "" if nothing was sent. An attempt that cannot be prepared
 // or sent stays in flight in the Store and times out, to be retried, as a
 // lost POST does; so does one cut short by Stop.
-func (p *pipeline) deliver(ctx context.Context, c *Consumer, sub *Subscription) string {
-	mech := mechanismOf(sub)
+func (p *pipeline) deliver(ctx context.Context, c *Consumer, sub *Subscription, mech mechanism) string {
 	ctx, span := p.tel.tracer.Start(ctx, mech.spanName(), trace.WithAttributes(consumerAttrs(c)...))
 	defer span.End()
 	msg, err := mech.prepare(ctx, p.x, c, sub)
@@ -168,7 +168,7 @@ func (p *pipeline) deliver(ctx context.Context, c *Consumer, sub *Subscription) 
 		return ""
 	}
 	if msg.empty() {
-		p.record(ctx, c, sub, msg.result)
+		p.core.record(ctx, c, mech, p.latest(sub), msg.result)
 		return ""
 	}
 	if msg.batch != nil {
@@ -182,7 +182,7 @@ func (p *pipeline) deliver(ctx context.Context, c *Consumer, sub *Subscription) 
 		received = func() {
 			r := msg.result
 			r.received = true
-			_, _, receivedErr = p.record(ctx, c, sub, r)
+			_, _, receivedErr = p.core.record(ctx, c, mech, p.latest(sub), r)
 		}
 	}
 	resp, err := mech.transport().send(ctx, p.x, sub, msg, received)
@@ -200,7 +200,7 @@ func (p *pipeline) deliver(ctx context.Context, c *Consumer, sub *Subscription) 
 	case r.failure != nil:
 		// A failure counts only if it ended the attempt in flight: one
 		// that its timeout failed first was reported then.
-		if stored, applied, _ := p.record(ctx, c, sub, r); applied {
+		if stored, applied, _ := p.core.record(ctx, c, mech, p.latest(sub), r); applied {
 			p.outcomes.attemptEnded(ctx, c, sub, resp, stored)
 		}
 	case msg.onReceipt && !r.done:
@@ -209,7 +209,7 @@ func (p *pipeline) deliver(ctx context.Context, c *Consumer, sub *Subscription) 
 			p.outcomes.attemptEnded(ctx, c, sub, resp, nil)
 		}
 	default:
-		if stored, _, err := p.record(ctx, c, sub, r); reported(err) {
+		if stored, _, err := p.core.record(ctx, c, mech, p.latest(sub), r); reported(err) {
 			p.outcomes.attemptEnded(ctx, c, sub, resp, stored)
 		}
 	}
@@ -235,32 +235,4 @@ func (p *pipeline) stepFailed(ctx context.Context, c *Consumer, err error) {
 		step, err = f.step, f.err
 	}
 	p.log.ErrorContext(ctx, "webhooks: "+step, "consumer_id", c.ID, "error", err)
-}
-
-// record applies outcome r of an attempt of c, of sub, through sub's
-// mechanism. It returns the consumer as stored afterwards, nil if there is
-// none, and whether the outcome changed it: an outcome of an attempt that
-// has already ended changes nothing.
-func (p *pipeline) record(ctx context.Context, c *Consumer, sub *Subscription, r attemptResult) (stored *Consumer, applied bool, err error) {
-	mech := mechanismOf(sub)
-	stored, err = p.core.update(ctx, c.ID, func(cur *Consumer) (change, error) {
-		var t tails
-		if r.needsTails() {
-			var err error
-			if t, err = p.core.readTails(ctx, streamPaths(cur)); err != nil {
-				return noChange, err
-			}
-		}
-		ch := mech.apply(&p.core.rules, cur, p.latest(sub), r, t, p.clock.Now())
-		applied = ch != noChange
-		return ch, nil
-	})
-	if err != nil {
-		applied = false
-	}
-	if err != nil && !errors.Is(err, ErrConsumerNotFound) && ctx.Err() == nil {
-		// After Stop the attempt stays in flight and times out.
-		p.log.ErrorContext(ctx, "webhooks: recording a delivery outcome", "consumer_id", c.ID, "error", err)
-	}
-	return stored, applied, err
 }

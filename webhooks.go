@@ -445,20 +445,7 @@ func (e *Engine) startIfPending(ctx context.Context, id, subID string) error {
 	if err != nil {
 		return err
 	}
-	_, err = e.core.update(ctx, id, func(c *Consumer) (change, error) {
-		if c.State != StateIdle {
-			return noChange, nil
-		}
-		t, err := e.core.readTails(ctx, streamPaths(c))
-		if err != nil {
-			return noChange, err
-		}
-		return e.core.rules.start(c, sub, t, e.clock.Now()), nil
-	})
-	if errors.Is(err, ErrConsumerNotFound) {
-		return nil
-	}
-	return err
+	return e.core.startPending(ctx, id, sub)
 }
 
 // StreamDeleted tells the engine that the stream at path was deleted. The
