@@ -157,7 +157,6 @@ func New(store Store, source StreamSource, opts ...Option) (*Engine, error) {
 			backoff:         cfg.backoff,
 			maxRetryAfter:   cfg.maxRetryAfter,
 		},
-		started:  func(c *Consumer) { e.pipeline.sendStarted(c) },
 		deadline: e.sched.kickAt,
 		written:  e.signals.consumerWritten.Send,
 	}
@@ -218,6 +217,7 @@ func New(store Store, source StreamSource, opts ...Option) (*Engine, error) {
 		ended:        e.signals.attemptEnded.Send,
 	}
 	e.pipeline.lanes = newLanes(cfg.clock, cfg.maxConcurrentDeliveries, cfg.maxDeliveriesPerHost, e.pipeline.startDelivery)
+	e.core.started = e.pipeline.sendStarted
 	feed, _ := store.(SubscriptionFeed)
 	e.feed = &subscriptionFeed{
 		feed:  feed,
