@@ -83,7 +83,7 @@ func (e *Engine) runDelivery(a *attempt) {
 // lost POST does; so does one cut short by Stop.
 func (e *Engine) deliver(ctx context.Context, c *Consumer, sub *Subscription) string {
 	mech := mechanismOf(sub)
-	ctx, span := e.tel.tracer.Start(ctx, mech.spanName(), trace.WithAttributes(consumerAttrs(c)...))
+	ctx, span := e.tel.tracer.Start(ctx, mech.spanName(), trace.WithAttributes(deliveryAttrs(c, sub)...))
 	defer span.End()
 	msg, err := mech.prepare(ctx, e.x, c, sub)
 	if err != nil {
@@ -95,7 +95,7 @@ func (e *Engine) deliver(ctx context.Context, c *Consumer, sub *Subscription) st
 		return ""
 	}
 	if msg.batch != nil {
-		e.tel.batchSent(ctx, c, len(msg.batch.Events))
+		e.tel.batchSent(ctx, c, sub, len(msg.batch.Events))
 	}
 	var (
 		received    func()
@@ -116,7 +116,7 @@ func (e *Engine) deliver(ctx context.Context, c *Consumer, sub *Subscription) st
 	if ctx.Err() != nil {
 		return ""
 	}
-	e.tel.delivered(ctx, span, c, resp.outcome, resp.failure, resp.latency)
+	e.tel.delivered(ctx, span, c, sub, resp.outcome, resp.failure, resp.latency)
 	r := msg.result
 	r.failure, r.done = resp.failure, resp.outcome == outcomeDone
 	switch {

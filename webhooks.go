@@ -68,6 +68,9 @@ type Engine struct {
 	attempts atomic.Int64
 	// sched runs the deadlines.
 	sched *scheduler
+	// tenantCreate serializes the creates that count against a tenant's
+	// limit (Tenancy.MaxSubscriptions).
+	tenantCreate sync.Mutex
 
 	// loaded is set once Start has set tokens, subs and stored, which are
 	// read only after it.
