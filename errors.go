@@ -18,6 +18,8 @@ import (
 //   - ErrSubscriptionNotFound, ErrSubscriptionExists, ErrConsumerNotFound
 //     and ErrConsumerExists for what a call names, or would create;
 //   - a *ValidationError for an input the engine refuses, naming the field;
+//   - ErrForbidden and ErrTenantLimit for what a tenant may not create
+//     (WithTenancy);
 //   - an error wrapping ErrStoreUnavailable while the Store cannot be
 //     reached.
 //
