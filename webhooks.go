@@ -64,6 +64,9 @@ type Engine struct {
 	outages *outageLog
 	// signals tell a test what the engine did, by purpose.
 	signals signals
+	// tenantCreate serializes the creates that count against a tenant's
+	// limit (Tenancy.MaxSubscriptions).
+	tenantCreate sync.Mutex
 
 	// loaded is set once Start has set tokens and subs, which are
 	// read only after it.
