@@ -305,6 +305,56 @@ func TestInstancesSweepFindsStrandedAppends(t *testing.T) {
 	})
 }
 
+// A stream created after a subscription's adoption scan, through an engine
+// that did not know the subscription yet, gets its consumer from a
+// survivor's next sweep, before its first event, though its tail never
+// moves again; a stream the subscription adopted at its tail is not
+// replayed. Before the sweeps waited for the adoption's mark, the sweep
+// that first listed such a stream filtered out the subscription it did not
+// know, kept the stream's tail, and never looked at it again.
+func TestInstancesSweepGivesStreamsCreatedInTheFeedsWindowTheirConsumers(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b instanceBackend) {
+		c := newSweepCluster(t, b.open(t, 2))
+		hook := newHookServer(t, func(_ post, w http.ResponseWriter) { _, _ = w.Write([]byte(`{"done":true}`)) })
+		const old, oldID = "/agents/old", "s1:%2Fagents%2Fold"
+		c.source.set(old, 3)
+		c.startAll()
+		c.subscribe(0, "s1", "/agents/*", hook.url())
+		c.knownEverywhere("s1")
+		require.Equal(t, offset(3), c.consumer(1, oldID).Streams[0].Offset, "adopted at its tail")
+
+		// Created through an engine that had not reloaded s1: its
+		// StreamCreated spawned no consumer of s1. Engine 0 dies.
+		c.source.set(agentA, 2)
+		c.crash(0)
+		c.stepTo(1, c.clock.Now().Add(sweepInterval))
+		p := hook.next(t)
+		require.Equal(t, agentAID, p.n.ConsumerID)
+		require.Equal(t, []string{agentA}, p.n.TriggeredBy)
+		c.waitConsumer(1, agentAID, func(co *webhooks.Consumer) bool {
+			return co.State == webhooks.StateIdle && co.Streams[0].Offset == offset(2)
+		})
+		awaitSignal(t, c.swept[1], "the sweep")
+		c.stepTo(1, c.clock.Now().Add(sweepInterval))
+		awaitSignal(t, c.swept[1], "the next sweep")
+		require.Equal(t, offset(3), c.consumer(1, oldID).Streams[0].Offset, "not replayed")
+		require.Len(t, hook.recorded(), 1, "only the stream created in the window is woken")
+
+		// A subscription whose creator has not finished adopting its
+		// streams (it has not marked them adopted) gets none from the
+		// sweep: it would replay the streams the adoption has not reached.
+		require.NoError(t, c.stores[1].CreateSubscription(context.Background(),
+			&webhooks.Subscription{ID: "s2", Pattern: "/agents/*", Webhook: hook.url(), Secret: "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"}))
+		for !slices.Contains(webhooks.KnownSubscriptions(c.engines[1]), "s2") {
+			awaitSignal(t, c.reloaded[1], "a reload with s2")
+		}
+		c.stepTo(1, c.clock.Now().Add(sweepInterval))
+		awaitSignal(t, c.swept[1], "a sweep that knows s2")
+		_, err := c.stores[1].GetConsumer(context.Background(), "s2:%2Fagents%2Fold")
+		require.ErrorIs(t, err, webhooks.ErrConsumerNotFound)
+	})
+}
+
 // Stop lets the deliveries in flight end and records their outcomes: a
 // wake-up its receiver answered 2xx while the engine stopped leaves the
 // consumer LIVE, so the next engine on the Store does not time it out

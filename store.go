@@ -213,6 +213,11 @@ type Subscription struct {
 	// UpdateSubscription return it, and CreateSubscription and
 	// UpdateSubscription ignore it.
 	Health SubscriptionHealth
+	// adopted says that the engine that created the subscription has given
+	// every stream it matched then a consumer (adoptExistingStreams): from
+	// then on, a matching stream without one of its consumers was created
+	// later, and the stream sweep gives it one before its first event.
+	adopted bool
 }
 
 // SignatureScheme names how deliveries are signed.

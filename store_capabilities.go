@@ -25,10 +25,11 @@ import (
 // is a window: a stream created through engine B after a subscription was
 // created through engine A, but before B has reloaded, gets no consumer of
 // it then (A adopts only the streams that existed when it created the
-// subscription); it gets one, positioned before its first event, at its
-// next append after B has reloaded. A subscription learned from the feed is
-// not swept for existing streams as Start's subscriptions are: the engine
-// that created it adopted them.
+// subscription). It gets one, positioned before its first event, at the
+// first stream sweep of any engine that knows the subscription once A has
+// marked it adopted, or at its next append after B has reloaded. A
+// subscription learned from the feed is not swept for existing streams as
+// Start's subscriptions are: the engine that created it adopted them.
 type SubscriptionFeed interface {
 	// WatchSubscriptions calls changed after each subscription create,
 	// update or delete committed through any handle on the same data, this one

@@ -21,7 +21,8 @@ import (
 // Signature, PreviousSecret, PreviousSecretExpiresAt, Retry and RateLimit;
 // version 4 adds Handler at the end; version 5 adds after it, for event
 // push, the filter's Expression and the Columns; version 6, which
-// MarshalData writes, adds Tenant at the end.
+// MarshalData writes, adds Tenant and then whether the subscription's
+// existing streams were adopted at the end.
 const (
 	subscriptionDataV1 = 1
 	subscriptionDataV2 = 2
@@ -72,6 +73,7 @@ func (s *Subscription) MarshalData() ([]byte, error) {
 	}
 	// Version 6.
 	b = appendString(b, s.Tenant)
+	b = appendBool(b, s.adopted)
 	return b, nil
 }
 
@@ -145,6 +147,7 @@ func (s *Subscription) UnmarshalData(data []byte) error {
 			}
 			if version >= subscriptionDataV6 {
 				out.Tenant = d.string()
+				out.adopted = d.byte() == 1
 			}
 		}
 		if d.err != nil || len(d.b) != 0 {

@@ -15,7 +15,7 @@ func dataSubscription() *Subscription {
 		Delivery: DeliveryEvents, Events: dataEvents(), Status: StatusPaused, Signature: SignatureStandard,
 		PreviousSecret: "whsec_old", PreviousSecretExpiresAt: time.Unix(1_800_000_000, 5).UTC(),
 		Retry:     &RetryPolicy{Schedule: []time.Duration{time.Second, time.Minute}, MaxAttempts: 7, MaxAge: time.Hour},
-		RateLimit: 1000, Handler: "inbox", Tenant: "acme",
+		RateLimit: 1000, Handler: "inbox", Tenant: "acme", adopted: true,
 	}
 }
 
@@ -58,8 +58,9 @@ func TestSubscriptionDataRoundTrip(t *testing.T) {
 
 // The released formats never change, and every one of them reads.
 func TestSubscriptionDataKnownAnswers(t *testing.T) {
-	// Version 6 is version 5's fields, then the tenant, "acme".
-	const v6 = "06066576656e747306706175736564087374616e646172640977687365635f6f6c64018a80a0bbd29df1fa31d00f010280a8d6b90780e0ba84bf030e8080c58bc6d10101c8010180bcc1960b80a8d6b907020d417574686f72697a6174696f6e0942656172657220c3bc03582d4201320109646174612e7479706502076f726465722e2a00" + "05696e626f78" + "0b6576656e742e6e203e2031" + "02026964" + "09646174612e74797065" + "0461636d65"
+	// Version 6 is version 5's fields, then the tenant, "acme", and that
+	// the existing streams are adopted.
+	const v6 = "06066576656e747306706175736564087374616e646172640977687365635f6f6c64018a80a0bbd29df1fa31d00f010280a8d6b90780e0ba84bf030e8080c58bc6d10101c8010180bcc1960b80a8d6b907020d417574686f72697a6174696f6e0942656172657220c3bc03582d4201320109646174612e7479706502076f726465722e2a00" + "05696e626f78" + "0b6576656e742e6e203e2031" + "02026964" + "09646174612e74797065" + "0461636d65" + "01"
 	require.Equal(t, v6, hex.EncodeToString(marshal(t, dataSubscription())))
 
 	// Version 5 is version 4's fields, then the filter's expression,
@@ -69,8 +70,8 @@ func TestSubscriptionDataKnownAnswers(t *testing.T) {
 	s := dataSubscription()
 	require.NoError(t, s.UnmarshalData(v5))
 	want := dataSubscription()
-	want.Tenant = ""
-	require.Equal(t, want, s, "version 5 has no tenant")
+	want.Tenant, want.adopted = "", false
+	require.Equal(t, want, s, "version 5 has no tenant, nor the adoption's mark")
 
 	// Version 4 is version 3's fields, then the handler's name: "inbox".
 	v4, err := hex.DecodeString("04066576656e747306706175736564087374616e646172640977687365635f6f6c64018a80a0bbd29df1fa31d00f010280a8d6b90780e0ba84bf030e8080c58bc6d10101c8010180bcc1960b80a8d6b907020d417574686f72697a6174696f6e0942656172657220c3bc03582d4201320109646174612e7479706502076f726465722e2a00" + "05696e626f78")
@@ -104,9 +105,9 @@ func TestSubscriptionDataKnownAnswers(t *testing.T) {
 }
 
 // withoutSelection is s without what versions 5 and 6 added: its filter's
-// expression, its columns and its tenant.
+// expression, its columns, its tenant and the adoption's mark.
 func withoutSelection(s *Subscription) *Subscription {
-	s.Tenant = ""
+	s.Tenant, s.adopted = "", false
 	s.Events.Filter.Expression = ""
 	s.Events.Columns = nil
 	return s

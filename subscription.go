@@ -395,6 +395,16 @@ func (e *Engine) create(ctx context.Context, s *Subscription, pattern *Pattern, 
 	if err := e.adoptExistingStreams(ctx, pattern, s.ID, start); err != nil {
 		return nil, false, err
 	}
+	// The mark lets every engine's stream sweep give the streams created
+	// since the scan their consumers (sweep.go). Without it the
+	// subscription still works; only those streams wait for their next
+	// append, or an engine's restart.
+	if _, err := e.store.UpdateSubscription(ctx, s.ID, func(s *Subscription) error {
+		s.adopted = true
+		return nil
+	}); err != nil {
+		e.log.ErrorContext(ctx, "webhooks: marking a subscription's streams adopted", "subscription_id", s.ID, "error", err)
+	}
 	return s, true, nil
 }
 

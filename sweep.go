@@ -2,6 +2,7 @@ package webhooks
 
 import (
 	"context"
+	"errors"
 	"hash/maphash"
 	"log/slog"
 	"maps"
@@ -30,9 +31,20 @@ import (
 // and each running engine sweeps: an append is stranded only if every
 // engine dies.
 //
+// A subscription created since Start is swept once its creator has
+// adopted the streams that existed (Subscription.adopted; before, a
+// spawn here would race the adoption and replay them from their start).
+// The first sweep that sees the mark looks at every stream it matches,
+// however still its tail: one created meanwhile through an engine that
+// did not know the subscription yet has no consumer of it, and gets one
+// before its first event. So such a stream waits one sweep interval, not
+// for its next append.
+//
 // An idle sweep costs one StreamSource.MatchStreams per distinct pattern
 // and about 40 bytes of memory per stream, and no Store access: only
-// streams that moved are looked up. Streams appended to through the
+// streams that moved are looked up. A new subscription costs each engine
+// one GetSubscription a sweep until it is adopted, then one
+// ConsumersByStream per stream it matches. Streams appended to through the
 // engine are looked at once more, at the sweep after their append.
 
 // sweepPolls is the default sweep interval, in poll intervals.
@@ -63,10 +75,11 @@ type streamSweep struct {
 	// tails maps a stream path's hash to its tail's hash, as last checked;
 	// nil before Start's recovery has run.
 	tails map[uint64]uint64
-	// known are the subscriptions of the previous sweep: a stream gets
-	// consumers only of these, as the start-up sweep spawns only those
-	// Start loaded. A subscription created since adopts its streams
-	// itself, and spawning them here first would replay whole streams.
+	// known are the subscriptions a stream gets consumers of: those Start
+	// loaded, as the start-up sweep spawns only these, and those whose
+	// existing streams are adopted (Subscription.adopted). A subscription
+	// being created adopts its streams itself, at their tails, and
+	// spawning them here first would replay whole streams.
 	known map[string]bool
 }
 
@@ -121,6 +134,11 @@ func (s *streamSweep) sweep(ctx context.Context) {
 	for _, p := range patterns {
 		distinct[p.String()] = p
 	}
+	// A subscription newly adopted has every stream it matches looked
+	// at: one created after the adoption's scan through an engine that
+	// did not know the subscription yet got none of its consumers, and
+	// the tail it had then may never move again.
+	adopted := s.adopted(ctx, patterns)
 	prev := s.tails
 	seen := make(map[uint64]uint64, len(prev))
 	var moved []StreamInfo
@@ -141,10 +159,14 @@ func (s *streamSweep) sweep(ctx context.Context) {
 			}
 			tail := s.hash(st.Tail)
 			seen[k] = tail
-			if old, ok := prev[k]; (!ok || old != tail) && nameableStreamPath(st.Path) == nil {
+			old, ok := prev[k]
+			if (!ok || old != tail || s.matchesAny(st.Path, adopted)) && nameableStreamPath(st.Path) == nil {
 				moved = append(moved, st)
 			}
 		}
+	}
+	for id := range adopted {
+		s.known[id] = true
 	}
 	for _, st := range moved {
 		if err := s.sweepStream(ctx, st); err != nil {
@@ -157,11 +179,42 @@ func (s *streamSweep) sweep(ctx context.Context) {
 		}
 	}
 	s.tails = seen
-	known := make(map[string]bool, len(patterns))
-	for id := range patterns {
-		known[id] = true
+	for id := range s.known {
+		if patterns[id] == nil {
+			delete(s.known, id) // deleted
+		}
 	}
-	s.known = known
+}
+
+// adopted returns the subscriptions of patterns that the sweep did not
+// know and whose existing streams are now adopted. It reads each unknown
+// subscription from the Store, once a sweep until it is adopted.
+func (s *streamSweep) adopted(ctx context.Context, patterns map[string]*Pattern) map[string]bool {
+	var out map[string]bool
+	for id := range patterns {
+		if s.known[id] {
+			continue
+		}
+		sub, err := s.store.GetSubscription(ctx, id)
+		if err != nil {
+			if !errors.Is(err, ErrSubscriptionNotFound) && ctx.Err() == nil {
+				s.log.ErrorContext(ctx, "webhooks: stream sweep: reading a subscription", "subscription_id", id, "error", err)
+			}
+			continue
+		}
+		if sub.adopted {
+			if out == nil {
+				out = make(map[string]bool)
+			}
+			out[id] = true
+		}
+	}
+	return out
+}
+
+// matchesAny reports whether one of subs matches stream path.
+func (s *streamSweep) matchesAny(path string, subs map[string]bool) bool {
+	return len(subs) > 0 && slices.ContainsFunc(s.match(path), func(id string) bool { return subs[id] })
 }
 
 // sweepStream does for stream st, whose tail moved, what a StreamAppended
