@@ -77,6 +77,9 @@ func (s *successes) forget(id string) {
 // recordHealth adds an attempt of sub that ended at now, failed with f or
 // succeeded if f is nil, to its health, and trips the circuit breaker if
 // the failures have gone on too long; a 410 Gone disables sub at once.
+// A success ends only a run of failures that began before it ended: its
+// write may land after the next attempt's, which its cursor move let start.
+// A failure that ended at the same instant counts as later.
 func (o *outcomes) recordHealth(ctx context.Context, sub *Subscription, f *deliveryFailure, now time.Time) {
 	if f == nil && !o.successes.due(sub.ID, now) {
 		return
@@ -86,6 +89,13 @@ func (o *outcomes) recordHealth(ctx context.Context, sub *Subscription, f *deliv
 	}
 	h, err := o.store.UpdateHealth(ctx, sub.ID, func(h *SubscriptionHealth) {
 		if f == nil {
+			if !h.FailingSince.IsZero() && !h.FailingSince.Before(now) {
+				// The run began after this success ended: its cursor move
+				// let the next attempt start, fail and record first.
+				// Ending the run would trip the breaker a failure late.
+				h.LastSuccessAt = later(h.LastSuccessAt, now)
+				return
+			}
 			h.ConsecutiveFailures, h.FailingSince, h.LastSuccessAt = 0, time.Time{}, now
 			return
 		}
@@ -142,4 +152,12 @@ func (o *outcomes) disable(ctx context.Context, id, reason string) {
 	if hook := o.disabledHook; hook != nil {
 		hook(ctx, SubscriptionDisabled{SubscriptionID: id, Reason: reason, Health: sub.Health})
 	}
+}
+
+// later returns the later of a and b.
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
 }

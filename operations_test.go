@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	webhooks "github.com/streamhooks/webhooks"
+	"github.com/streamhooks/webhooks/memstore"
 	"github.com/streamhooks/webhooks/receiver"
 )
 
@@ -99,6 +100,59 @@ func TestPauseLetsTheDeliveryInFlightFinish(t *testing.T) {
 	h.waitCursor(ordersID, first)
 	h.waitIdle()
 	h.faultRequireNoDelivery()
+}
+
+// lateSuccessHealth is a Store whose first write of a success into a
+// subscription's health waits until release is closed, after it says so
+// on held; each failure's write, once made, is told on failed.
+type lateSuccessHealth struct {
+	*memstore.Store
+	once         sync.Once
+	held, failed chan struct{}
+	release      chan struct{}
+}
+
+func (s *lateSuccessHealth) UpdateHealth(ctx context.Context, id string, fn func(*webhooks.SubscriptionHealth)) (*webhooks.SubscriptionHealth, error) {
+	probe := webhooks.SubscriptionHealth{ConsecutiveFailures: 5}
+	fn(&probe)
+	if probe.ConsecutiveFailures != 0 { // a success sets it to 0
+		h, err := s.Store.UpdateHealth(ctx, id, fn)
+		s.failed <- struct{}{}
+		return h, err
+	}
+	s.once.Do(func() {
+		close(s.held)
+		<-s.release
+	})
+	return s.Store.UpdateHealth(ctx, id, fn)
+}
+
+// A success whose health lands after a failure of the next batch, which
+// its cursor move let start, does not end that failure's run: the
+// circuit breaker trips at its count, not one failure late.
+func TestLateSuccessHealthEndsNoLaterFailureRun(t *testing.T) {
+	store := &lateSuccessHealth{Store: memstore.New(), held: make(chan struct{}), failed: make(chan struct{}, 3), release: make(chan struct{})}
+	h := newHarnessStore(t, store, faultConstBackoff(time.Second), webhooks.WithCircuitBreaker(2, 0))
+	h.subscribeEvents("s1", "/orders/*", `"batch":{"max_wait_ms":0},"retry":{"max_attempts":0}`)
+	h.recv.queue(reply{status: 200}, reply{status: 500}, reply{status: 500})
+	acked := h.push("/orders/1", numbered(1, 1)...)
+	h.nextBatch()
+	h.waitCursor(ordersID, acked)
+	awaitSignal(t, store.held, "the success's health write")
+
+	h.push("/orders/1", numbered(2, 2)...)
+	h.nextBatch()
+	awaitSignal(t, store.failed, "the first failure's health")
+	close(store.release)
+	h.waitIdle() // the success's health is written
+	h.clock.Add(time.Second)
+	h.nextBatch()
+	awaitSignal(t, store.failed, "the second failure's health")
+	h.waitIdle()
+	sub, err := h.store.GetSubscription(context.Background(), "s1")
+	require.NoError(t, err)
+	require.Equal(t, 2, sub.Health.ConsecutiveFailures, "the late success ended no run")
+	require.Equal(t, webhooks.StatusDisabled, sub.Status)
 }
 
 // Disabling after N failures calls the hook once; resuming delivers from
