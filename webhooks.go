@@ -210,6 +210,7 @@ func New(store Store, source StreamSource, opts ...Option) (*Engine, error) {
 		handlers:        cfg.handlers,
 		log:             cfg.logger,
 		handlerReturned: e.signals.handlerReturned.Send,
+		receiptDeferred: e.signals.receiptDeferred.Send,
 	}
 	e.failures = newFailureLog(cfg.logger, cfg.clock)
 	e.outages = newOutageLog(cfg.logger, cfg.clock)
