@@ -68,31 +68,42 @@ func (e *Engine) startDelivery(a *attempt) {
 	go e.runDelivery(a)
 }
 
-// runDelivery makes attempt a and reports its outcome to its lane.
+// runDelivery makes attempt a and reports its outcome to its lane as soon
+// as the POST is answered: the Store write that records it holds no slot
+// of the destination, so other consumers' POSTs, as other streams' next
+// batches, do not wait for this one's commit.
 func (e *Engine) runDelivery(a *attempt) {
 	defer e.deliveries.Done()
-	e.lanes.finish(a, laneOutcomeOf(e.deliver(e.sendCtx, a.c, a.sub)))
+	answered := false
+	e.deliver(e.sendCtx, a.c, a.sub, func(outcome string) {
+		answered = true
+		e.lanes.finish(a, laneOutcomeOf(outcome))
+	})
+	if !answered {
+		e.lanes.finish(a, laneOutcomeOf(""))
+	}
 	e.attempts.Add(-1)
 	e.signals.attemptEnded.Send()
 }
 
 // deliver makes the attempt of c, of sub, that a transition has just
-// marked as sent, and records its outcome. It returns the transport's
-// outcome, or "" if nothing was sent. An attempt that cannot be prepared
+// marked as sent, and records its outcome. It calls answered with the
+// transport's outcome once the POST has its answer, before recording it,
+// and not at all if nothing was sent. An attempt that cannot be prepared
 // or sent stays in flight in the Store and times out, to be retried, as a
 // lost POST does; so does one cut short by Stop.
-func (e *Engine) deliver(ctx context.Context, c *Consumer, sub *Subscription) string {
+func (e *Engine) deliver(ctx context.Context, c *Consumer, sub *Subscription, answered func(outcome string)) {
 	mech := mechanismOf(sub)
 	ctx, span := e.tel.tracer.Start(ctx, mech.spanName(), trace.WithAttributes(consumerAttrs(c)...))
 	defer span.End()
 	msg, err := mech.prepare(ctx, e.x, c, sub)
 	if err != nil {
 		e.stepFailed(ctx, c, err)
-		return ""
+		return
 	}
 	if msg.empty() {
 		e.record(ctx, c, sub, msg.result)
-		return ""
+		return
 	}
 	if msg.batch != nil {
 		e.tel.batchSent(ctx, c, len(msg.batch.Events))
@@ -111,11 +122,12 @@ func (e *Engine) deliver(ctx context.Context, c *Consumer, sub *Subscription) st
 	resp, err := mech.transport().send(ctx, e.x, sub, msg, received)
 	if err != nil {
 		e.stepFailed(ctx, c, err)
-		return ""
+		return
 	}
 	if ctx.Err() != nil {
-		return ""
+		return
 	}
+	answered(resp.outcome)
 	e.tel.delivered(ctx, span, c, resp.outcome, resp.failure, resp.latency)
 	r := msg.result
 	r.failure, r.done = resp.failure, resp.outcome == outcomeDone
@@ -136,7 +148,7 @@ func (e *Engine) deliver(ctx context.Context, c *Consumer, sub *Subscription) st
 			e.attemptEnded(ctx, c, sub, resp, stored)
 		}
 	}
-	return resp.outcome
+
 }
 
 // reported reports whether a delivered attempt whose recording returned

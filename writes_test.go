@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"sync"
 	"testing"
 	"time"
 
@@ -99,4 +100,64 @@ func TestFaultEarlyStatusThenSlowBodyOfKnownLength(t *testing.T) {
 	require.Equal(t, offset(10), c.Streams[0].Offset)
 	require.Equal(t, int64(1), c.Epoch)
 	h.faultRequireSettled(agentAID)
+}
+
+// heldRecordStore holds the UpdateConsumer calls of one consumer, once armed,
+// until the test opens the gate.
+type heldRecordStore struct {
+	*memstore.Store
+	mu      sync.Mutex
+	id      string
+	gate    chan struct{}
+	entered chan struct{}
+}
+
+func (s *heldRecordStore) arm(id string) (entered, gate chan struct{}) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.id, s.gate, s.entered = id, make(chan struct{}), make(chan struct{}, 1)
+	return s.entered, s.gate
+}
+
+func (s *heldRecordStore) UpdateConsumer(ctx context.Context, id string, fn func(*webhooks.Consumer) (webhooks.UpdateAction, error)) (*webhooks.Consumer, error) {
+	s.mu.Lock()
+	gate, entered := s.gate, s.entered
+	if id != s.id {
+		gate = nil
+	}
+	s.mu.Unlock()
+	if gate != nil {
+		entered <- struct{}{}
+		<-gate
+	}
+	return s.Store.UpdateConsumer(ctx, id, fn)
+}
+
+// The Store write that records an answered POST holds no slot of its
+// destination: with one POST per host, another consumer's POST starts
+// while the first one's outcome waits for its commit.
+func TestRecordingAnOutcomeFreesTheDestination(t *testing.T) {
+	store := &heldRecordStore{Store: memstore.New()}
+	h := newHarnessStore(t, store, webhooks.WithMaxDeliveriesPerHost(1))
+	h.subscribe("s1", "/agents/*")
+	hold := make(chan struct{})
+	h.recv.queue(reply{status: http.StatusOK, body: `{"done":true}`, hold: hold})
+	h.source.set(agentA, 10)
+	require.NoError(t, h.engine.StreamAppended(context.Background(), agentA))
+	require.Equal(t, agentAID, h.nextDelivery().n.ConsumerID)
+
+	entered, gate := store.arm(agentAID)
+	close(hold)
+	select {
+	case <-entered:
+	case <-time.After(waitFor):
+		t.Fatal("the outcome of the first POST was never recorded")
+	}
+	const agentB = "/agents/b"
+	h.source.set(agentB, 10)
+	require.NoError(t, h.engine.StreamAppended(context.Background(), agentB))
+	require.Equal(t, webhooks.ConsumerID("s1", agentB), h.nextDelivery().n.ConsumerID, "the second POST waited for the first one's commit")
+
+	close(gate)
+	h.waitConsumer(agentAID, func(c *webhooks.Consumer) bool { return c.State == webhooks.StateIdle })
 }
