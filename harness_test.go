@@ -178,6 +178,9 @@ type harness struct {
 	handler http.Handler
 	// wrap, if set, gives the engine another view of source.
 	wrap func(*fakeSource) webhooks.StreamSource
+	// beforeStart, if set, is called with each engine before it starts,
+	// to turn on the signals a test waits on.
+	beforeStart func(e *webhooks.Engine)
 	// progressed receives a token after the engines' consumer writes and
 	// ended deliveries; engines on one Store share it (see signals).
 	progressed chan struct{}
@@ -253,6 +256,9 @@ func (h *harness) startEngine(opts ...webhooks.Option) {
 	e, err := webhooks.New(h.store, source, append(base, opts...)...)
 	require.NoError(h.t, err)
 	webhooks.SignalProgress(e, h.signals())
+	if h.beforeStart != nil {
+		h.beforeStart(e)
+	}
 	h.engine = e
 	h.handler = apiHandler(h.t, e)
 	startForTest(h.t, e)

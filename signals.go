@@ -27,6 +27,8 @@ type signals struct {
 	schedulerParked testsignal.Signal
 	// attemptLogged: the delivery log wrote attempts to the Store.
 	attemptLogged testsignal.Signal
+	// receiptDeferred: the receipt of a 2xx waits for its body.
+	receiptDeferred testsignal.Signal
 	// webhookKeysReread: the periodic reread of the webhook signing keys
 	// ended.
 	webhookKeysReread testsignal.Signal

@@ -31,6 +31,11 @@ func SignalReloaded(e *Engine, ch chan<- struct{}) { e.signals.reloadEnded.Set(c
 // stream sweep. Call it before Start.
 func SignalSwept(e *Engine, ch chan<- struct{}) { e.signals.streamsSwept.Set(ch) }
 
+// SignalReceiptDeferred makes e send on ch each time the receipt of a
+// wake's 2xx waits for its body, its guard armed on e's clock. Call it
+// before Start.
+func SignalReceiptDeferred(e *Engine, ch chan<- struct{}) { e.signals.receiptDeferred.Set(ch) }
+
 // SignalStopping makes e send on ch when Stop has stopped its work and
 // waits for its deliveries in flight. Call it before Start.
 func SignalStopping(e *Engine, ch chan<- struct{}) { e.signals.stopWaiting.Set(ch) }
@@ -92,3 +97,6 @@ func RecoverForBench(ctx context.Context, e *Engine) {
 
 // SweepForBench runs one stream sweep of a loaded e.
 func SweepForBench(ctx context.Context, e *Engine) { e.sweep.sweep(ctx) }
+
+// ReceiptGrace is how long a 2xx's receipt waits for a body on its way.
+const ReceiptGrace = receiptGrace

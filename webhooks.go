@@ -195,6 +195,7 @@ func New(store Store, source StreamSource, opts ...Option) (*Engine, error) {
 		handlers:        cfg.handlers,
 		log:             cfg.logger,
 		handlerReturned: e.signals.handlerReturned.Send,
+		receiptDeferred: e.signals.receiptDeferred.Send,
 	}
 	e.outcomes = &outcomes{
 		store:        store,
