@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/benbjohnson/clock"
@@ -35,6 +36,39 @@ import (
 
 // sweepPolls is the default sweep interval, in poll intervals.
 const sweepPolls = 60
+
+// sweepWidth is how many streams Start's recovery and a sweep look at at
+// once. Their Store reads overlap, and a Store that merges concurrent
+// reads (pgstore reads many streams' consumers in one query) serves the
+// recovery of a million streams in thousands of round trips, not a
+// million one after another.
+const sweepWidth = 64
+
+// sweepGroup runs a sweep's streams, at most sweepWidth at once.
+type sweepGroup struct {
+	wg    sync.WaitGroup
+	slots chan struct{}
+}
+
+func newSweepGroup() *sweepGroup { return &sweepGroup{slots: make(chan struct{}, sweepWidth)} }
+
+// run runs fn once a slot is free, and reports false, without running it,
+// if ctx ends first.
+func (g *sweepGroup) run(ctx context.Context, fn func()) bool {
+	select {
+	case g.slots <- struct{}{}:
+	case <-ctx.Done():
+		return false
+	}
+	g.wg.Go(func() {
+		defer func() { <-g.slots }()
+		fn()
+	})
+	return true
+}
+
+// wait waits for every fn run has started.
+func (g *sweepGroup) wait() { g.wg.Wait() }
 
 // streamSweep is the engine's part that sweeps the streams. What the
 // previous sweep saw is used only by the goroutine that sweeps.
@@ -129,15 +163,25 @@ func (s *streamSweep) sweep(ctx context.Context) {
 			}
 		}
 	}
+	var failedMu sync.Mutex
+	g := newSweepGroup()
 	for _, st := range moved {
-		if err := s.sweepStream(ctx, st); err != nil {
-			if ctx.Err() != nil {
-				return
+		ok := g.run(ctx, func() {
+			if err := s.sweepStream(ctx, st); err != nil && ctx.Err() == nil {
+				// Forgotten, so that the next sweep tries it again.
+				failedMu.Lock()
+				delete(seen, s.hash(st.Path))
+				failedMu.Unlock()
+				s.log.ErrorContext(ctx, "webhooks: stream sweep", "stream", st.Path, "error", err)
 			}
-			// Forgotten, so that the next sweep tries it again.
-			delete(seen, s.hash(st.Path))
-			s.log.ErrorContext(ctx, "webhooks: stream sweep", "stream", st.Path, "error", err)
+		})
+		if !ok {
+			break
 		}
+	}
+	g.wait()
+	if ctx.Err() != nil {
+		return
 	}
 	s.tails = seen
 	known := make(map[string]bool, len(patterns))

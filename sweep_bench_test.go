@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -115,4 +116,61 @@ func BenchmarkStreamSweep(b *testing.B) {
 	b.ReportMetric(listing.Seconds(), "listing-s")
 	b.ReportMetric(float64(sweep)/float64(recovery), "sweep/recovery")
 	b.ReportMetric(float64(sweep)/float64(60*webhooks.DefaultPollInterval), "sweep/interval")
+}
+
+// overlapStore holds each ConsumersByStream until want of them are in
+// flight at once, or until the caller's context ends.
+type overlapStore struct {
+	webhooks.Store
+	want     int
+	mu       sync.Mutex
+	inFlight int
+	most     int
+	all      chan struct{}
+}
+
+func (s *overlapStore) ConsumersByStream(ctx context.Context, path string) ([]*webhooks.Consumer, error) {
+	s.mu.Lock()
+	s.inFlight++
+	s.most = max(s.most, s.inFlight)
+	if s.inFlight == s.want {
+		close(s.all)
+	}
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.inFlight--
+		s.mu.Unlock()
+	}()
+	select {
+	case <-s.all:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return s.Store.ConsumersByStream(ctx, path)
+}
+
+// Start's recovery and the stream sweep read the consumers of several
+// streams at once, so that a Store that merges concurrent reads (pgstore)
+// serves a million streams in thousands of round trips: read one after
+// another, the recovery of a million consumers took hours on PostgreSQL.
+func TestSweepsReadStreamsAtOnce(t *testing.T) {
+	const n = 8
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	e, counting, src := idleFleet(t, n)
+	store := &overlapStore{Store: counting.Store, want: n, all: make(chan struct{})}
+	counting.Store = store
+	webhooks.RecoverForBench(ctx, e)
+	require.NoError(t, ctx.Err(), "the recovery read the streams one at a time")
+	require.Equal(t, n, store.most)
+
+	store.all = make(chan struct{})
+	store.most = 0
+	for i := range n {
+		src.grow(fmt.Sprintf("/agents/%07d", i), 1)
+	}
+	webhooks.SweepForBench(ctx, e)
+	require.NoError(t, ctx.Err(), "the sweep read the streams one at a time")
+	require.Equal(t, n, store.most)
 }

@@ -467,10 +467,14 @@ func (e *Engine) startIfPending(ctx context.Context, id, subID string) error {
 // consumers need no sweep: they are in the Store, and the scheduler acts
 // on overdue ones as soon as it starts. If tails is set, it records there
 // each stream's tail as listed, before it looks at its consumers: the
-// stream sweep's first tails (sweep.go).
+// stream sweep's first tails (sweep.go). It looks at sweepWidth streams at
+// once, so that a Store that merges concurrent reads reads the consumers of
+// many streams per round trip.
 func (e *Engine) recover(ctx context.Context, tails map[uint64]uint64) {
 	ids := slices.Sorted(maps.Keys(e.stored))
 	seen := make(map[string]bool)
+	g := newSweepGroup()
+	defer g.wait()
 	for _, id := range ids {
 		streams, err := e.source.MatchStreams(ctx, e.stored[id])
 		if err != nil {
@@ -488,10 +492,12 @@ func (e *Engine) recover(ctx context.Context, tails map[uint64]uint64) {
 				tails[e.sweep.hash(s.Path)] = e.sweep.hash(s.Tail)
 			}
 			subs := slices.DeleteFunc(e.subs.index.match(s.Path), func(sub string) bool { return e.stored[sub] == nil })
-			if err := e.spawnAndWake(ctx, s.Path, subs); err != nil && ctx.Err() == nil {
-				e.log.ErrorContext(ctx, "webhooks: start-up sweep", "stream", s.Path, "error", err)
-			}
-			if ctx.Err() != nil {
+			ok := g.run(ctx, func() {
+				if err := e.spawnAndWake(ctx, s.Path, subs); err != nil && ctx.Err() == nil {
+					e.log.ErrorContext(ctx, "webhooks: start-up sweep", "stream", s.Path, "error", err)
+				}
+			})
+			if !ok {
 				return
 			}
 		}
