@@ -86,7 +86,7 @@ type streamSweep struct {
 	// recover is Start's recovery, which records the first tails.
 	recover func(ctx context.Context, tails map[uint64]uint64)
 	// spawnAndWake and startIfPending do what StreamAppended would have.
-	spawnAndWake   func(ctx context.Context, path string, subs []string) error
+	spawnAndWake   func(ctx context.Context, path string, subs []string, listed *StreamInfo) error
 	startIfPending func(ctx context.Context, id, subID string) error
 	swept          func()
 
@@ -202,7 +202,7 @@ func (s *streamSweep) sweepStream(ctx context.Context, st StreamInfo) error {
 	for _, sub := range subs {
 		id := ConsumerID(sub, st.Path)
 		if !slices.ContainsFunc(existing, func(c *Consumer) bool { return c.ID == id }) {
-			return s.spawnAndWake(ctx, st.Path, subs)
+			return s.spawnAndWake(ctx, st.Path, subs, &st)
 		}
 	}
 	// Only consumers that look stranded are woken: the others are in a

@@ -56,6 +56,22 @@ func idleFleet(tb testing.TB, n int) (*webhooks.Engine, *countingStore, *fakeSou
 	return e, store, src
 }
 
+// Start's recovery reads each stream's consumers once, and updates none
+// that is IDLE and has acked its only stream's tail: an update locks the
+// consumer's row, and on PostgreSQL writes it, so a recovery that updated
+// every consumer wrote a million rows at each start of a million.
+func TestRecoveryUpdatesNoConsumerUpToDate(t *testing.T) {
+	ctx := context.Background()
+	e, store, src := idleFleet(t, 100)
+	src.grow("/agents/0000007", 1)
+	webhooks.RecoverForBench(ctx, e)
+	require.EqualValues(t, 100, store.lookups.Load())
+	require.EqualValues(t, 1, store.updates.Load(), "only the consumer with pending work is updated")
+	c, err := store.GetConsumer(ctx, webhooks.ConsumerID("s1", "/agents/0000007"))
+	require.NoError(t, err)
+	require.Equal(t, webhooks.StateWaking, c.State, "the stranded consumer is woken")
+}
+
 // An idle sweep reads no consumer: only the streams' listing. A stream
 // that moved is looked up, and its stranded consumer woken, and the next
 // sweep leaves it alone.
