@@ -20,8 +20,8 @@ import (
 //
 // Every sweep interval (WithSweepInterval) each engine lists the streams
 // its subscriptions match, as Start's recovery does, and keeps a hash of
-// each one's tail. A stream whose tail differs from the one the previous
-// sweep kept (or that it did not see) gets what the missed call would have
+// each one's path and tail, its mark. A stream whose mark the previous
+// sweep did not keep (its tail moved, or it is new) gets what the missed call would have
 // done: its IDLE consumers with pending work are woken, and consumers it
 // lacks are spawned. The first tails come from Start's recovery, which
 // makes up for everything committed before them. So an append committed
@@ -30,7 +30,9 @@ import (
 // engine dies.
 //
 // An idle sweep costs one StreamSource.MatchStreams per distinct pattern
-// and about 40 bytes of memory per stream, and no Store access: only
+// and 8 bytes of memory per stream (the marks, a sorted slice: a map
+// took about 40, the most of an engine's memory that grew with its
+// consumers), and no Store access: only
 // streams that moved are looked up. Streams appended to through the
 // engine are looked at once more, at the sweep after their append.
 
@@ -83,16 +85,15 @@ type streamSweep struct {
 	// match the ids of those matching a path.
 	subscriptions func() map[string]*Pattern
 	match         func(path string) []string
-	// recover is Start's recovery, which records the first tails.
-	recover func(ctx context.Context, tails map[uint64]uint64)
+	// recover is Start's recovery, which appends the first marks.
+	recover func(ctx context.Context, marks *[]uint64)
 	// spawnAndWake and startIfPending do what StreamAppended would have.
 	spawnAndWake   func(ctx context.Context, path string, subs []string, listed *StreamInfo) error
 	startIfPending func(ctx context.Context, id, subID string) error
 	swept          func()
 
-	// tails maps a stream path's hash to its tail's hash, as last checked;
-	// nil before Start's recovery has run.
-	tails map[uint64]uint64
+	// marks are the marks of the streams as last checked, sorted.
+	marks []uint64
 	// known are the subscriptions of the previous sweep: a stream gets
 	// consumers only of these, as the start-up sweep spawns only those
 	// Start loaded. A subscription created since adopts its streams
@@ -102,9 +103,26 @@ type streamSweep struct {
 
 func (s *streamSweep) hash(v string) uint64 { return maphash.String(s.seed, v) }
 
+// mark hashes a stream's path and tail. A path has no control character,
+// so the NUL between them keeps any two pairs apart.
+func (s *streamSweep) mark(st StreamInfo) uint64 {
+	var h maphash.Hash
+	h.SetSeed(s.seed)
+	_, _ = h.WriteString(st.Path)
+	_ = h.WriteByte(0)
+	_, _ = h.WriteString(st.Tail)
+	return h.Sum64()
+}
+
+// setMarks keeps marks, sorted and without repeats, as the last checked.
+func (s *streamSweep) setMarks(marks []uint64) {
+	slices.Sort(marks)
+	s.marks = slices.Clip(slices.Compact(marks))
+}
+
 // begin readies the sweep for the subscriptions Start loaded.
 func (s *streamSweep) begin(stored map[string]*Pattern) {
-	s.tails = make(map[uint64]uint64)
+	s.marks = nil
 	s.known = make(map[string]bool, len(stored))
 	for id := range stored {
 		s.known[id] = true
@@ -115,7 +133,9 @@ func (s *streamSweep) begin(stored map[string]*Pattern) {
 // then a sweep every sweep interval, until ctx ends.
 func (s *streamSweep) run(ctx context.Context, stored map[string]*Pattern) {
 	s.begin(stored)
-	s.recover(ctx, s.tails)
+	var marks []uint64
+	s.recover(ctx, &marks)
+	s.setMarks(marks)
 	s.swept()
 	t := s.clock.Ticker(s.interval)
 	defer t.Stop()
@@ -138,9 +158,10 @@ func (s *streamSweep) sweep(ctx context.Context) {
 	for _, p := range patterns {
 		distinct[p.String()] = p
 	}
-	prev := s.tails
-	seen := make(map[uint64]uint64, len(prev))
+	prev := s.marks
+	marks := make([]uint64, 0, len(prev))
 	var moved []StreamInfo
+	isMoved := make(map[uint64]bool)
 	for _, key := range slices.Sorted(maps.Keys(distinct)) {
 		streams, err := s.source.MatchStreams(ctx, distinct[key])
 		if err != nil {
@@ -152,25 +173,25 @@ func (s *streamSweep) sweep(ctx context.Context) {
 			return
 		}
 		for _, st := range streams {
-			k := s.hash(st.Path)
-			if _, dup := seen[k]; dup {
-				continue
-			}
-			tail := s.hash(st.Tail)
-			seen[k] = tail
-			if old, ok := prev[k]; (!ok || old != tail) && validateStreamPath(st.Path) == nil {
+			m := s.mark(st)
+			marks = append(marks, m)
+			if _, kept := slices.BinarySearch(prev, m); !kept && !isMoved[m] && validateStreamPath(st.Path) == nil {
+				isMoved[m] = true
 				moved = append(moved, st)
 			}
 		}
 	}
-	var failedMu sync.Mutex
+	var (
+		failedMu sync.Mutex
+		failed   = make(map[uint64]bool)
+	)
 	g := newSweepGroup()
 	for _, st := range moved {
 		ok := g.run(ctx, func() {
 			if err := s.sweepStream(ctx, st); err != nil && ctx.Err() == nil {
 				// Forgotten, so that the next sweep tries it again.
 				failedMu.Lock()
-				delete(seen, s.hash(st.Path))
+				failed[s.mark(st)] = true
 				failedMu.Unlock()
 				s.log.ErrorContext(ctx, "webhooks: stream sweep", "stream", st.Path, "error", err)
 			}
@@ -183,7 +204,7 @@ func (s *streamSweep) sweep(ctx context.Context) {
 	if ctx.Err() != nil {
 		return
 	}
-	s.tails = seen
+	s.setMarks(slices.DeleteFunc(marks, func(m uint64) bool { return failed[m] }))
 	known := make(map[string]bool, len(patterns))
 	for id := range patterns {
 		known[id] = true

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"runtime"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -189,4 +190,30 @@ func TestSweepsReadStreamsAtOnce(t *testing.T) {
 	webhooks.SweepForBench(ctx, e)
 	require.NoError(t, ctx.Err(), "the sweep read the streams one at a time")
 	require.Equal(t, n, store.most)
+}
+
+// liveHeap returns the live heap after a GC.
+func liveHeap() int64 {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return int64(ms.HeapAlloc)
+}
+
+// The stream sweep keeps 8 bytes per stream between sweeps, and what
+// Start's recovery leaves behind is that too: the memory of an engine
+// whose consumers each have a stream of their own otherwise grew with its
+// consumers, by about 40 bytes each in a map.
+func TestSweepKeepsEightBytesPerStream(t *testing.T) {
+	const n = 20_000
+	ctx := context.Background()
+	e, _, _ := idleFleet(t, n)
+	before := liveHeap()
+	webhooks.RecoverForBench(ctx, e)
+	afterRecovery := liveHeap()
+	webhooks.SweepForBench(ctx, e)
+	afterSweep := liveHeap()
+	runtime.KeepAlive(e)
+	require.LessOrEqual(t, float64(afterRecovery-before)/n, 12.0, "bytes per stream kept after the recovery")
+	require.LessOrEqual(t, float64(afterSweep-before)/n, 12.0, "bytes per stream kept after a sweep")
 }

@@ -489,14 +489,17 @@ func (e *Engine) startIfPending(ctx context.Context, id, subID string) error {
 // since adopt their streams themselves, at the tail; spawning them here
 // would race that and replay whole streams. Deadlines of WAKING and LIVE
 // consumers need no sweep: they are in the Store, and the scheduler acts
-// on overdue ones as soon as it starts. If tails is set, it records there
-// each stream's tail as listed, before it looks at its consumers: the
-// stream sweep's first tails (sweep.go). It looks at sweepWidth streams at
+// on overdue ones as soon as it starts. If marks is set, it appends there
+// each stream's mark as listed, before it looks at its consumers: the
+// stream sweep's first marks (sweep.go). It looks at sweepWidth streams at
 // once, so that a Store that merges concurrent reads reads the consumers of
 // many streams per round trip.
-func (e *Engine) recover(ctx context.Context, tails map[uint64]uint64) {
+func (e *Engine) recover(ctx context.Context, marks *[]uint64) {
 	ids := slices.Sorted(maps.Keys(e.stored))
-	seen := make(map[string]bool)
+	// Paths by hash: a million paths would take a hundred megabytes. Two
+	// that collide are told apart by the next stream sweep, which finds
+	// no mark for the second.
+	seen := make(map[uint64]bool)
 	g := newSweepGroup()
 	defer g.wait()
 	for _, id := range ids {
@@ -508,12 +511,13 @@ func (e *Engine) recover(ctx context.Context, tails map[uint64]uint64) {
 			continue
 		}
 		for _, s := range streams {
-			if seen[s.Path] {
+			h := e.sweep.hash(s.Path)
+			if seen[h] {
 				continue
 			}
-			seen[s.Path] = true
-			if tails != nil {
-				tails[e.sweep.hash(s.Path)] = e.sweep.hash(s.Tail)
+			seen[h] = true
+			if marks != nil {
+				*marks = append(*marks, e.sweep.mark(s))
 			}
 			subs := slices.DeleteFunc(e.subs.index.match(s.Path), func(sub string) bool { return e.stored[sub] == nil })
 			ok := g.run(ctx, func() {
