@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/benbjohnson/clock"
+
+	"github.com/streamhooks/webhooks/internal/startstop"
 )
 
 // The stream sweep finds appends whose StreamAppended or StreamCreated
@@ -75,6 +77,7 @@ func (g *sweepGroup) wait() { g.wg.Wait() }
 // streamSweep is the engine's part that sweeps the streams. What the
 // previous sweep saw is used only by the goroutine that sweeps.
 type streamSweep struct {
+	startstop.Base
 	source   StreamSource
 	store    Store
 	log      *slog.Logger
@@ -85,8 +88,9 @@ type streamSweep struct {
 	// match the ids of those matching a path.
 	subscriptions func() map[string]*Pattern
 	match         func(path string) []string
-	// recover is Start's recovery, which appends the first marks.
-	recover func(ctx context.Context, marks *[]uint64)
+	// stored are the subscriptions Start loaded, with their patterns: its
+	// recovery covers only these.
+	stored map[string]*Pattern
 	// spawnAndWake and startIfPending do what StreamAppended would have.
 	spawnAndWake   func(ctx context.Context, path string, subs []string, listed *StreamInfo) error
 	startIfPending func(ctx context.Context, id, subID string) error
@@ -121,18 +125,31 @@ func (s *streamSweep) setMarks(marks []uint64) {
 }
 
 // begin readies the sweep for the subscriptions Start loaded.
-func (s *streamSweep) begin(stored map[string]*Pattern) {
+func (s *streamSweep) begin() {
 	s.marks = nil
-	s.known = make(map[string]bool, len(stored))
-	for id := range stored {
+	s.known = make(map[string]bool, len(s.stored))
+	for id := range s.stored {
 		s.known[id] = true
 	}
 }
 
+// Start runs, in ctx until Stop, Start's recovery of the subscriptions
+// the engine loaded (stored) and then the sweeps.
+func (s *streamSweep) Start(ctx context.Context) {
+	ctx, ok, stopped := s.StartInit(ctx)
+	if !ok {
+		return
+	}
+	go func() {
+		defer stopped()
+		s.run(ctx)
+	}()
+}
+
 // run runs Start's recovery of the subscriptions it loaded (stored), and
 // then a sweep every sweep interval, until ctx ends.
-func (s *streamSweep) run(ctx context.Context, stored map[string]*Pattern) {
-	s.begin(stored)
+func (s *streamSweep) run(ctx context.Context) {
+	s.begin()
 	var marks []uint64
 	s.recover(ctx, &marks)
 	s.setMarks(marks)
@@ -175,7 +192,7 @@ func (s *streamSweep) sweep(ctx context.Context) {
 		for _, st := range streams {
 			m := s.mark(st)
 			marks = append(marks, m)
-			if _, kept := slices.BinarySearch(prev, m); !kept && !isMoved[m] && validateStreamPath(st.Path) == nil {
+			if _, kept := slices.BinarySearch(prev, m); !kept && !isMoved[m] && nameableStreamPath(st.Path) == nil {
 				isMoved[m] = true
 				moved = append(moved, st)
 			}
@@ -238,4 +255,55 @@ func (s *streamSweep) sweepStream(ctx context.Context, st StreamInfo) error {
 		}
 	}
 	return nil
+}
+
+// recover makes up for stream events the engine may have missed while it
+// was down: the host may have appended to or created a stream after its
+// last call reached the engine, or before Start. For the subscriptions that
+// were in the Store when Start loaded them, it spawns the consumers that matching streams lack
+// and wakes every IDLE consumer with pending work. Subscriptions created
+// since adopt their streams themselves, at the tail; spawning them here
+// would race that and replay whole streams. Deadlines of WAKING and LIVE
+// consumers need no sweep: they are in the Store, and the scheduler acts
+// on overdue ones as soon as it starts. If marks is set, it appends there
+// each stream's mark as listed, before it looks at its consumers: the
+// stream sweep's first marks. It looks at sweepWidth streams at once, so
+// that a Store that merges concurrent reads reads the consumers of many
+// streams per round trip.
+func (s *streamSweep) recover(ctx context.Context, marks *[]uint64) {
+	ids := slices.Sorted(maps.Keys(s.stored))
+	// Paths by hash: a million paths would take a hundred megabytes. Two
+	// that collide are told apart by the next stream sweep, which finds
+	// no mark for the second.
+	seen := make(map[uint64]bool)
+	g := newSweepGroup()
+	defer g.wait()
+	for _, id := range ids {
+		streams, err := s.source.MatchStreams(ctx, s.stored[id])
+		if err != nil {
+			if ctx.Err() == nil {
+				s.log.ErrorContext(ctx, "webhooks: start-up sweep: matching streams", "subscription_id", id, "error", err)
+			}
+			continue
+		}
+		for _, st := range streams {
+			h := s.hash(st.Path)
+			if seen[h] {
+				continue
+			}
+			seen[h] = true
+			if marks != nil {
+				*marks = append(*marks, s.mark(st))
+			}
+			subs := slices.DeleteFunc(s.match(st.Path), func(sub string) bool { return s.stored[sub] == nil })
+			ok := g.run(ctx, func() {
+				if err := s.spawnAndWake(ctx, st.Path, subs, &st); err != nil && ctx.Err() == nil {
+					s.log.ErrorContext(ctx, "webhooks: start-up sweep", "stream", st.Path, "error", err)
+				}
+			})
+			if !ok {
+				return
+			}
+		}
+	}
 }
