@@ -89,10 +89,11 @@ func LoadForBench(ctx context.Context, e *Engine) error {
 }
 
 // RecoverForBench runs Start's recovery on a loaded e, recording the
-// stream sweep's first tails.
+// stream sweep's first marks.
 func RecoverForBench(ctx context.Context, e *Engine) {
-	e.sweep.tails = make(map[uint64]uint64)
-	e.sweep.recover(ctx, e.sweep.tails)
+	var marks []uint64
+	e.sweep.recover(ctx, &marks)
+	e.sweep.setMarks(marks)
 }
 
 // SweepForBench runs one stream sweep of a loaded e.

@@ -379,7 +379,7 @@ func (e *Engine) streamChanged(ctx context.Context, path string) error {
 	if !e.loaded.Load() {
 		return fmt.Errorf("%w: %s is left to the start-up sweep", ErrNotStarted, path)
 	}
-	err := e.spawnAndWake(ctx, path, e.subs.index.match(path))
+	err := e.spawnAndWake(ctx, path, e.subs.index.match(path), nil)
 	if errors.Is(err, ErrStoreUnavailable) {
 		e.missed.add(path)
 	}
@@ -388,7 +388,10 @@ func (e *Engine) streamChanged(ctx context.Context, path string) error {
 
 // spawnAndWake gives path a consumer for each of subs that lacks one, and
 // wakes the IDLE consumers subscribed to path that now have pending work.
-func (e *Engine) spawnAndWake(ctx context.Context, path string, subs []string) error {
+// A sweep passes the stream as it listed it (listed), before it read the
+// consumers: those that cannot be stranded are then left alone (see
+// mayBeStranded) rather than each read and locked again in UpdateConsumer.
+func (e *Engine) spawnAndWake(ctx context.Context, path string, subs []string, listed *StreamInfo) error {
 	if err := ValidateStreamPath(path); err != nil {
 		return fmt.Errorf("webhooks: %w: it gets no consumers", err)
 	}
@@ -403,7 +406,9 @@ func (e *Engine) spawnAndWake(ctx context.Context, path string, subs []string) e
 	type consumerOf struct{ id, sub string }
 	toWake := make([]consumerOf, 0, len(existing))
 	for _, c := range existing {
-		toWake = append(toWake, consumerOf{c.ID, c.SubscriptionID})
+		if listed == nil || mayBeStranded(c, *listed) {
+			toWake = append(toWake, consumerOf{c.ID, c.SubscriptionID})
+		}
 	}
 	var errs []error
 	for _, sub := range subs {
@@ -427,6 +432,25 @@ func (e *Engine) spawnAndWake(ctx context.Context, path string, subs []string) e
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// mayBeStranded reports whether c, read after st was listed, may be IDLE
+// with pending work that no call will wake it for. One in a cycle is not:
+// its return to IDLE reads the tails and wakes it again if work is pending.
+// Nor is one whose only stream is st and that had acked st's listed tail:
+// a later append calls StreamAppended, or moves the tail that the stream
+// sweep compares with this listing. One with other streams is looked at
+// in its update, which reads all its streams' tails.
+func mayBeStranded(c *Consumer, st StreamInfo) bool {
+	if c.State != StateIdle {
+		return false
+	}
+	for _, so := range c.Streams {
+		if so.Path != st.Path {
+			return true
+		}
+	}
+	return len(pendingStreams(c, tails{st.Path: st})) > 0
 }
 
 // startIfPending starts delivering the pending work of consumer id, of
