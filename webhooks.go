@@ -68,6 +68,8 @@ type Engine struct {
 	attempts atomic.Int64
 	// sched runs the deadlines.
 	sched *scheduler
+	// ds delivers the subscriptions of the reserved __ds API.
+	ds *dsDelivery
 
 	// loaded is set once Start has set tokens, subs and stored, which are
 	// read only after it.
@@ -193,6 +195,7 @@ func New(store Store, source StreamSource, opts ...Option) (*Engine, error) {
 		swept:          e.signals.streamsSwept.Send,
 	}
 	e.keys = newWebhookKeyring(store, &cfg, e.signals.webhookKeysReread.Send)
+	e.ds = newDSDelivery(e)
 	e.x = &executor{
 		clock:          cfg.clock,
 		keys:           e.keys,
@@ -256,6 +259,11 @@ func (e *Engine) Start(ctx context.Context) error {
 	e.deliveries.Add(1)
 	go func() {
 		defer e.deliveries.Done()
+		e.ds.run(runCtx, &e.deliveries)
+	}()
+	e.deliveries.Add(1)
+	go func() {
+		defer e.deliveries.Done()
 		e.attemptLog.run(runCtx, e.log)
 	}()
 	go func() {
@@ -282,6 +290,9 @@ func (e *Engine) load(ctx context.Context) error {
 		}
 	}
 	if err := e.keys.load(ctx); err != nil {
+		return err
+	}
+	if err := e.ds.reload(ctx); err != nil {
 		return err
 	}
 	subs, err := e.store.ListSubscriptions(ctx)
@@ -372,7 +383,7 @@ func (e *Engine) streamChanged(ctx context.Context, path string) error {
 	if !e.loaded.Load() {
 		return fmt.Errorf("%w: %s is left to the start-up sweep", ErrNotStarted, path)
 	}
-	err := e.spawnAndWake(ctx, path, e.subs.index.match(path))
+	err := errors.Join(e.spawnAndWake(ctx, path, e.subs.index.match(path)), e.ds.streamChanged(ctx, path))
 	if errors.Is(err, ErrStoreUnavailable) {
 		e.missed.add(path)
 	}
@@ -534,16 +545,21 @@ func (e *Engine) removeStream(ctx context.Context, path string, before time.Time
 	return errors.Join(errs...)
 }
 
-// Handler returns a handler that serves the callback API under
+// Handler returns a handler that serves the reserved `__ds` API under
+// "{stream root}/__ds/" (WithStreamRoot) before anything else, as the
+// Durable Streams protocol requires, the callback API under
 // "{base path}/callback/", the subscription API for requests with a
 // "subscription" or "subscriptions" query parameter, and passes every other
 // request to next.
 func (e *Engine) Handler(next http.Handler) http.Handler {
 	callbacks := e.CallbackHandler()
 	subscriptions := e.SubscriptionHandler()
+	reserved := e.ReservedHandler()
 	prefix := e.cfg.callbackBase.Path + callbackSegment
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch {
+		case e.isReservedRequest(r):
+			reserved.ServeHTTP(w, r)
 		case strings.HasPrefix(r.URL.Path, prefix):
 			callbacks.ServeHTTP(w, r)
 		case isSubscriptionRequest(r):
