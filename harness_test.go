@@ -253,6 +253,7 @@ func (h *harness) startEngine(opts ...webhooks.Option) {
 	e, err := webhooks.New(h.store, source, append(base, opts...)...)
 	require.NoError(h.t, err)
 	webhooks.SignalProgress(e, h.signals())
+	webhooks.SignalDSProgress(e, h.signals())
 	h.engine = e
 	h.handler = apiHandler(h.t, e)
 	startForTest(h.t, e)

@@ -92,3 +92,10 @@ func RecoverForBench(ctx context.Context, e *Engine) {
 
 // SweepForBench runs one stream sweep of a loaded e.
 func SweepForBench(ctx context.Context, e *Engine) { e.sweep.sweep(ctx) }
+
+// SignalDSProgress makes e send on ch each time its __ds scheduler parks
+// and each time a __ds wake's attempt ends. Call it before Start.
+func SignalDSProgress(e *Engine, ch chan<- struct{}) {
+	e.signals.dsSchedulerParked.Set(ch)
+	e.signals.dsAttemptEnded.Set(ch)
+}
