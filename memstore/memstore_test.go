@@ -298,3 +298,7 @@ func TestListConsumersAcrossChunks(t *testing.T) {
 	check(webhooks.StateIdle)
 	check(webhooks.StateLive)
 }
+
+func BenchmarkDSCost(b *testing.B) {
+	storetest.BenchmarkDSCost(b, New())
+}

@@ -201,3 +201,9 @@ func TestUpdateHealthNotifiesNoWatcher(t *testing.T) {
 func BenchmarkListConsumers(b *testing.B) {
 	storetest.BenchmarkListConsumers(b, newStore(b))
 }
+
+// BenchmarkDSCost measures the DSStore's ack, link, append and wake at
+// 10, 10,000 and 100,000 links (storetest.BenchmarkDSCost).
+func BenchmarkDSCost(b *testing.B) {
+	storetest.BenchmarkDSCost(b, newStore(b))
+}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -57,6 +58,82 @@ func BenchmarkListConsumers(b *testing.B, s webhooks.Store) {
 				}
 				if len(cs) != limit {
 					b.Fatalf("got %d consumers, want %d", len(cs), limit)
+				}
+			}
+		})
+	}
+}
+
+// DSLinkCounts are the link counts BenchmarkDSCost measures at.
+var DSLinkCounts = []int{10, 10_000, 100_000}
+
+// BenchmarkDSCost measures the DSStore operations that must cost what they
+// touch, not the number of a subscription's links, on one subscription
+// with each of DSLinkCounts links: an ack (a heartbeat acking one stream),
+// a link of a new stream, an append noted on a linked stream, and a wake
+// started and ended (UpdateDSCursor, then AckDS with done). A Store that
+// keeps per-link rows behind indexes costs about the same at every count.
+// It skips a Store without webhooks.DSStore.
+func BenchmarkDSCost(b *testing.B, s webhooks.Store) {
+	d := dsStore(b, s)
+	for _, n := range DSLinkCounts {
+		id := fmt.Sprintf("s-%d", n)
+		specs := make([]webhooks.DSLinkSpec, n)
+		for i := range specs {
+			specs[i] = glob(fmt.Sprintf("events/%07d", i), 1)
+		}
+		// Linked in chunks, as an engine backfills a large pattern.
+		const chunk = 5_000
+		mustPutDS(b, d, newDSSub(id), specs[:min(chunk, n)]...)
+		for i := chunk; i < n; i += chunk {
+			mustLink(b, d, id, specs[i:min(i+chunk, n)]...)
+		}
+		gen := startWake(b, d, id, "w1", time.Time{})
+		// The streams touched are spread over the subscription's links.
+		path := func(i int) string { return fmt.Sprintf("events/%07d", (i*7919)%n) }
+		b.Run(fmt.Sprintf("links=%d/op=ack", n), func(b *testing.B) {
+			i := 0
+			for b.Loop() {
+				i++
+				if _, err := d.AckDS(b.Context(), &webhooks.AckDSParams{ID: id, Generation: gen, WakeID: "w1", Now: at(0),
+					Acks: []webhooks.DSAck{{Path: path(i), Offset: off(1 + i)}}}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(fmt.Sprintf("links=%d/op=append", n), func(b *testing.B) {
+			i := 0
+			for b.Loop() {
+				i++
+				if _, err := d.NoteDSAppend(b.Context(), &webhooks.NoteDSAppendParams{Path: path(i), Tail: off(1_000_000 + i), Now: at(0)}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(fmt.Sprintf("links=%d/op=link", n), func(b *testing.B) {
+			i := 0
+			for b.Loop() {
+				i++
+				if err := d.LinkDSStreams(b.Context(), &webhooks.LinkDSStreamsParams{ID: id,
+					Links: []webhooks.DSLinkSpec{glob(fmt.Sprintf("new/%d/%09d", n, i), 1)}}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		if _, err := d.ReleaseDS(b.Context(), &webhooks.ReleaseDSParams{ID: id, Generation: gen, WakeID: "w1", Now: at(0)}); err != nil {
+			b.Fatal(err)
+		}
+		b.Run(fmt.Sprintf("links=%d/op=wake", n), func(b *testing.B) {
+			i := 0
+			for b.Loop() {
+				i++
+				g := startWake(b, d, id, fmt.Sprintf("w-%d", i), time.Time{})
+				if g == gen {
+					b.Fatal("no new generation")
+				}
+				if _, err := d.AckDS(b.Context(), &webhooks.AckDSParams{ID: id, Generation: g, WakeID: fmt.Sprintf("w-%d", i), Now: at(0), Done: true,
+					Acks: []webhooks.DSAck{{Path: path(i), Offset: off(2_000_000 + i)}}}); err != nil {
+					b.Fatal(err)
 				}
 			}
 		})

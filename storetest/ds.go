@@ -539,7 +539,7 @@ func testDSLinksPaging(t *testing.T, s webhooks.Store) {
 	collect := func(pendingOnly bool) []string {
 		var got []string
 		after := ""
-		for {
+		for range n/page + 2 {
 			ls, err := d.ListDSLinks(t.Context(), &webhooks.ListDSLinksParams{ID: "s", After: after, Limit: page, PendingOnly: pendingOnly})
 			require.NoError(t, err)
 			require.LessOrEqual(t, len(ls), page, "a page holds at most Limit links")
@@ -552,8 +552,11 @@ func testDSLinksPaging(t *testing.T, s webhooks.Store) {
 			if len(ls) < page {
 				return got
 			}
+			require.Greater(t, ls[len(ls)-1].Path, after, "a page moves forward")
 			after = ls[len(ls)-1].Path
 		}
+		t.Fatalf("the pages did not end")
+		return nil
 	}
 	var want, wantPending []string
 	for i := range n {
