@@ -242,6 +242,12 @@ func (e *Engine) reloadSubscriptions(ctx context.Context, changed <-chan struct{
 			continue
 		}
 		added, removed, errs := e.subs.endReload(subs)
+		// The feed reports the __ds subscriptions too: their patterns
+		// link the streams appended through this engine.
+		if err := e.ds.reload(ctx); err != nil && ctx.Err() == nil {
+			errs = append(errs, err)
+			notify()
+		}
 		for _, err := range errs {
 			e.log.ErrorContext(ctx, "webhooks: reloading subscriptions", "error", err)
 		}

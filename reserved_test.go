@@ -5,9 +5,11 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -26,7 +28,7 @@ import (
 // and is told to the engine, as a host's append is.
 type appendingSource struct {
 	*fakeSource
-	h *harness
+	notify func(ctx context.Context, path string) error
 
 	mu     sync.Mutex
 	events map[string][][]byte
@@ -40,7 +42,7 @@ func (s *appendingSource) Append(ctx context.Context, path string, event []byte)
 	s.events[path] = append(s.events[path], append([]byte(nil), event...))
 	s.mu.Unlock()
 	s.grow(path, 1)
-	return s.h.engine.StreamAppended(ctx, path)
+	return s.notify(ctx, path)
 }
 
 // wakeEvents are the wake events appended to path so far.
@@ -63,7 +65,8 @@ func newDSHarness(t *testing.T, opts ...webhooks.Option) (*harness, *appendingSo
 	var src *appendingSource
 	h := &harness{t: t, clock: newMockClock(), store: memstore.New(), source: newFakeSource(), recv: newReceiver(t)}
 	h.wrap = func(f *fakeSource) webhooks.StreamSource {
-		src = &appendingSource{fakeSource: f, h: h, events: map[string][][]byte{}}
+		src = &appendingSource{fakeSource: f, events: map[string][][]byte{},
+			notify: func(ctx context.Context, path string) error { return h.engine.StreamAppended(ctx, path) }}
 		return src
 	}
 	h.startEngine(opts...)
@@ -524,4 +527,103 @@ func TestDSAndSeed001OnOneEngine(t *testing.T) {
 		Acks: streamOffsets("/events/a", offset(10)), Done: true})
 	require.Equal(t, http.StatusOK, res.status, res.raw)
 	require.Equal(t, offset(10), h.dsAcked("seed", "events/a"))
+}
+
+// Two engines on one database (SQLite, PostgreSQL), a webhook and a
+// pull-wake subscription, appends through both: no generation gets two
+// wake events or two wake ids, and no ack is lost.
+func TestDSTwoEnginesOneStore(t *testing.T) {
+	forEachBackend(t, func(t *testing.T, b instanceBackend) {
+		stores := b.open(t, 2)
+		clk := newMockClock()
+		fsrc := newFakeSource()
+		fsrc.set("/wake/pool", 0)
+		fsrc.set("/events/a", 0)
+		var engines [2]*webhooks.Engine
+		var next atomic.Int64
+		src := &appendingSource{fakeSource: fsrc, events: map[string][][]byte{}, notify: func(ctx context.Context, path string) error {
+			return engines[next.Add(1)%2].StreamAppended(ctx, path)
+		}}
+		recv := newReceiver(t)
+		for range 200 {
+			recv.queue(reply{status: http.StatusOK, body: `{"done":true}`})
+		}
+		ds := stores[0].Store.(webhooks.DSStore)
+		for _, sub := range []*webhooks.DSSubscription{
+			{ID: "hook", Type: webhooks.DSWebhook, Pattern: "events/*", WebhookURL: recv.url(), LeaseTTL: time.Second, ConfigHash: "h", CreatedAt: clk.Now()},
+			{ID: "pull", Type: webhooks.DSPullWake, Pattern: "**", WakeStream: "wake/pool", LeaseTTL: time.Second, ConfigHash: "p", CreatedAt: clk.Now()},
+		} {
+			sub.Cursor.Status = webhooks.DSActive
+			_, _, err := ds.PutDSSubscription(context.Background(), &webhooks.PutDSSubscriptionParams{Subscription: sub,
+				Links: []webhooks.DSLinkSpec{{Path: "events/a", Type: webhooks.DSLinkGlob, Offset: offset(0)}}})
+			require.NoError(t, err)
+		}
+		progressed := make(chan struct{}, 1)
+		var handlers [2]http.Handler
+		for i, s := range stores {
+			e, err := webhooks.New(s.Store, src, webhooks.WithClock(clk), webhooks.WithCallbackBaseURL(callbackBase),
+				webhooks.WithWebhookPolicy(webhooks.WebhookPolicy{AllowLoopback: true}), webhooks.WithPollInterval(testPollInterval))
+			require.NoError(t, err)
+			webhooks.SignalDSProgress(e, progressed)
+			engines[i], handlers[i] = e, e.Handler(http.NotFoundHandler())
+			startForTest(t, e)
+		}
+		const appends = 20
+		var tail string
+		for i := range appends {
+			tail = fsrc.grow("/events/a", 1)
+			require.NoError(t, engines[i%2].StreamAppended(context.Background(), "/events/a"))
+		}
+		acked := func(id string) string {
+			links, err := ds.ListDSLinks(context.Background(), &webhooks.ListDSLinksParams{ID: id, Paths: []string{"events/a"}})
+			require.NoError(t, err)
+			require.Len(t, links, 1)
+			return links[0].AckedOffset
+		}
+		wait := func(done func() bool) bool {
+			timeout := time.After(waitFor)
+			for !done() {
+				select {
+				case <-progressed:
+				case <-recv.deliveries:
+				case <-timeout:
+					return false
+				}
+			}
+			return true
+		}
+		// Each wake of the webhook answers done: the snapshots are acked.
+		require.True(t, wait(func() bool { return acked("hook") == tail }), "the webhook subscription lost an ack: %s", acked("hook"))
+		// A worker claims through either engine and acks what it sees.
+		for i := 0; acked("pull") != tail; i++ {
+			require.Less(t, i, 100, "the pull-wake subscription never caught up")
+			req := httptest.NewRequest(http.MethodPost, "/__ds/subscriptions/pull/claim", strings.NewReader(`{"worker":"w"}`))
+			rec := httptest.NewRecorder()
+			handlers[i%2].ServeHTTP(rec, req)
+			require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+			var w dsWake
+			var c struct {
+				Token string `json:"token"`
+			}
+			require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &w))
+			require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &c))
+			body := ackBody(w, true)
+			for _, s := range w.Streams {
+				body = ackBody(w, true, s.Path, s.TailOffset)
+			}
+			data, _ := json.Marshal(body)
+			req = httptest.NewRequest(http.MethodPost, "/__ds/subscriptions/pull/ack", strings.NewReader(string(data)))
+			req.Header.Set("Authorization", "Bearer "+c.Token)
+			rec = httptest.NewRecorder()
+			handlers[(i+1)%2].ServeHTTP(rec, req)
+			require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+		}
+		gens := map[float64]int{}
+		for _, ev := range src.wakeEvents("/wake/pool") {
+			gens[ev["generation"].(float64)]++
+		}
+		for g, n := range gens {
+			require.Equal(t, 1, n, "generation %v got %d wake events", g, n)
+		}
+	})
 }
