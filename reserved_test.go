@@ -580,12 +580,19 @@ func TestDSTwoEnginesOneStore(t *testing.T) {
 			require.Len(t, links, 1)
 			return links[0].AckedOffset
 		}
+		wakeIDs := map[int64]map[string]bool{} // the webhook's, by generation
 		wait := func(done func() bool) bool {
 			timeout := time.After(waitFor)
 			for !done() {
 				select {
 				case <-progressed:
-				case <-recv.deliveries:
+				case d := <-recv.deliveries:
+					var w dsWake
+					require.NoError(t, json.Unmarshal(d.body, &w))
+					if wakeIDs[w.Generation] == nil {
+						wakeIDs[w.Generation] = map[string]bool{}
+					}
+					wakeIDs[w.Generation][w.WakeID] = true
 				case <-timeout:
 					return false
 				}
@@ -617,6 +624,10 @@ func TestDSTwoEnginesOneStore(t *testing.T) {
 			rec = httptest.NewRecorder()
 			handlers[(i+1)%2].ServeHTTP(rec, req)
 			require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+		}
+		require.NotEmpty(t, wakeIDs)
+		for g, ids := range wakeIDs {
+			require.Len(t, ids, 1, "generation %d of the webhook had several wake ids", g)
 		}
 		gens := map[float64]int{}
 		for _, ev := range src.wakeEvents("/wake/pool") {
