@@ -178,6 +178,9 @@ type harness struct {
 	handler http.Handler
 	// wrap, if set, gives the engine another view of source.
 	wrap func(*fakeSource) webhooks.StreamSource
+	// dsSignals adds the __ds scheduler's and attempts' signals to
+	// progressed (reserved_test.go).
+	dsSignals bool
 	// progressed receives a token after the engines' consumer writes and
 	// ended deliveries; engines on one Store share it (see signals).
 	progressed chan struct{}
@@ -253,7 +256,9 @@ func (h *harness) startEngine(opts ...webhooks.Option) {
 	e, err := webhooks.New(h.store, source, append(base, opts...)...)
 	require.NoError(h.t, err)
 	webhooks.SignalProgress(e, h.signals())
-	webhooks.SignalDSProgress(e, h.signals())
+	if h.dsSignals {
+		webhooks.SignalDSProgress(e, h.signals())
+	}
 	h.engine = e
 	h.handler = apiHandler(h.t, e)
 	startForTest(h.t, e)

@@ -63,7 +63,7 @@ func (s *appendingSource) wakeEvents(path string) []map[string]any {
 func newDSHarness(t *testing.T, opts ...webhooks.Option) (*harness, *appendingSource) {
 	t.Helper()
 	var src *appendingSource
-	h := &harness{t: t, clock: newMockClock(), store: memstore.New(), source: newFakeSource(), recv: newReceiver(t)}
+	h := &harness{t: t, clock: newMockClock(), store: memstore.New(), source: newFakeSource(), recv: newReceiver(t), dsSignals: true}
 	h.wrap = func(f *fakeSource) webhooks.StreamSource {
 		src = &appendingSource{fakeSource: f, events: map[string][][]byte{},
 			notify: func(ctx context.Context, path string) error { return h.engine.StreamAppended(ctx, path) }}
