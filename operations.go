@@ -182,10 +182,10 @@ func (e *Engine) DeliveryLog(ctx context.Context, id string, limit int) ([]*Deli
 	if err := e.checkLoaded(); err != nil {
 		return nil, err
 	}
-	if e.attemptLog.store == nil {
+	if e.outcomes.attemptLog.store == nil {
 		return nil, nil
 	}
-	return e.attemptLog.store.ListAttempts(ctx, id, limit)
+	return e.outcomes.attemptLog.store.ListAttempts(ctx, id, limit)
 }
 
 // attemptJSON is a delivery attempt as the API shows it.

@@ -203,7 +203,7 @@ func WithStreamRoot(root string) Option {
 		if root != "" && (!strings.HasPrefix(root, "/") || strings.Contains(root, "/"+dsReservedSegment+"/") || strings.HasSuffix(root, "/"+dsReservedSegment)) {
 			return fmt.Errorf("WithStreamRoot: %q must be a path starting with '/', outside %s", root, dsReservedSegment)
 		}
-		if err := validateStreamPath(root + "/x"); root != "" && err != nil {
+		if err := ValidateStreamPath(root + "/x"); root != "" && err != nil {
 			return fmt.Errorf("WithStreamRoot: %w", err)
 		}
 		c.streamRoot = root

@@ -144,9 +144,6 @@ func checkRelativePath(field, p string) error {
 	if first, _, _ := strings.Cut(p, "/"); first == dsReservedSegment {
 		return invalid(field, "stream path %.64q is in the reserved %s namespace", p, dsReservedSegment)
 	}
-	if err := validateStreamPath("/" + p); err != nil {
-		return invalid(field, "%v", err)
-	}
 	if err := ValidateStreamPath("/" + p); err != nil {
 		return asInvalid(field, err)
 	}

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/streamhooks/webhooks/internal/startstop"
 )
 
 // Delivery of the reserved `__ds` subscriptions (upstream protocol,
@@ -96,9 +98,12 @@ type dsOutcome struct {
 
 // dsDelivery runs the `__ds` subscriptions' deliveries on one engine.
 type dsDelivery struct {
+	startstop.Base
 	e     *Engine
 	store DSStore
 	kick  chan struct{}
+	// sends are the wakes being sent, which Stop waits for.
+	sends sync.WaitGroup
 
 	mu sync.RWMutex
 	// subs are the live subscriptions, for glob matching on appends.
@@ -234,15 +239,29 @@ func (d *dsDelivery) streamChanged(ctx context.Context, path string) error {
 	return errors.Join(errs...)
 }
 
-// run is the scheduler: it acts on every due subscription, then waits for
-// the next due time or a poke.
-func (d *dsDelivery) run(ctx context.Context, wg *sync.WaitGroup) {
+// Start runs the scheduler in ctx until Stop; without a DSStore it does
+// nothing.
+func (d *dsDelivery) Start(ctx context.Context) {
 	if d.store == nil {
 		return
 	}
+	run, ok, stopped := d.StartInit(ctx)
+	if !ok {
+		return
+	}
+	go func() {
+		defer stopped()
+		defer d.sends.Wait()
+		d.run(run)
+	}()
+}
+
+// run is the scheduler: it acts on every due subscription, then waits for
+// the next due time or a poke.
+func (d *dsDelivery) run(ctx context.Context) {
 	for {
 		wait := time.Duration(-1)
-		if err := d.runDue(ctx, wg); err != nil {
+		if err := d.runDue(ctx); err != nil {
 			d.e.log.WarnContext(ctx, "webhooks: __ds scheduler: the store failed; retrying", "error", err)
 			wait = storeErrorRetry
 		} else if next, ok, err := d.store.NextDSDeadline(ctx); err != nil {
@@ -267,14 +286,14 @@ func (d *dsDelivery) run(ctx context.Context, wg *sync.WaitGroup) {
 }
 
 // runDue acts on the subscriptions due now.
-func (d *dsDelivery) runDue(ctx context.Context, wg *sync.WaitGroup) error {
+func (d *dsDelivery) runDue(ctx context.Context) error {
 	for {
 		due, err := d.store.DueDSSubscriptions(ctx, d.e.clock.Now(), dsDueBatch)
 		if err != nil {
 			return err
 		}
 		for _, c := range due {
-			if err := d.step(ctx, wg, c.ID); err != nil && !errors.Is(err, ErrDSSubscriptionNotFound) {
+			if err := d.step(ctx, c.ID); err != nil && !errors.Is(err, ErrDSSubscriptionNotFound) {
 				return err
 			}
 		}
@@ -287,7 +306,7 @@ func (d *dsDelivery) runDue(ctx context.Context, wg *sync.WaitGroup) error {
 // step is the transition of due subscription id: an expired lease ends
 // its wake; pending work with no wake starts one; a wake whose attempt is
 // due is sent again. Only the engine whose transition committed sends.
-func (d *dsDelivery) step(ctx context.Context, wg *sync.WaitGroup, id string) error {
+func (d *dsDelivery) step(ctx context.Context, id string) error {
 	sub, err := d.store.GetDSSubscription(ctx, id)
 	if err != nil {
 		return err
@@ -327,9 +346,9 @@ func (d *dsDelivery) step(ctx context.Context, wg *sync.WaitGroup, id string) er
 		return err
 	}
 	w := *send
-	wg.Add(1)
+	d.sends.Add(1)
 	go func() {
-		defer wg.Done()
+		defer d.sends.Done()
 		d.deliver(ctx, sub, mech, w)
 	}()
 	return nil

@@ -468,7 +468,7 @@ func (e *Engine) adoptExistingStreams(ctx context.Context, pattern *Pattern, id,
 		return fmt.Errorf("listing streams matching %s: %w", pattern, err)
 	}
 	for _, s := range streams {
-		if validateStreamPath(s.Path) != nil {
+		if nameableStreamPath(s.Path) != nil {
 			continue // as in StreamCreated
 		}
 		offset := s.Tail

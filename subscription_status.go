@@ -137,10 +137,11 @@ const consumerPage = 500
 func (m *cursorMachine) resume(c *Consumer, sub *Subscription, t tails, now time.Time) change {
 	switch {
 	case c.State == stateDelivering && !c.InFlight && c.Deadline.IsZero():
-		if m.tooOld(c, m.retryPolicy(sub), now) {
+		mech := mechanismOf(sub)
+		if m.tooOld(c, m.retryPolicyOf(sub, mech), now) {
 			return m.deadLetter(c)
 		}
-		m.startAttempt(c, sub, now)
+		m.startAttempt(c, sub, mech, now)
 		return changeSend
 	case c.State == StateIdle:
 		return m.start(c, sub, t, now)
