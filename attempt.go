@@ -160,7 +160,7 @@ func (p *pipeline) runDelivery(a *attempt) {
 // or sent stays in flight in the Store and times out, to be retried, as a
 // lost POST does; so does one cut short by Stop.
 func (p *pipeline) deliver(ctx context.Context, c *Consumer, sub *Subscription, mech mechanism) string {
-	ctx, span := p.tel.tracer.Start(ctx, mech.spanName(), trace.WithAttributes(consumerAttrs(c)...))
+	ctx, span := p.tel.tracer.Start(ctx, mech.spanName(), trace.WithAttributes(deliveryAttrs(c, sub)...))
 	defer span.End()
 	msg, err := mech.prepare(ctx, p.x, c, sub)
 	if err != nil {
@@ -172,7 +172,7 @@ func (p *pipeline) deliver(ctx context.Context, c *Consumer, sub *Subscription, 
 		return ""
 	}
 	if msg.batch != nil {
-		p.tel.batchSent(ctx, c, len(msg.batch.Events))
+		p.tel.batchSent(ctx, c, sub, len(msg.batch.Events))
 	}
 	var (
 		received    func()
@@ -193,7 +193,7 @@ func (p *pipeline) deliver(ctx context.Context, c *Consumer, sub *Subscription, 
 	if ctx.Err() != nil {
 		return ""
 	}
-	p.tel.delivered(ctx, span, c, resp.outcome, resp.failure, resp.latency)
+	p.tel.delivered(ctx, span, c, sub, resp.outcome, resp.failure, resp.latency)
 	r := msg.result
 	r.failure, r.done = resp.failure, resp.outcome == outcomeDone
 	switch {

@@ -19,14 +19,16 @@ import (
 // Status and Events, whose MaxAttempts was then a field of the options;
 // version 3 moves it to Retry and adds
 // Signature, PreviousSecret, PreviousSecretExpiresAt, Retry and RateLimit;
-// version 4 adds Handler at the end; version 5, which MarshalData writes,
-// adds after it, for event push, the filter's Expression and the Columns.
+// version 4 adds Handler at the end; version 5 adds after it, for event
+// push, the filter's Expression and the Columns; version 6, which
+// MarshalData writes, adds Tenant at the end.
 const (
 	subscriptionDataV1 = 1
 	subscriptionDataV2 = 2
 	subscriptionDataV3 = 3
 	subscriptionDataV4 = 4
 	subscriptionDataV5 = 5
+	subscriptionDataV6 = 6
 )
 
 var errCorruptSubscriptionData = errors.New("webhooks: corrupt subscription data")
@@ -36,7 +38,7 @@ var errCorruptSubscriptionData = errors.New("webhooks: corrupt subscription data
 // Health. It fails for a time outside the years 1678 to 2262.
 // Only Store implementations call it; applications never need to.
 func (s *Subscription) MarshalData() ([]byte, error) {
-	b := []byte{subscriptionDataV5}
+	b := []byte{subscriptionDataV6}
 	b = appendString(b, string(s.Delivery))
 	b = appendString(b, string(s.Status))
 	b = appendString(b, string(s.Signature))
@@ -68,6 +70,8 @@ func (s *Subscription) MarshalData() ([]byte, error) {
 			b = appendString(b, c)
 		}
 	}
+	// Version 6.
+	b = appendString(b, s.Tenant)
 	return b, nil
 }
 
@@ -107,7 +111,7 @@ func (s *Subscription) UnmarshalData(data []byte) error {
 	if len(data) > 0 {
 		d := decoder{b: data}
 		version := d.byte()
-		if version < subscriptionDataV1 || version > subscriptionDataV5 {
+		if version < subscriptionDataV1 || version > subscriptionDataV6 {
 			return errCorruptSubscriptionData
 		}
 		out.Delivery = DeliveryMode(d.string())
@@ -120,7 +124,7 @@ func (s *Subscription) UnmarshalData(data []byte) error {
 				out.Retry = &RetryPolicy{MaxAttempts: int(d.varint())}
 				d.eventsFilter(out.Events)
 			}
-		case subscriptionDataV3, subscriptionDataV4, subscriptionDataV5:
+		case subscriptionDataV3, subscriptionDataV4, subscriptionDataV5, subscriptionDataV6:
 			out.Status = SubscriptionStatus(d.string())
 			out.Signature = SignatureScheme(d.string())
 			out.PreviousSecret = d.string()
@@ -138,6 +142,9 @@ func (s *Subscription) UnmarshalData(data []byte) error {
 			}
 			if version >= subscriptionDataV5 && out.Events != nil {
 				d.eventsSelection(out.Events)
+			}
+			if version >= subscriptionDataV6 {
+				out.Tenant = d.string()
 			}
 		}
 		if d.err != nil || len(d.b) != 0 {

@@ -66,6 +66,9 @@ type Engine struct {
 	signals signals
 	// ds delivers the subscriptions of the reserved __ds API.
 	ds *dsDelivery
+	// tenantCreate serializes the creates that count against a tenant's
+	// limit (Tenancy.MaxSubscriptions).
+	tenantCreate sync.Mutex
 
 	// loaded is set once Start has set tokens and subs, which are
 	// read only after it.

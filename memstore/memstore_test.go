@@ -302,3 +302,7 @@ func TestListConsumersAcrossChunks(t *testing.T) {
 func BenchmarkDSCost(b *testing.B) {
 	storetest.BenchmarkDSCost(b, New())
 }
+
+func BenchmarkDSCostRatio(b *testing.B) {
+	storetest.BenchmarkDSCostRatio(b, New())
+}

@@ -82,3 +82,9 @@ func BenchmarkListConsumers(b *testing.B) {
 func BenchmarkDSCost(b *testing.B) {
 	storetest.BenchmarkDSCost(b, sqlOpen(b, filepath.Join(b.TempDir(), "hooks.db")))
 }
+
+// BenchmarkDSCostRatio reports the DSStore's cost at 100,000 links as a
+// ratio of its cost at 10 (storetest.BenchmarkDSCostRatio).
+func BenchmarkDSCostRatio(b *testing.B) {
+	storetest.BenchmarkDSCostRatio(b, sqlOpen(b, filepath.Join(b.TempDir(), "hooks.db")))
+}

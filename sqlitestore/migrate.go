@@ -160,7 +160,10 @@ CREATE TABLE ds_subscriptions (
 CREATE INDEX ds_subscriptions_by_due ON ds_subscriptions (due_at, id) WHERE due_at IS NOT NULL AND deleted = 0;
 
 CREATE TABLE ds_links (
-	subscription_id TEXT NOT NULL REFERENCES ds_subscriptions (id),
+	-- No foreign key: a subscription row is never deleted (a delete
+	-- tombstones it and drops its links itself), and the key's check
+	-- would probe the links on every upsert of a subscription.
+	subscription_id TEXT NOT NULL,
 	path            TEXT NOT NULL,
 	link_type       INTEGER NOT NULL, -- webhooks.DSLinkType flags
 	acked_offset    TEXT NOT NULL,

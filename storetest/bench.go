@@ -80,9 +80,11 @@ func BenchmarkDSCost(b *testing.B, s webhooks.Store) {
 		id := fmt.Sprintf("s-%d", n)
 		specs := make([]webhooks.DSLinkSpec, n)
 		for i := range specs {
-			specs[i] = glob(fmt.Sprintf("events/%07d", i), 1)
+			specs[i] = glob(fmt.Sprintf("events/%d/%07d", n, i), 1)
 		}
-		// Linked in chunks, as an engine backfills a large pattern.
+		// Linked in chunks, as an engine backfills a large pattern. Each
+		// subscription has streams of its own, so that an append
+		// concerns one.
 		const chunk = 5_000
 		mustPutDS(b, d, newDSSub(id), specs[:min(chunk, n)]...)
 		for i := chunk; i < n; i += chunk {
@@ -90,7 +92,7 @@ func BenchmarkDSCost(b *testing.B, s webhooks.Store) {
 		}
 		gen := startWake(b, d, id, "w1", time.Time{})
 		// The streams touched are spread over the subscription's links.
-		path := func(i int) string { return fmt.Sprintf("events/%07d", (i*7919)%n) }
+		path := func(i int) string { return fmt.Sprintf("events/%d/%07d", n, (i*7919)%n) }
 		b.Run(fmt.Sprintf("links=%d/op=ack", n), func(b *testing.B) {
 			i := 0
 			for b.Loop() {
@@ -137,5 +139,78 @@ func BenchmarkDSCost(b *testing.B, s webhooks.Store) {
 				}
 			}
 		})
+	}
+}
+
+// BenchmarkDSCostRatio measures what BenchmarkDSCost does, for a shared
+// machine: the link counts take turns, in rounds of batches, and each
+// operation's fastest batch per count is kept, so that load that comes
+// and goes weighs on every count alike. It reports, per operation, the
+// fastest batch's time per call at each count (ns/ack@10, …) and the
+// ratio of the largest count's to the smallest's (ack-ratio, …), which
+// is about 1 for a Store whose calls cost what they touch.
+func BenchmarkDSCostRatio(b *testing.B, s webhooks.Store) {
+	d := dsStore(b, s)
+	type sub struct {
+		id  string
+		n   int
+		gen int64
+	}
+	var subs []*sub
+	for _, n := range DSLinkCounts {
+		id := fmt.Sprintf("r-%d", n)
+		specs := make([]webhooks.DSLinkSpec, n)
+		for i := range specs {
+			specs[i] = glob(fmt.Sprintf("events/%d/%07d", n, i), 1)
+		}
+		const chunk = 5_000
+		mustPutDS(b, d, newDSSub(id), specs[:min(chunk, n)]...)
+		for i := chunk; i < n; i += chunk {
+			mustLink(b, d, id, specs[i:min(i+chunk, n)]...)
+		}
+		subs = append(subs, &sub{id: id, n: n, gen: startWake(b, d, id, "w1", time.Time{})})
+	}
+	const batch = 50
+	ops := []string{"ack", "append", "link"}
+	best := map[string]time.Duration{}
+	seq := 0
+	run := func(sb *sub, op string) {
+		for range batch {
+			seq++
+			path := fmt.Sprintf("events/%d/%07d", sb.n, (seq*7919)%sb.n)
+			var err error
+			switch op {
+			case "ack":
+				_, err = d.AckDS(b.Context(), &webhooks.AckDSParams{ID: sb.id, Generation: sb.gen, WakeID: "w1", Now: at(0),
+					Acks: []webhooks.DSAck{{Path: path, Offset: off(1 + seq)}}})
+			case "append":
+				_, err = d.NoteDSAppend(b.Context(), &webhooks.NoteDSAppendParams{Path: path, Tail: off(1_000_000 + seq), Now: at(0)})
+			case "link":
+				err = d.LinkDSStreams(b.Context(), &webhooks.LinkDSStreamsParams{ID: sb.id,
+					Links: []webhooks.DSLinkSpec{glob(fmt.Sprintf("new/%09d", seq), 1)}})
+			}
+			if err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	for b.Loop() {
+		for _, op := range ops {
+			for _, sb := range subs {
+				start := time.Now()
+				run(sb, op)
+				key := fmt.Sprintf("%s@%d", op, sb.n)
+				if el := time.Since(start); best[key] == 0 || el < best[key] {
+					best[key] = el
+				}
+			}
+		}
+	}
+	lo, hi := DSLinkCounts[0], DSLinkCounts[len(DSLinkCounts)-1]
+	for _, op := range ops {
+		for _, n := range DSLinkCounts {
+			b.ReportMetric(float64(best[fmt.Sprintf("%s@%d", op, n)].Nanoseconds())/batch, fmt.Sprintf("ns/%s@%d", op, n))
+		}
+		b.ReportMetric(float64(best[fmt.Sprintf("%s@%d", op, hi)])/float64(best[fmt.Sprintf("%s@%d", op, lo)]), op+"-ratio")
 	}
 }
