@@ -181,6 +181,9 @@ type harness struct {
 	// beforeStart, if set, is called with each engine before it starts,
 	// to turn on the signals a test waits on.
 	beforeStart func(e *webhooks.Engine)
+	// dsSignals adds the __ds scheduler's and attempts' signals to
+	// progressed (reserved_test.go).
+	dsSignals bool
 	// progressed receives a token after the engines' consumer writes and
 	// ended deliveries; engines on one Store share it (see signals).
 	progressed chan struct{}
@@ -258,6 +261,9 @@ func (h *harness) startEngine(opts ...webhooks.Option) {
 	webhooks.SignalProgress(e, h.signals())
 	if h.beforeStart != nil {
 		h.beforeStart(e)
+	}
+	if h.dsSignals {
+		webhooks.SignalDSProgress(e, h.signals())
 	}
 	h.engine = e
 	h.handler = apiHandler(h.t, e)

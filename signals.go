@@ -32,4 +32,10 @@ type signals struct {
 	// webhookKeysReread: the periodic reread of the webhook signing keys
 	// ended.
 	webhookKeysReread testsignal.Signal
+	// dsSchedulerParked: the __ds scheduler waits for its timer or a
+	// poke.
+	dsSchedulerParked testsignal.Signal
+	// dsAttemptEnded: a __ds wake was sent, or failed to be, and its
+	// outcome applied.
+	dsAttemptEnded testsignal.Signal
 }

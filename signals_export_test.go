@@ -101,3 +101,10 @@ func SweepForBench(ctx context.Context, e *Engine) { e.sweep.sweep(ctx) }
 
 // ReceiptGrace is how long a 2xx's receipt waits for a body on its way.
 const ReceiptGrace = receiptGrace
+
+// SignalDSProgress makes e send on ch each time its __ds scheduler parks
+// and each time a __ds wake's attempt ends. Call it before Start.
+func SignalDSProgress(e *Engine, ch chan<- struct{}) {
+	e.signals.dsSchedulerParked.Set(ch)
+	e.signals.dsAttemptEnded.Set(ch)
+}
