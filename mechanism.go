@@ -35,6 +35,11 @@ type mechanism interface {
 	// revive is the transition of dead letter c, its failures forgotten,
 	// back to delivering from its cursor.
 	revive(m *cursorMachine, c *Consumer, sub *Subscription, t tails, now time.Time) change
+	// skips reports whether its consumers may skip a delivery they give
+	// up on (ExhaustedSkip); skip is that transition of delivering
+	// consumer c, or noChange if c cannot skip, and so stops.
+	skips() bool
+	skip(m *cursorMachine, c *Consumer, now time.Time) change
 	// attemptTimeout is how long an attempt may stay in flight before it
 	// counts as failed; requestTimeout is how long its transport waits.
 	attemptTimeout(m *cursorMachine, sub *Subscription) time.Duration

@@ -74,6 +74,13 @@ func (pushMechanism) revive(m *cursorMachine, c *Consumer, sub *Subscription, t 
 	return m.retryBatch(c, sub, now)
 }
 
+// skips is true: a batch has bounds to record and move past.
+func (pushMechanism) skips() bool { return true }
+
+func (pushMechanism) skip(m *cursorMachine, c *Consumer, now time.Time) change {
+	return m.skipBatch(c, now)
+}
+
 // attemptTimeout is the transport's own timeout and a grace, so that an
 // engine that is alive always ends its attempt before another may send the
 // batch again.
@@ -167,7 +174,7 @@ func (m *cursorMachine) openWindow(c *Consumer, until time.Time) change {
 
 // startBatch starts c's batch up to limit, under a new delivery id.
 func (m *cursorMachine) startBatch(c *Consumer, sub *Subscription, limit ReadLimit, now time.Time) change {
-	c.Batch = limit
+	c.Batch, c.BatchEnd = limit, ""
 	return m.begin(c, sub, newDeliveryID(), now)
 }
 
@@ -203,7 +210,7 @@ func (m *cursorMachine) applyBatch(c *Consumer, sub *Subscription, r attemptResu
 	c.State = StateIdle
 	c.InFlight = false
 	c.Attempt = 0
-	c.Batch = ReadLimit{}
+	c.Batch, c.BatchEnd = ReadLimit{}, ""
 	c.Deadline = time.Time{}
 	if r.cut {
 		c.Deadline = now

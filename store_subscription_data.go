@@ -19,14 +19,17 @@ import (
 // Status and Events, whose MaxAttempts was then a field of the options;
 // version 3 moves it to Retry and adds
 // Signature, PreviousSecret, PreviousSecretExpiresAt, Retry and RateLimit;
-// version 4 adds Handler at the end; version 5, which MarshalData writes,
-// adds after it, for event push, the filter's Expression and the Columns.
+// version 4 adds Handler at the end; version 5 adds after it, for event
+// push, the filter's Expression and the Columns; version 6, which
+// MarshalData writes, adds at the end the retry policy's ClientErrors and
+// OnExhausted.
 const (
 	subscriptionDataV1 = 1
 	subscriptionDataV2 = 2
 	subscriptionDataV3 = 3
 	subscriptionDataV4 = 4
 	subscriptionDataV5 = 5
+	subscriptionDataV6 = 6
 )
 
 var errCorruptSubscriptionData = errors.New("webhooks: corrupt subscription data")
@@ -36,7 +39,7 @@ var errCorruptSubscriptionData = errors.New("webhooks: corrupt subscription data
 // Health. It fails for a time outside the years 1678 to 2262.
 // Only Store implementations call it; applications never need to.
 func (s *Subscription) MarshalData() ([]byte, error) {
-	b := []byte{subscriptionDataV5}
+	b := []byte{subscriptionDataV6}
 	b = appendString(b, string(s.Delivery))
 	b = appendString(b, string(s.Status))
 	b = appendString(b, string(s.Signature))
@@ -68,6 +71,13 @@ func (s *Subscription) MarshalData() ([]byte, error) {
 			b = appendString(b, c)
 		}
 	}
+	// Version 6: the retry policy's 4xx and exhaustion options.
+	var retry RetryPolicy
+	if s.Retry != nil {
+		retry = *s.Retry
+	}
+	b = appendString(b, string(retry.ClientErrors))
+	b = appendString(b, string(retry.OnExhausted))
 	return b, nil
 }
 
@@ -107,7 +117,7 @@ func (s *Subscription) UnmarshalData(data []byte) error {
 	if len(data) > 0 {
 		d := decoder{b: data}
 		version := d.byte()
-		if version < subscriptionDataV1 || version > subscriptionDataV5 {
+		if version < subscriptionDataV1 || version > subscriptionDataV6 {
 			return errCorruptSubscriptionData
 		}
 		out.Delivery = DeliveryMode(d.string())
@@ -120,7 +130,7 @@ func (s *Subscription) UnmarshalData(data []byte) error {
 				out.Retry = &RetryPolicy{MaxAttempts: int(d.varint())}
 				d.eventsFilter(out.Events)
 			}
-		case subscriptionDataV3, subscriptionDataV4, subscriptionDataV5:
+		case subscriptionDataV3, subscriptionDataV4, subscriptionDataV5, subscriptionDataV6:
 			out.Status = SubscriptionStatus(d.string())
 			out.Signature = SignatureScheme(d.string())
 			out.PreviousSecret = d.string()
@@ -138,6 +148,9 @@ func (s *Subscription) UnmarshalData(data []byte) error {
 			}
 			if version >= subscriptionDataV5 && out.Events != nil {
 				d.eventsSelection(out.Events)
+			}
+			if version >= subscriptionDataV6 {
+				d.retryOptions(out.Retry)
 			}
 		}
 		if d.err != nil || len(d.b) != 0 {
@@ -159,6 +172,19 @@ func (d *decoder) retryPolicy() *RetryPolicy {
 	r.MaxAttempts = int(d.varint())
 	r.MaxAge = time.Duration(d.varint())
 	return r
+}
+
+// retryOptions reads the retry policy's version 6 options into r, which
+// must be set if they are.
+func (d *decoder) retryOptions(r *RetryPolicy) {
+	clientErrors, onExhausted := ClientErrorPolicy(d.string()), ExhaustedAction(d.string())
+	if r == nil {
+		if clientErrors != "" || onExhausted != "" {
+			d.err = errCorruptData
+		}
+		return
+	}
+	r.ClientErrors, r.OnExhausted = clientErrors, onExhausted
 }
 
 // eventsOptions reads the options' numbers, which every version begins
