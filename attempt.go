@@ -3,6 +3,8 @@ package webhooks
 import (
 	"context"
 	"errors"
+	"fmt"
+	"slices"
 
 	"go.opentelemetry.io/otel/trace"
 )
@@ -116,9 +118,10 @@ func (e *Engine) deliver(ctx context.Context, c *Consumer, sub *Subscription) st
 	if ctx.Err() != nil {
 		return ""
 	}
+	resp = checkAck(msg, resp)
 	e.tel.delivered(ctx, span, c, resp.outcome, resp.failure, resp.latency)
 	r := msg.result
-	r.failure, r.done = resp.failure, resp.outcome == outcomeDone
+	r.failure, r.done, r.ack = resp.failure, resp.outcome == outcomeDone, resp.ack
 	switch {
 	case r.failure != nil:
 		// A failure counts only if it ended the attempt in flight: one
@@ -186,4 +189,19 @@ func (e *Engine) record(ctx context.Context, c *Consumer, sub *Subscription, r a
 		e.log.ErrorContext(ctx, "webhooks: recording a delivery outcome", "consumer_id", c.ID, "error", err)
 	}
 	return stored, applied, err
+}
+
+// checkAck checks the offset that resp, a 2xx, acknowledged msg up to
+// (AckResponse): one of msg's acks, or a failure of the whole message. A
+// message that takes no partial acknowledgement ignores it.
+func checkAck(msg *message, resp response) response {
+	switch {
+	case resp.failure != nil || resp.ack == "" || msg.acks == nil:
+		resp.ack = ""
+	case !slices.Contains(msg.acks, resp.ack):
+		resp.outcome = outcomeBadAck
+		resp.failure = &deliveryFailure{class: failBadAck, err: fmt.Errorf("acknowledged offset %q is not one of the batch's", resp.ack)}
+		resp.ack = ""
+	}
+	return resp
 }

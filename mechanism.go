@@ -137,6 +137,11 @@ type message struct {
 	// headers are sub's custom headers, which the signed ones win over.
 	headers map[string]string
 	timeout time.Duration
+	// acks are the offsets a 2xx may acknowledge up to, AckResponse's
+	// {"offset": …}: an event-push batch's events' and its end. Nil for
+	// a mechanism that takes no partial acknowledgement, whose answers'
+	// offsets are ignored.
+	acks []string
 	// onReceipt is set if an accepted message is recorded at once,
 	// before the transport has the rest of its answer.
 	onReceipt bool
@@ -163,6 +168,9 @@ type attemptResult struct {
 	// have waited their window already.
 	next string
 	cut  bool
+	// ack, if set, is the offset of the batch's event up to which a 2xx
+	// acknowledged it (AckResponse), one of message.acks.
+	ack string
 }
 
 // needsTails reports whether applying r may start new work, and so reads
