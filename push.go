@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strconv"
 	"time"
@@ -106,11 +107,11 @@ func (pushMechanism) defaultRetry(*cursorMachine) RetryPolicy {
 // the filter does not match. A batch with nothing left to send moves the
 // cursor without a POST.
 func (p pushMechanism) prepare(ctx context.Context, x *executor, c *Consumer, sub *Subscription) (*message, error) {
-	batch, events, offsets, err := x.readBatch(ctx, c, sub)
+	batch, sel, err := x.readBatch(ctx, c, sub)
 	if err != nil {
 		return nil, &failedStep{"reading a batch", err}
 	}
-	trace.SpanFromContext(ctx).SetAttributes(attribute.Int("webhooks.events", len(events)))
+	trace.SpanFromContext(ctx).SetAttributes(attribute.Int("webhooks.events", len(sel.events)))
 	msg := &message{
 		result: attemptResult{
 			epoch:      c.Epoch,
@@ -124,21 +125,28 @@ func (p pushMechanism) prepare(ctx context.Context, x *executor, c *Consumer, su
 		timeout: p.requestTimeout(x.cursors, sub),
 		// A 2xx may acknowledge up to an event's offset, or the whole
 		// batch.
-		acks: append(slices.Clip(offsets), batch.Next),
+		acks: append(slices.Clip(sel.offsets), batch.Next),
 	}
-	if len(events) == 0 {
+	if len(sel.events) == 0 {
 		return msg, nil
+	}
+	if sel.eventType != "" {
+		msg.headers = maps.Clone(msg.headers)
+		if msg.headers == nil {
+			msg.headers = map[string]string{}
+		}
+		msg.headers[receiver.EventTypeHeader] = sel.eventType
 	}
 	msg.batch = &Batch{
 		EventsPayload: receiver.EventsPayload{
 			SubscriptionID: sub.ID,
 			Stream:         c.PrimaryStream,
 			DeliveryID:     c.WakeID,
-			Events:         events,
+			Events:         sel.events,
 			FirstOffset:    c.Streams[0].Offset,
 			Offset:         batch.Next,
 			UpToDate:       batch.Next == c.Batch.Until,
-			Offsets:        offsets,
+			Offsets:        sel.offsets,
 		},
 		Attempt:     c.Attempt,
 		MaxAttempts: x.cursors.retryPolicy(sub).MaxAttempts,
@@ -286,25 +294,25 @@ func appendJSONString(b []byte, s string) []byte {
 // they go in the payload, with their offsets if the source gives them
 // (selectEvents). A read and filtering that outlive the attempt's timeout stop, so that no
 // source or event holds a goroutine for longer than an attempt.
-func (x *executor) readBatch(ctx context.Context, c *Consumer, sub *Subscription) (EventBatch, []json.RawMessage, []string, error) {
+func (x *executor) readBatch(ctx context.Context, c *Consumer, sub *Subscription) (EventBatch, selection, error) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	timer := x.clock.AfterFunc(pushMechanism{}.requestTimeout(x.cursors, sub), func() { cancel(errRequestTimeout) })
 	defer timer.Stop()
 	reader, ok := x.source.(EventReader)
 	if !ok {
-		return EventBatch{}, nil, nil, errors.New("the StreamSource cannot read events (EventReader)")
+		return EventBatch{}, selection{}, errors.New("the StreamSource cannot read events (EventReader)")
 	}
 	if len(c.Streams) == 0 {
-		return EventBatch{}, nil, nil, errors.New("the consumer has no stream")
+		return EventBatch{}, selection{}, errors.New("the consumer has no stream")
 	}
 	batch, err := reader.ReadEvents(ctx, c.PrimaryStream, c.Streams[0].Offset, c.Batch)
 	if err != nil {
-		return EventBatch{}, nil, nil, fmt.Errorf("reading %s: %w", c.PrimaryStream, err)
+		return EventBatch{}, selection{}, fmt.Errorf("reading %s: %w", c.PrimaryStream, err)
 	}
-	events, offsets, err := x.selectEvents(ctx, c, sub, batch)
+	sel, err := x.selectEvents(ctx, c, sub, batch)
 	if err != nil {
-		return EventBatch{}, nil, nil, err
+		return EventBatch{}, selection{}, err
 	}
-	return batch, events, offsets, nil
+	return batch, sel, nil
 }
