@@ -31,7 +31,7 @@ func ExampleRetryPolicy_skip() {
 		Pattern:  "/orders/*",
 		Webhook:  "https://hooks.example.com/orders",
 		Delivery: webhooks.DeliveryEvents,
-		Events:   &webhooks.EventsOptions{MaxBatchEvents: 100},
+		Events:   &webhooks.EventsOptions{MaxBatchEvents: 100, MaxBatchBytes: 1 << 20, Timeout: 10 * time.Second},
 		Retry: &webhooks.RetryPolicy{
 			Schedule:     []time.Duration{time.Second, time.Minute},
 			MaxAttempts:  5,
