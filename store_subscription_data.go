@@ -21,8 +21,8 @@ import (
 // Signature, PreviousSecret, PreviousSecretExpiresAt, Retry and RateLimit;
 // version 4 adds Handler at the end; version 5 adds after it, for event
 // push, the filter's Expression and the Columns; version 6, which
-// MarshalData writes, adds at the end the retry policy's ClientErrors and
-// OnExhausted.
+// MarshalData writes, adds Tenant at the end, then the retry policy's
+// ClientErrors and OnExhausted.
 const (
 	subscriptionDataV1 = 1
 	subscriptionDataV2 = 2
@@ -71,7 +71,8 @@ func (s *Subscription) MarshalData() ([]byte, error) {
 			b = appendString(b, c)
 		}
 	}
-	// Version 6: the retry policy's 4xx and exhaustion options.
+	// Version 6.
+	b = appendString(b, s.Tenant)
 	var retry RetryPolicy
 	if s.Retry != nil {
 		retry = *s.Retry
@@ -150,6 +151,7 @@ func (s *Subscription) UnmarshalData(data []byte) error {
 				d.eventsSelection(out.Events)
 			}
 			if version >= subscriptionDataV6 {
+				out.Tenant = d.string()
 				d.retryOptions(out.Retry)
 			}
 		}

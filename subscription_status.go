@@ -14,13 +14,17 @@ import (
 // resumes each consumer from its cursor.
 
 // immutable says why a change to a field no update may make is refused.
-const immutable = "delivery, signature, secret and status cannot be changed by an update; delete and re-create the subscription, rotate its secret, or pause or resume it"
+const immutable = "id, pattern, delivery, signature, secret, tenant and status cannot be changed by an update; delete and re-create the subscription, rotate its secret, or pause or resume it"
 
 // PauseSubscription pauses subscription id: its consumers start no new
 // delivery until ResumeSubscription. It returns the subscription as
-// stored, or ErrSubscriptionNotFound.
+// stored, or ErrSubscriptionNotFound, also for another tenant's than
+// ctx's (WithTenant), as every call on a subscription does.
 func (e *Engine) PauseSubscription(ctx context.Context, id string) (*Subscription, error) {
 	if err := e.checkLoaded(); err != nil {
+		return nil, err
+	}
+	if err := e.inScope(ctx, id); err != nil {
 		return nil, err
 	}
 	sub, err := e.store.UpdateSubscription(ctx, id, func(s *Subscription) error {
@@ -43,6 +47,9 @@ func (e *Engine) PauseSubscription(ctx context.Context, id string) (*Subscriptio
 // subscription as stored, or ErrSubscriptionNotFound.
 func (e *Engine) ResumeSubscription(ctx context.Context, id string) (*Subscription, error) {
 	if err := e.checkLoaded(); err != nil {
+		return nil, err
+	}
+	if err := e.inScope(ctx, id); err != nil {
 		return nil, err
 	}
 	if _, err := e.store.UpdateHealth(ctx, id, func(h *SubscriptionHealth) {
@@ -78,7 +85,8 @@ func (e *Engine) ResumeSubscription(ctx context.Context, id string) (*Subscripti
 // webhook, description and options, and returns it as stored. The result
 // is checked as a create's is, the webhook URL by the engine's policy too;
 // an invalid one changes nothing and returns the error, as does an fn that
-// changes the delivery mode, signature scheme, secrets or status. Cursors
+// changes the ID, pattern, delivery mode, signature scheme, secrets,
+// tenant or status. Cursors
 // are kept; a batch in flight keeps the limits it started with. It returns
 // ErrSubscriptionNotFound if there is no such subscription.
 func (e *Engine) UpdateSubscription(ctx context.Context, id string, fn func(s *Subscription) error) (*Subscription, error) {
@@ -86,15 +94,15 @@ func (e *Engine) UpdateSubscription(ctx context.Context, id string, fn func(s *S
 		return nil, err
 	}
 	sub, err := e.store.UpdateSubscription(ctx, id, func(s *Subscription) error {
+		if !visible(ctx, s) {
+			return ErrSubscriptionNotFound
+		}
 		before := s.Clone()
 		if err := fn(s); err != nil {
 			return err
 		}
-		if s.Delivery.orDefault() != before.Delivery.orDefault() || s.signature() != before.signature() ||
-			s.Secret != before.Secret || s.PreviousSecret != before.PreviousSecret ||
-			!s.PreviousSecretExpiresAt.Equal(before.PreviousSecretExpiresAt) || s.status() != before.status() ||
-			(s.Events == nil) != (before.Events == nil) {
-			return invalid(immutableField(before, s), "%s", immutable)
+		if field := immutableField(before, s); field != "" {
+			return invalid(field, "%s", immutable)
 		}
 		return e.validate(s)
 	})
@@ -139,10 +147,11 @@ const consumerPage = 500
 func (m *cursorMachine) resume(c *Consumer, sub *Subscription, t tails, now time.Time) change {
 	switch {
 	case c.State == stateDelivering && !c.InFlight && c.Deadline.IsZero():
-		if m.tooOld(c, m.retryPolicy(sub), now) {
+		mech := mechanismOf(sub)
+		if m.tooOld(c, m.retryPolicyOf(sub, mech), now) {
 			return m.deadLetter(c)
 		}
-		m.startAttempt(c, sub, now)
+		m.startAttempt(c, sub, mech, now)
 		return changeSend
 	case c.State == StateIdle:
 		return m.start(c, sub, t, now)
@@ -152,16 +161,25 @@ func (m *cursorMachine) resume(c *Consumer, sub *Subscription, t tails, now time
 }
 
 // immutableField names the first field that no update may change and that
-// fn changed from before to after.
+// fn changed from before to after, or "" if it changed none.
 func immutableField(before, after *Subscription) string {
 	switch {
+	case after.ID != before.ID:
+		return "id"
+	case after.Pattern != before.Pattern:
+		return "pattern"
 	case after.Delivery.orDefault() != before.Delivery.orDefault() || (after.Events == nil) != (before.Events == nil):
 		return "delivery"
 	case after.signature() != before.signature():
 		return "signature"
 	case after.status() != before.status():
 		return "status"
-	default:
+	case after.Tenant != before.Tenant:
+		return "tenant"
+	case after.Secret != before.Secret || after.PreviousSecret != before.PreviousSecret ||
+		!after.PreviousSecretExpiresAt.Equal(before.PreviousSecretExpiresAt):
 		return "secret"
+	default:
+		return ""
 	}
 }

@@ -40,6 +40,7 @@ func newSub(id string) *webhooks.Subscription {
 			ClientErrors: webhooks.FailClientErrors, OnExhausted: webhooks.ExhaustedSkip},
 		RateLimit: 600,
 		Handler:   "handler-" + id,
+		Tenant:    "tenant-" + id,
 		Events: &webhooks.EventsOptions{
 			MaxBatchEvents: 100,
 			MaxBatchBytes:  1 << 20,
