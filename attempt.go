@@ -3,7 +3,9 @@ package webhooks
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -204,10 +206,11 @@ func (p *pipeline) deliver(ctx context.Context, c *Consumer, sub *Subscription, 
 	if ctx.Err() != nil {
 		return
 	}
+	resp = checkAck(msg, resp)
 	answered(resp.outcome)
 	p.tel.delivered(ctx, span, c, sub, resp.outcome, resp.failure, resp.latency)
 	r := msg.result
-	r.failure, r.done = resp.failure, resp.outcome == outcomeDone
+	r.failure, r.done, r.ack = resp.failure, resp.outcome == outcomeDone, resp.ack
 	switch {
 	case r.failure != nil:
 		// A failure counts only if it ended the attempt in flight: one
@@ -246,4 +249,19 @@ func (p *pipeline) stepFailed(ctx context.Context, c *Consumer, err error) {
 		step, err = f.step, f.err
 	}
 	p.log.ErrorContext(ctx, "webhooks: "+step, "consumer_id", c.ID, "error", err)
+}
+
+// checkAck checks the offset that resp, a 2xx, acknowledged msg up to
+// (AckResponse): one of msg's acks, or a failure of the whole message. A
+// message that takes no partial acknowledgement ignores it.
+func checkAck(msg *message, resp response) response {
+	switch {
+	case resp.failure != nil || resp.ack == "" || msg.acks == nil:
+		resp.ack = ""
+	case !slices.Contains(msg.acks, resp.ack):
+		resp.outcome = outcomeBadAck
+		resp.failure = &deliveryFailure{class: failBadAck, err: fmt.Errorf("acknowledged offset %q is not one of the batch's", resp.ack)}
+		resp.ack = ""
+	}
+	return resp
 }

@@ -49,6 +49,8 @@ type fakeSource struct {
 	events  map[string][][]byte // a JSON stream's events
 	bytes   map[string][]byte   // a byte stream's bytes
 	reads   int                 // ReadEvents calls
+	// eventOffsets makes ReadEvents give a JSON stream's events' offsets.
+	eventOffsets bool
 }
 
 func newFakeSource() *fakeSource {

@@ -100,6 +100,9 @@ type response struct {
 	status  int              // 0 if no response arrived
 	// preview is the start of the response body, for the delivery log.
 	preview string
+	// ack is the offset a 2xx acknowledged up to, AckResponse's; empty
+	// for the whole message.
+	ack     string
 	sentAt  time.Time
 	latency time.Duration
 }
@@ -147,19 +150,24 @@ func (x *executor) post(ctx context.Context, url string, header http.Header, bod
 		return r
 	}
 	receipt := x.receipt(resp, accepted)
-	// Only a body read whole can finish the wake: a "done" in a body cut
-	// short or past the limit may not be what the receiver meant, and
-	// auto-acking on it could lose events.
+	// Only a body read whole can finish the wake or acknowledge part of a
+	// batch: a "done" or an "offset" in a body cut short or past the limit
+	// may not be what the receiver meant, and acking on it could lose
+	// events.
 	data, err := io.ReadAll(io.LimitReader(resp.Body, MaxWebhookResponseBytes+1))
 	r.preview = responsePreview(data)
-	var d receiver.DoneResponse
-	done := err == nil && len(data) <= MaxWebhookResponseBytes && json.Unmarshal(data, &d) == nil && d.Done
-	receipt.bodyRead(done)
-	if done {
-		r.outcome = outcomeDone
-		return r
+	var d struct {
+		receiver.DoneResponse
+		receiver.AckResponse
 	}
 	r.outcome = outcomeOK
+	if err == nil && len(data) <= MaxWebhookResponseBytes && json.Unmarshal(data, &d) == nil {
+		r.ack = d.Offset
+		if d.Done {
+			r.outcome = outcomeDone
+		}
+	}
+	receipt.bodyRead(r.outcome == outcomeDone)
 	return r
 }
 
