@@ -14,7 +14,8 @@ func dataSubscription() *Subscription {
 	return &Subscription{
 		Delivery: DeliveryEvents, Events: dataEvents(), Status: StatusPaused, Signature: SignatureStandard,
 		PreviousSecret: "whsec_old", PreviousSecretExpiresAt: time.Unix(1_800_000_000, 5).UTC(),
-		Retry:     &RetryPolicy{Schedule: []time.Duration{time.Second, time.Minute}, MaxAttempts: 7, MaxAge: time.Hour},
+		Retry: &RetryPolicy{Schedule: []time.Duration{time.Second, time.Minute}, MaxAttempts: 7, MaxAge: time.Hour,
+			ClientErrors: RetryTransientClientErrors, OnExhausted: ExhaustedSkip},
 		RateLimit: 1000, Handler: "inbox", Tenant: "acme", adopted: true,
 	}
 }
@@ -58,34 +59,36 @@ func TestSubscriptionDataRoundTrip(t *testing.T) {
 
 // The released formats never change, and every one of them reads.
 func TestSubscriptionDataKnownAnswers(t *testing.T) {
-	// Version 6 is version 5's fields, then the tenant, "acme", and that
+	// Version 6 is version 5's fields, then the tenant, "acme", and the
+	// retry policy's client_errors, "transient", and on_exhausted, "skip", and that
 	// the existing streams are adopted.
-	const v6 = "06066576656e747306706175736564087374616e646172640977687365635f6f6c64018a80a0bbd29df1fa31d00f010280a8d6b90780e0ba84bf030e8080c58bc6d10101c8010180bcc1960b80a8d6b907020d417574686f72697a6174696f6e0942656172657220c3bc03582d4201320109646174612e7479706502076f726465722e2a00" + "05696e626f78" + "0b6576656e742e6e203e2031" + "02026964" + "09646174612e74797065" + "0461636d65" + "01"
+	const v5Fields = "066576656e747306706175736564087374616e646172640977687365635f6f6c64018a80a0bbd29df1fa31d00f010280a8d6b90780e0ba84bf030e8080c58bc6d10101c8010180bcc1960b80a8d6b907020d417574686f72697a6174696f6e0942656172657220c3bc03582d4201320109646174612e7479706502076f726465722e2a00" + "05696e626f78" + "0b6576656e742e6e203e2031" + "02026964" + "09646174612e74797065"
+	const v6 = "06" + v5Fields + "0461636d65" + "097472616e7369656e74" + "04736b6970" + "01"
 	require.Equal(t, v6, hex.EncodeToString(marshal(t, dataSubscription())))
 
 	// Version 5 is version 4's fields, then the filter's expression,
 	// "event.n > 1", and the columns, "id" and "data.type".
-	v5, err := hex.DecodeString("05066576656e747306706175736564087374616e646172640977687365635f6f6c64018a80a0bbd29df1fa31d00f010280a8d6b90780e0ba84bf030e8080c58bc6d10101c8010180bcc1960b80a8d6b907020d417574686f72697a6174696f6e0942656172657220c3bc03582d4201320109646174612e7479706502076f726465722e2a00" + "05696e626f78" + "0b6576656e742e6e203e2031" + "02026964" + "09646174612e74797065")
+	v5, err := hex.DecodeString("05" + v5Fields)
 	require.NoError(t, err)
 	s := dataSubscription()
 	require.NoError(t, s.UnmarshalData(v5))
-	want := dataSubscription()
+	want := withoutRetryOptions(dataSubscription())
 	want.Tenant, want.adopted = "", false
-	require.Equal(t, want, s, "version 5 has no tenant, nor the adoption's mark")
+	require.Equal(t, want, s, "version 5 has no tenant, no 4xx or exhaustion options, no adoption mark")
 
 	// Version 4 is version 3's fields, then the handler's name: "inbox".
 	v4, err := hex.DecodeString("04066576656e747306706175736564087374616e646172640977687365635f6f6c64018a80a0bbd29df1fa31d00f010280a8d6b90780e0ba84bf030e8080c58bc6d10101c8010180bcc1960b80a8d6b907020d417574686f72697a6174696f6e0942656172657220c3bc03582d4201320109646174612e7479706502076f726465722e2a00" + "05696e626f78")
 	require.NoError(t, err)
 	s = dataSubscription()
 	require.NoError(t, s.UnmarshalData(v4))
-	want = withoutSelection(dataSubscription())
+	want = withoutRetryOptions(withoutSelection(dataSubscription()))
 	require.Equal(t, want, s, "version 4 has no expression or columns")
 
 	v3, err := hex.DecodeString("03066576656e747306706175736564087374616e646172640977687365635f6f6c64018a80a0bbd29df1fa31d00f010280a8d6b90780e0ba84bf030e8080c58bc6d10101c8010180bcc1960b80a8d6b907020d417574686f72697a6174696f6e0942656172657220c3bc03582d4201320109646174612e7479706502076f726465722e2a00")
 	require.NoError(t, err)
 	s = dataSubscription()
 	require.NoError(t, s.UnmarshalData(v3))
-	want = withoutSelection(dataSubscription())
+	want = withoutRetryOptions(withoutSelection(dataSubscription()))
 	want.Handler = ""
 	require.Equal(t, want, s, "version 3 has no handler")
 
@@ -113,10 +116,26 @@ func withoutSelection(s *Subscription) *Subscription {
 	return s
 }
 
-// Version 5 data that holds an expression without a filter is corrupt.
+// withoutRetryOptions is s without what version 6 added: its retry
+// policy's ClientErrors and OnExhausted.
+func withoutRetryOptions(s *Subscription) *Subscription {
+	s.Retry.ClientErrors, s.Retry.OnExhausted = "", ""
+	return s
+}
+
+// Data that holds an expression without a filter is corrupt.
 func TestSubscriptionDataExpressionWithoutFilter(t *testing.T) {
 	s := &Subscription{Delivery: DeliveryEvents, Events: &EventsOptions{}}
-	data := append(marshal(t, s)[:len(marshal(t, s))-3], 1, 'x', 0, 0)
+	data := marshal(t, s)
+	data = append(data[:len(data)-5], 1, 'x', 0, 0, 0, 0)
+	out := &Subscription{ID: "s1"}
+	require.ErrorIs(t, out.UnmarshalData(data), errCorruptSubscriptionData)
+}
+
+// Data that holds retry options without a retry policy is corrupt.
+func TestSubscriptionDataRetryOptionsWithoutPolicy(t *testing.T) {
+	data := marshal(t, &Subscription{Delivery: DeliveryEvents})
+	data = append(data[:len(data)-2], 4, 's', 'k', 'i', 'p', 0)
 	out := &Subscription{ID: "s1"}
 	require.ErrorIs(t, out.UnmarshalData(data), errCorruptSubscriptionData)
 }
