@@ -343,15 +343,29 @@ func TestInstancesSweepGivesStreamsCreatedInTheFeedsWindowTheirConsumers(t *test
 		// A subscription whose creator has not finished adopting its
 		// streams (it has not marked them adopted) gets none from the
 		// sweep: it would replay the streams the adoption has not reached.
+		// The sweep keeps the new stream's tail meanwhile; once the mark
+		// is set, the next sweep looks at the stream again and gives it
+		// its consumer, before its first event.
+		const task, taskID = "/tasks/1", "s2:%2Ftasks%2F1"
 		require.NoError(t, c.stores[1].CreateSubscription(context.Background(),
-			&webhooks.Subscription{ID: "s2", Pattern: "/agents/*", Webhook: hook.url(), Secret: "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"}))
+			&webhooks.Subscription{ID: "s2", Pattern: "/tasks/*", Webhook: hook.url(), Secret: "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"}))
 		for !slices.Contains(webhooks.KnownSubscriptions(c.engines[1]), "s2") {
 			awaitSignal(t, c.reloaded[1], "a reload with s2")
 		}
+		c.source.set(task, 2)
 		c.stepTo(1, c.clock.Now().Add(sweepInterval))
 		awaitSignal(t, c.swept[1], "a sweep that knows s2")
-		_, err := c.stores[1].GetConsumer(context.Background(), "s2:%2Fagents%2Fold")
-		require.ErrorIs(t, err, webhooks.ErrConsumerNotFound)
+		_, err := c.stores[1].GetConsumer(context.Background(), taskID)
+		require.ErrorIs(t, err, webhooks.ErrConsumerNotFound, "no consumer before the adoption's mark")
+
+		require.NoError(t, webhooks.MarkAdopted(context.Background(), c.stores[1].Store, "s2"))
+		c.stepTo(1, c.clock.Now().Add(sweepInterval))
+		p = hook.next(t)
+		require.Equal(t, taskID, p.n.ConsumerID)
+		require.Equal(t, []string{task}, p.n.TriggeredBy)
+		c.waitConsumer(1, taskID, func(co *webhooks.Consumer) bool {
+			return co.State == webhooks.StateIdle && co.Streams[0].Offset == offset(2)
+		})
 	})
 }
 

@@ -108,3 +108,13 @@ func SignalDSProgress(e *Engine, ch chan<- struct{}) {
 	e.signals.dsSchedulerParked.Set(ch)
 	e.signals.dsAttemptEnded.Set(ch)
 }
+
+// MarkAdopted marks subscription id in store as the engine that creates it
+// does once it has adopted the streams that existed.
+func MarkAdopted(ctx context.Context, store Store, id string) error {
+	_, err := store.UpdateSubscription(ctx, id, func(s *Subscription) error {
+		s.adopted = true
+		return nil
+	})
+	return err
+}
