@@ -127,7 +127,7 @@ func changedSub(id string) *webhooks.Subscription {
 
 func testSubscriptionFields(t *testing.T, s webhooks.Store) {
 	full := newSub("full")
-	requireAllSet(t, full, subHealthApart)
+	requireAllSet(t, full, subHealthApart, subAdopted)
 	bare := &webhooks.Subscription{ID: "bare", Pattern: "/x", Webhook: "https://example.com/"}
 	mustCreateSub(t, s, full, bare)
 	for _, want := range []*webhooks.Subscription{full, bare} {

@@ -109,7 +109,7 @@ func testDurableEmpty(t *testing.T, r *reopener) {
 
 func testDurableEverything(t *testing.T, r *reopener) {
 	f := newDurableFixture()
-	requireAllSet(t, f.subs[0], subHealthApart)
+	requireAllSet(t, f.subs[0], subHealthApart, subAdopted)
 	requireAllSet(t, f.consumers[0])
 	f.store(t, r.cur)
 	for range 2 {

@@ -118,6 +118,11 @@ func requireAllSet(t *testing.T, v any, except ...string) {
 // CreateSubscription ignores: the fixtures leave it zero.
 const subHealthApart = "Health"
 
+// subAdopted names the unexported Subscription field that only the engine
+// sets, which the fixtures cannot: a Store keeps it in MarshalData's value
+// as any other, and the engine's tests of two engines check it round-trips.
+const subAdopted = "adopted"
+
 // fullHealth sets every field of SubscriptionHealth to a value no store
 // produces by accident.
 func fullHealth() webhooks.SubscriptionHealth {
