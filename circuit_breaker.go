@@ -122,7 +122,7 @@ func (e *Engine) disable(ctx context.Context, id, reason string) {
 	sub, err := e.store.UpdateSubscription(ctx, id, func(s *Subscription) error {
 		changed = s.status() == StatusActive
 		if changed {
-			s.Status = StatusDisabled
+			s.Status, s.UpdatedAt = StatusDisabled, e.clock.Now()
 		}
 		return nil
 	})

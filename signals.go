@@ -30,4 +30,6 @@ type signals struct {
 	// webhookKeysReread: the periodic reread of the webhook signing keys
 	// ended.
 	webhookKeysReread testsignal.Signal
+	// challengesChecked: the verifier sent the challenges that were due.
+	challengesChecked testsignal.Signal
 }

@@ -19,24 +19,26 @@ import (
 // Status and Events, whose MaxAttempts was then a field of the options;
 // version 3 moves it to Retry and adds
 // Signature, PreviousSecret, PreviousSecretExpiresAt, Retry and RateLimit;
-// version 4 adds Handler at the end; version 5, which MarshalData writes,
-// adds after it, for event push, the filter's Expression and the Columns.
+// version 4 adds Handler at the end; version 5 adds after it, for event
+// push, the filter's Expression and the Columns; version 6, which
+// MarshalData writes, adds at the end Name, UpdatedAt and Verification.
 const (
 	subscriptionDataV1 = 1
 	subscriptionDataV2 = 2
 	subscriptionDataV3 = 3
 	subscriptionDataV4 = 4
 	subscriptionDataV5 = 5
+	subscriptionDataV6 = 6
 )
 
 var errCorruptSubscriptionData = errors.New("webhooks: corrupt subscription data")
 
 // MarshalData encodes the fields of s that a Store keeps no column for:
 // every field but ID, Pattern, Webhook, Description, Secret, CreatedAt and
-// Health. It fails for a time outside the years 1678 to 2262.
+// Health. Name and UpdatedAt need no column, as no Store queries them. It fails for a time outside the years 1678 to 2262.
 // Only Store implementations call it; applications never need to.
 func (s *Subscription) MarshalData() ([]byte, error) {
-	b := []byte{subscriptionDataV5}
+	b := []byte{subscriptionDataV6}
 	b = appendString(b, string(s.Delivery))
 	b = appendString(b, string(s.Status))
 	b = appendString(b, string(s.Signature))
@@ -67,6 +69,27 @@ func (s *Subscription) MarshalData() ([]byte, error) {
 		for _, c := range ev.Columns {
 			b = appendString(b, c)
 		}
+	}
+	return appendVerificationBlock(b, s)
+}
+
+// appendVerificationBlock appends what version 6 added: Name, UpdatedAt
+// and Verification.
+func appendVerificationBlock(b []byte, s *Subscription) ([]byte, error) {
+	b = appendString(b, s.Name)
+	b, err := appendTime(b, s.UpdatedAt)
+	if err != nil {
+		return nil, err
+	}
+	b = appendBool(b, s.Verification != nil)
+	if v := s.Verification; v != nil {
+		b = binary.AppendVarint(b, int64(v.Attempts))
+		for _, t := range []time.Time{v.NextAttemptAt, v.ExpiresAt} {
+			if b, err = appendTime(b, t); err != nil {
+				return nil, err
+			}
+		}
+		b = appendString(b, v.LastError)
 	}
 	return b, nil
 }
@@ -107,7 +130,7 @@ func (s *Subscription) UnmarshalData(data []byte) error {
 	if len(data) > 0 {
 		d := decoder{b: data}
 		version := d.byte()
-		if version < subscriptionDataV1 || version > subscriptionDataV5 {
+		if version < subscriptionDataV1 || version > subscriptionDataV6 {
 			return errCorruptSubscriptionData
 		}
 		out.Delivery = DeliveryMode(d.string())
@@ -120,7 +143,7 @@ func (s *Subscription) UnmarshalData(data []byte) error {
 				out.Retry = &RetryPolicy{MaxAttempts: int(d.varint())}
 				d.eventsFilter(out.Events)
 			}
-		case subscriptionDataV3, subscriptionDataV4, subscriptionDataV5:
+		case subscriptionDataV3, subscriptionDataV4, subscriptionDataV5, subscriptionDataV6:
 			out.Status = SubscriptionStatus(d.string())
 			out.Signature = SignatureScheme(d.string())
 			out.PreviousSecret = d.string()
@@ -138,6 +161,9 @@ func (s *Subscription) UnmarshalData(data []byte) error {
 			}
 			if version >= subscriptionDataV5 && out.Events != nil {
 				d.eventsSelection(out.Events)
+			}
+			if version >= subscriptionDataV6 {
+				d.verificationBlock(&out)
 			}
 		}
 		if d.err != nil || len(d.b) != 0 {
@@ -206,5 +232,14 @@ func (d *decoder) eventsSelection(ev *EventsOptions) {
 		for i := range ev.Columns {
 			ev.Columns[i] = d.string()
 		}
+	}
+}
+
+// verificationBlock reads what version 6 added into s.
+func (d *decoder) verificationBlock(s *Subscription) {
+	s.Name = d.string()
+	s.UpdatedAt = d.time()
+	if d.byte() == 1 {
+		s.Verification = &Verification{Attempts: int(d.varint()), NextAttemptAt: d.time(), ExpiresAt: d.time(), LastError: d.string()}
 	}
 }

@@ -83,6 +83,8 @@ type Engine struct {
 	sweep      *streamSweep
 	lanes      *lanes
 	deliveries sync.WaitGroup
+	// verifyKick has the verifier look for due challenges at once.
+	verifyKick chan struct{}
 
 	mu      sync.Mutex
 	running bool
@@ -140,13 +142,14 @@ func New(store Store, source StreamSource, opts ...Option) (*Engine, error) {
 		transport = policy.Guard(transport)
 	}
 	e := &Engine{
-		store:  store,
-		source: source,
-		cfg:    cfg,
-		clock:  cfg.clock,
-		log:    cfg.logger,
-		tel:    tel,
-		done:   make(chan struct{}),
+		store:      store,
+		source:     source,
+		cfg:        cfg,
+		clock:      cfg.clock,
+		log:        cfg.logger,
+		tel:        tel,
+		done:       make(chan struct{}),
+		verifyKick: make(chan struct{}, 1),
 	}
 	e.sched = &scheduler{
 		clock:        cfg.clock,
@@ -245,6 +248,7 @@ func (e *Engine) Start(ctx context.Context) error {
 	e.sched.beat.Store(e.clock.Now().UnixNano())
 	e.metrics.start(ctx, runCtx, &e.deliveries)
 	e.keys.start(runCtx, &e.deliveries)
+	e.startVerifier(runCtx, &e.deliveries)
 	// Stop waits for the start-up sweep and the stream sweeps as it does
 	// for deliveries.
 	e.deliveries.Add(1)
