@@ -282,7 +282,7 @@ func (e *Engine) sendChallenge(ctx context.Context, sub *Subscription) string {
 		return "internal error"
 	}
 	if f := resp.failure; f != nil {
-		return f.detail()
+		return f.reason()
 	}
 	var answer receiver.ChallengeResponse
 	if json.Unmarshal([]byte(resp.preview), &answer) != nil ||

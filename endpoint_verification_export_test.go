@@ -1,0 +1,8 @@
+package webhooks
+
+// SignalChallengesChecked makes e send on ch after each pass of its
+// verifier over the challenges due. Call it before Start.
+func SignalChallengesChecked(e *Engine, ch chan<- struct{}) { e.signals.challengesChecked.Set(ch) }
+
+// ChallengeTick is how often an engine looks for challenges due.
+const ChallengeTick = challengeTick
