@@ -6,3 +6,7 @@ func SignalChallengesChecked(e *Engine, ch chan<- struct{}) { e.signals.challeng
 
 // ChallengeTick is how often an engine looks for challenges due.
 const ChallengeTick = challengeTick
+
+// Challenge has e claim and send the challenge of subscription id if the
+// Store says it is due, whatever e's own view of it.
+func Challenge(e *Engine, id string) error { return e.challenge(e.runCtx, id) }

@@ -396,6 +396,8 @@ func TestVerificationOneChallengeAcrossEngines(t *testing.T) {
 	secret := clientSecret(t)
 	ce := newChallengeEndpoint(t, secret, clk.Now)
 	hold := make(chan struct{})
+	var release sync.Once
+	t.Cleanup(func() { release.Do(func() { close(hold) }) }) // before the server closes
 	ce.set(0, hold)
 	// Stored pending and due before either engine starts, so that both
 	// find it due at their first tick.
@@ -405,8 +407,11 @@ func TestVerificationOneChallengeAcrossEngines(t *testing.T) {
 	}))
 	checked := []chan struct{}{make(chan struct{}, 1), make(chan struct{}, 1)}
 	h := newVerifyHarness(t, store, clk, checked[0])
+	engines := []*webhooks.Engine{h.engine}
 	h.startVerifyEngine(checked[1])
+	engines = append(engines, h.engine)
 
+	// At their first tick, one engine claims it, sends it, and is held.
 	clk.Add(webhooks.ChallengeTick)
 	ce.nextChallenge(t)
 	// One engine's pass ends while the other's challenge is held: it sent
@@ -417,8 +422,20 @@ func TestVerificationOneChallengeAcrossEngines(t *testing.T) {
 	case <-time.After(waitFor):
 		t.Fatal("both engines sent the challenge")
 	}
+	// Neither sends it again while it is claimed, even asked directly,
+	// whatever its own view of the subscription.
+	for _, e := range engines {
+		again := make(chan error, 1)
+		go func() { again <- webhooks.Challenge(e, "s1") }()
+		select {
+		case err := <-again:
+			require.NoError(t, err)
+		case <-ce.challenges:
+			t.Fatal("an engine sent the claimed challenge")
+		}
+	}
 	require.Empty(t, ce.challenges, "one challenge at a time")
-	close(hold)
+	release.Do(func() { close(hold) })
 	timeout := time.After(waitFor)
 	for {
 		s, err := store.GetSubscription(context.Background(), "s1")
