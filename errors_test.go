@@ -133,6 +133,21 @@ func TestGoAPITypedErrors(t *testing.T) {
 			})
 			return err
 		}},
+		{"pattern", func() error {
+			// A stored pattern that the running engine would not match by.
+			_, err := h.engine.UpdateSubscription(ctx, "s1", func(s *webhooks.Subscription) error {
+				s.Pattern = "/other/*"
+				return nil
+			})
+			return err
+		}},
+		{"id", func() error {
+			_, err := h.engine.UpdateSubscription(ctx, "s1", func(s *webhooks.Subscription) error {
+				s.ID = "s9"
+				return nil
+			})
+			return err
+		}},
 		{"overlap_ms", func() error {
 			_, err := h.engine.RotateSecret(ctx, "s1", -time.Second)
 			return err

@@ -121,7 +121,9 @@ func newCluster(t *testing.T, stores []sharedStore, opts ...webhooks.Option) *cl
 	t.Helper()
 	c := &cluster{t: t, clock: newMockClock(), source: newFakeSource(), stores: stores, progressed: make(chan struct{}, 1)}
 	for _, s := range stores {
-		e, err := webhooks.New(s, c.source, append([]webhooks.Option{
+		// The handle itself, not the wrapper, whose embedding would hide
+		// the optional capabilities (SubscriptionFeed, Leaser, …).
+		e, err := webhooks.New(s.Store, c.source, append([]webhooks.Option{
 			webhooks.WithClock(c.clock),
 			webhooks.WithCallbackBaseURL(callbackBase),
 			webhooks.WithWebhookPolicy(webhooks.WebhookPolicy{AllowLoopback: true}),

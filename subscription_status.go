@@ -14,7 +14,7 @@ import (
 // resumes each consumer from its cursor.
 
 // immutable says why a change to a field no update may make is refused.
-const immutable = "delivery, signature, secret and status cannot be changed by an update; delete and re-create the subscription, rotate its secret, or pause or resume it"
+const immutable = "id, pattern, delivery, signature, secret and status cannot be changed by an update; delete and re-create the subscription, rotate its secret, or pause or resume it"
 
 // PauseSubscription pauses subscription id: its consumers start no new
 // delivery until ResumeSubscription. It returns the subscription as
@@ -98,8 +98,8 @@ func (e *Engine) resumeConsumers(ctx context.Context, sub *Subscription) error {
 // UpdatedAt the time of the change. The result
 // is checked as a create's is, the webhook URL by the engine's policy too;
 // an invalid one changes nothing and returns the error, as does an fn that
-// changes the delivery mode, signature scheme, secrets, status or
-// verification. Cursors
+// changes the ID, pattern, delivery mode, signature scheme, secrets,
+// status or verification. Cursors
 // are kept; a batch in flight keeps the limits it started with. It returns
 // ErrSubscriptionNotFound if there is no such subscription.
 func (e *Engine) UpdateSubscription(ctx context.Context, id string, fn func(s *Subscription) error) (*Subscription, error) {
@@ -111,11 +111,8 @@ func (e *Engine) UpdateSubscription(ctx context.Context, id string, fn func(s *S
 		if err := fn(s); err != nil {
 			return err
 		}
-		if s.Delivery.orDefault() != before.Delivery.orDefault() || s.signature() != before.signature() ||
-			s.Secret != before.Secret || s.PreviousSecret != before.PreviousSecret ||
-			!s.PreviousSecretExpiresAt.Equal(before.PreviousSecretExpiresAt) || s.status() != before.status() ||
-			(s.Events == nil) != (before.Events == nil) || !sameVerification(s.Verification, before.Verification) {
-			return invalid(immutableField(before, s), "%s", immutable)
+		if field := immutableField(before, s); field != "" {
+			return invalid(field, "%s", immutable)
 		}
 		s.UpdatedAt = e.clock.Now()
 		return e.validate(s)
@@ -174,17 +171,24 @@ func (m *cursorMachine) resume(c *Consumer, sub *Subscription, t tails, now time
 }
 
 // immutableField names the first field that no update may change and that
-// fn changed from before to after.
+// fn changed from before to after, or "" if it changed none.
 func immutableField(before, after *Subscription) string {
 	switch {
+	case after.ID != before.ID:
+		return "id"
+	case after.Pattern != before.Pattern:
+		return "pattern"
 	case after.Delivery.orDefault() != before.Delivery.orDefault() || (after.Events == nil) != (before.Events == nil):
 		return "delivery"
 	case after.signature() != before.signature():
 		return "signature"
 	case after.status() != before.status() || !sameVerification(after.Verification, before.Verification):
 		return "status"
-	default:
+	case after.Secret != before.Secret || after.PreviousSecret != before.PreviousSecret ||
+		!after.PreviousSecretExpiresAt.Equal(before.PreviousSecretExpiresAt):
 		return "secret"
+	default:
+		return ""
 	}
 }
 

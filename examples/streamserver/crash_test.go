@@ -850,3 +850,10 @@ func (b *syncBuffer) tail(n int) string {
 	}
 	return s
 }
+
+// count counts the occurrences of s in the output so far.
+func (b *syncBuffer) count(s string) int {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return bytes.Count(b.buf.Bytes(), []byte(s))
+}

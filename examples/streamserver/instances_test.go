@@ -34,6 +34,10 @@ func TestInstancesShareOneDatabase(t *testing.T) {
 	one, two, three := w.procs[0].base, w.procs[1].base, w.procs[2].base
 
 	w.subscribeOn(one, "all", "/crash/*")
+	// The other servers learn of the subscription through the database's
+	// feed. A stream server 2 created before then would get a consumer only
+	// at its next append (SubscriptionFeed's window), so the stream waits.
+	w.waitLearned("all", 2)
 	w.callbacksTo.Store(2)
 	w.createStreamOn(two, "/crash/s1")
 	require.NoError(t, w.appendEventOn(two, "/crash/s1", 1))
@@ -242,4 +246,14 @@ func (w *crashWorld) waitWebhooks(n int) {
 	start := count()
 	require.Eventually(w.t, func() bool { return count() >= start+n }, 20*time.Second, 10*time.Millisecond,
 		"fewer than %d webhooks arrived", n)
+}
+
+// waitLearned waits until n servers other than the one that created
+// subscription id have logged that they learned of it from the database.
+func (w *crashWorld) waitLearned(id string, n int) {
+	w.t.Helper()
+	learned := fmt.Sprintf("through another engine\" added=[%s]", id)
+	require.Eventually(w.t, func() bool {
+		return w.logs.count(learned) >= n
+	}, 20*time.Second, 10*time.Millisecond, "%d servers did not learn of subscription %s", n, id)
 }
