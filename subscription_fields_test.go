@@ -112,6 +112,19 @@ func TestSubscriptionNameAndTimes(t *testing.T) {
 	require.Equal(t, created, v.CreatedAt)
 	require.Equal(t, created, v.UpdatedAt)
 
+	// The name is configuration: a repeated create must match it.
+	rec = h.do(http.MethodPut, "/agents/*?subscription=s1", fmt.Sprintf(`{"webhook":%q,"name":"Production ü"}`, h.recv.url()))
+	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+	rec = h.do(http.MethodPut, "/agents/*?subscription=s1", fmt.Sprintf(`{"webhook":%q,"name":"Other"}`, h.recv.url()))
+	require.Equal(t, http.StatusConflict, rec.Code, rec.Body.String())
+	// No update may touch the verification: only verifying does.
+	_, err = h.engine.UpdateSubscription(context.Background(), "s1", func(s *webhooks.Subscription) error {
+		s.Verification = &webhooks.Verification{}
+		return nil
+	})
+	var ve *webhooks.ValidationError
+	require.ErrorAs(t, err, &ve)
+
 	step := func(what string, do func()) {
 		t.Helper()
 		h.clock.Add(time.Second + 7*time.Nanosecond)
