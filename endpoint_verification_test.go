@@ -452,3 +452,21 @@ func TestVerificationOneChallengeAcrossEngines(t *testing.T) {
 	}
 	require.Empty(t, ce.challenges)
 }
+
+// A pending subscription whose webhook changes verifies the new one: a
+// challenge goes there at once, and the verification starts again.
+func TestVerificationFollowsTheWebhook(t *testing.T) {
+	checked := make(chan struct{}, 1)
+	h := newVerifyHarness(t, memstore.New(), newMockClock(), checked)
+	h.recv.queue(reply{status: http.StatusNotFound})
+	rec := h.do(http.MethodPut, "/agents/*?subscription=s1", fmt.Sprintf(`{"webhook":%q,"verify":true}`, h.recv.url()))
+	require.Equal(t, http.StatusCreated, rec.Code, rec.Body.String())
+	h.nextDelivery()
+	h.waitSub(t, checked, "s1", failedAttempts(1))
+
+	rec = h.do(http.MethodPatch, "/**?subscription=s1", fmt.Sprintf(`{"webhook":%q}`, h.recv.url()+"/moved"))
+	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+	require.Equal(t, 0, decodeSub(t, rec).Verification.Attempts)
+	d := h.nextDelivery() // at once, with no tick
+	require.NotEmpty(t, d.header.Get(receiver.ChallengeHeader))
+}

@@ -99,13 +99,15 @@ func (e *Engine) resumeConsumers(ctx context.Context, sub *Subscription) error {
 // is checked as a create's is, the webhook URL by the engine's policy too;
 // an invalid one changes nothing and returns the error, as does an fn that
 // changes the ID, pattern, delivery mode, signature scheme, secrets,
-// status or verification. Cursors
+// status or verification. A pending subscription whose webhook changes
+// starts its verification again, at the new one. Cursors
 // are kept; a batch in flight keeps the limits it started with. It returns
 // ErrSubscriptionNotFound if there is no such subscription.
 func (e *Engine) UpdateSubscription(ctx context.Context, id string, fn func(s *Subscription) error) (*Subscription, error) {
 	if err := e.checkLoaded(); err != nil {
 		return nil, err
 	}
+	rechallenge := false
 	sub, err := e.store.UpdateSubscription(ctx, id, func(s *Subscription) error {
 		before := s.Clone()
 		if err := fn(s); err != nil {
@@ -115,6 +117,11 @@ func (e *Engine) UpdateSubscription(ctx context.Context, id string, fn func(s *S
 			return invalid(field, "%s", immutable)
 		}
 		s.UpdatedAt = e.clock.Now()
+		// A pending subscription's new webhook is the one to verify.
+		rechallenge = s.status() == StatusPending && s.Webhook != before.Webhook
+		if rechallenge {
+			s.Verification = newVerification(s.UpdatedAt)
+		}
 		return e.validate(s)
 	})
 	if err != nil {
@@ -122,6 +129,9 @@ func (e *Engine) UpdateSubscription(ctx context.Context, id string, fn func(s *S
 	}
 	e.subs.update(sub)
 	e.tel.operated(ctx, "update")
+	if rechallenge {
+		e.kickVerifier()
+	}
 	return sub, nil
 }
 
