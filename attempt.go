@@ -3,8 +3,14 @@ package webhooks
 import (
 	"context"
 	"errors"
+	"log/slog"
+	"sync"
+	"sync/atomic"
 
+	"github.com/benbjohnson/clock"
 	"go.opentelemetry.io/otel/trace"
+
+	"github.com/streamhooks/webhooks/internal/startstop"
 )
 
 // The one attempt pipeline of every delivery mode: a transition marks an
@@ -12,90 +18,161 @@ import (
 // the lane starts it, deliver has its mechanism prepare the message and
 // its transport send it, and record applies the outcome through the
 // mechanism, in one Store update, before it is reported once
-// (attemptEnded).
+// (outcomes.attemptEnded).
 
-// sendStarted sends the attempt of c that this engine's transition has
-// just started and stored: a delivery's first, which needs no further
-// write, or a retry come due. The attempt runs in the engine's context,
-// not the caller's, which may be a request's. It counts as a delivery, so
-// that Stop waits for it; an engine not running leaves the attempt to time
-// out and be retried, as after a crash.
-func (e *Engine) sendStarted(c *Consumer) {
+// pipeline is the engine's part that makes delivery attempts: it holds
+// the rate limits, the lanes and the attempts in flight, and gets from the
+// engine only what it uses. Between Start and Stop it takes the attempts
+// that transitions start; Stop refuses new ones and waits for those in
+// flight, which run in a context of their own that only abandon cancels.
+type pipeline struct {
+	startstop.Base
+	clock    clock.Clock
+	log      *slog.Logger
+	tel      *telemetry
+	core     *cursorCore
+	x        *executor
+	outcomes *outcomes
+	// subscription looks up an attempt's subscription; latest is the
+	// subscription as the engine's set now holds it.
+	subscription func(ctx context.Context, id string) (*Subscription, error)
+	latest       func(sub *Subscription) *Subscription
+	ended        func() // a test's signal: an attempt ended
+
+	limits rateLimits
+	lanes  *lanes
+
+	mu sync.Mutex
+	// accept is the context of the run, from Start to Stop, in which
+	// transitions hand attempts over; nil while not running.
+	accept context.Context
+	// sending is that of the attempts in flight: it outlives accept until
+	// they end, or abandon cancels it.
+	sending  context.Context
+	abandon  context.CancelFunc
+	inFlight sync.WaitGroup
+	// attempts counts the attempts started and not ended.
+	attempts atomic.Int64
+}
+
+// Start opens the pipeline to attempts, in ctx, until Stop.
+func (p *pipeline) Start(ctx context.Context) {
+	ctx, ok, stopped := p.StartInit(ctx)
+	if !ok {
+		return
+	}
+	p.mu.Lock()
+	p.accept = ctx
+	p.sending, p.abandon = context.WithCancel(context.WithoutCancel(ctx))
+	abandon := p.abandon
+	p.mu.Unlock()
+	go func() {
+		defer stopped()
+		<-ctx.Done()
+		p.mu.Lock()
+		p.accept = nil
+		p.mu.Unlock()
+		p.inFlight.Wait()
+		abandon()
+	}()
+}
+
+// abandonAttempts cancels the attempts still in flight: their POSTs end,
+// and their attempts stay in flight in the Store, to time out.
+func (p *pipeline) abandonAttempts() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.abandon != nil {
+		p.abandon()
+	}
+}
+
+// sendStarted sends the attempt of c that a transition has just started
+// and stored: a delivery's first, which needs no further write, or a retry
+// come due. The attempt runs in the pipeline's context, not the caller's,
+// which may be a request's. A pipeline not running leaves the attempt to
+// time out and be retried, as after a crash.
+func (p *pipeline) sendStarted(c *Consumer) {
 	if c.State != stateDelivering || !c.InFlight {
 		return
 	}
-	e.mu.Lock()
-	if !e.running || e.stopped {
-		e.mu.Unlock()
+	p.mu.Lock()
+	ctx := p.accept
+	if ctx == nil || ctx.Err() != nil {
+		p.mu.Unlock()
 		return
 	}
 	// Counted before Stop can begin to wait.
-	e.deliveries.Add(1)
-	ctx := e.runCtx
-	e.mu.Unlock()
-	defer e.deliveries.Done()
-	e.send(ctx, c)
+	p.inFlight.Add(1)
+	p.mu.Unlock()
+	defer p.inFlight.Done()
+	p.send(ctx, c)
 }
 
 // send hands the attempt of c, just marked as sent, to the lane of its
 // destination, or puts it back until its turn under its subscription's
 // rate limit.
-func (e *Engine) send(ctx context.Context, c *Consumer) {
-	sub, err := e.subscription(ctx, c.SubscriptionID)
+func (p *pipeline) send(ctx context.Context, c *Consumer) {
+	sub, err := p.subscription(ctx, c.SubscriptionID)
 	if err != nil {
 		// A deleted subscription took the consumer with it. After another
 		// error the attempt stays in flight in the Store and times out like
 		// a lost POST.
 		if !errors.Is(err, ErrSubscriptionNotFound) && ctx.Err() == nil {
-			e.log.ErrorContext(ctx, "webhooks: loading subscription", "consumer_id", c.ID, "error", err)
+			p.log.ErrorContext(ctx, "webhooks: loading subscription", "consumer_id", c.ID, "error", err)
 		}
 		return
 	}
-	if wait := e.limits.turn(sub, c.ID, e.clock.Now()); wait > 0 {
-		e.deferAttempt(ctx, c, sub, wait)
+	if wait := p.limits.turn(sub, c.ID, p.clock.Now()); wait > 0 {
+		p.deferAttempt(ctx, c, sub, wait)
 		return
 	}
-	e.lanes.enqueue(ctx, mechanismOf(sub).transport().lane(sub), c, sub)
+	mech := mechanismOf(sub)
+	p.lanes.enqueue(ctx, mech.transport().lane(sub), c, sub, mech)
 }
 
 // startDelivery runs attempt a, started by its lane, in a goroutine that
-// Stop waits for. Its context is the engine's context for deliveries in
-// flight, which Stop leaves them until its own context ends; an attempt
-// that its lane has not started by Stop is not (lanes.next).
-func (e *Engine) startDelivery(a *attempt) {
-	e.deliveries.Add(1)
-	e.attempts.Add(1)
-	go e.runDelivery(a)
+// Stop waits for. Its context is the pipeline's context for attempts in
+// flight, which Stop leaves them until abandonAttempts; an attempt that
+// its lane has not started by Stop is not (lanes.next). The lanes call it
+// only while an attempt is counted in flight, so Stop is not yet past its
+// wait.
+func (p *pipeline) startDelivery(a *attempt) {
+	p.inFlight.Add(1)
+	p.attempts.Add(1)
+	go p.runDelivery(a)
 }
 
 // runDelivery makes attempt a and reports its outcome to its lane.
-func (e *Engine) runDelivery(a *attempt) {
-	defer e.deliveries.Done()
-	e.lanes.finish(a, laneOutcomeOf(e.deliver(e.sendCtx, a.c, a.sub)))
-	e.attempts.Add(-1)
-	e.signals.attemptEnded.Send()
+func (p *pipeline) runDelivery(a *attempt) {
+	defer p.inFlight.Done()
+	p.mu.Lock()
+	ctx := p.sending
+	p.mu.Unlock()
+	p.lanes.finish(a, laneOutcomeOf(p.deliver(ctx, a.c, a.sub, a.mech)))
+	p.attempts.Add(-1)
+	p.ended()
 }
 
-// deliver makes the attempt of c, of sub, that a transition has just
-// marked as sent, and records its outcome. It returns the transport's
+// deliver makes the attempt of c, of sub delivered by mech, that a
+// transition has just marked as sent, and records its outcome. It returns the transport's
 // outcome, or "" if nothing was sent. An attempt that cannot be prepared
 // or sent stays in flight in the Store and times out, to be retried, as a
 // lost POST does; so does one cut short by Stop.
-func (e *Engine) deliver(ctx context.Context, c *Consumer, sub *Subscription) string {
-	mech := mechanismOf(sub)
-	ctx, span := e.tel.tracer.Start(ctx, mech.spanName(), trace.WithAttributes(consumerAttrs(c)...))
+func (p *pipeline) deliver(ctx context.Context, c *Consumer, sub *Subscription, mech mechanism) string {
+	ctx, span := p.tel.tracer.Start(ctx, mech.spanName(), trace.WithAttributes(deliveryAttrs(c, sub)...))
 	defer span.End()
-	msg, err := mech.prepare(ctx, e.x, c, sub)
+	msg, err := mech.prepare(ctx, p.x, c, sub)
 	if err != nil {
-		e.stepFailed(ctx, c, err)
+		p.stepFailed(ctx, c, err)
 		return ""
 	}
 	if msg.empty() {
-		e.record(ctx, c, sub, msg.result)
+		p.core.record(ctx, c, mech, p.latest(sub), msg.result)
 		return ""
 	}
 	if msg.batch != nil {
-		e.tel.batchSent(ctx, c, len(msg.batch.Events))
+		p.tel.batchSent(ctx, c, sub, len(msg.batch.Events))
 	}
 	var (
 		received    func()
@@ -105,35 +182,35 @@ func (e *Engine) deliver(ctx context.Context, c *Consumer, sub *Subscription) st
 		received = func() {
 			r := msg.result
 			r.received = true
-			_, _, receivedErr = e.record(ctx, c, sub, r)
+			_, _, receivedErr = p.core.record(ctx, c, mech, p.latest(sub), r)
 		}
 	}
-	resp, err := mech.transport().send(ctx, e.x, sub, msg, received)
+	resp, err := mech.transport().send(ctx, p.x, sub, msg, received)
 	if err != nil {
-		e.stepFailed(ctx, c, err)
+		p.stepFailed(ctx, c, err)
 		return ""
 	}
 	if ctx.Err() != nil {
 		return ""
 	}
-	e.tel.delivered(ctx, span, c, resp.outcome, resp.failure, resp.latency)
+	p.tel.delivered(ctx, span, c, sub, resp.outcome, resp.failure, resp.latency)
 	r := msg.result
 	r.failure, r.done = resp.failure, resp.outcome == outcomeDone
 	switch {
 	case r.failure != nil:
 		// A failure counts only if it ended the attempt in flight: one
 		// that its timeout failed first was reported then.
-		if stored, applied, _ := e.record(ctx, c, sub, r); applied {
-			e.attemptEnded(ctx, c, sub, resp, stored)
+		if stored, applied, _ := p.core.record(ctx, c, mech, p.latest(sub), r); applied {
+			p.outcomes.attemptEnded(ctx, c, sub, resp, stored)
 		}
 	case msg.onReceipt && !r.done:
 		// Recorded when it was received.
 		if reported(receivedErr) {
-			e.attemptEnded(ctx, c, sub, resp, nil)
+			p.outcomes.attemptEnded(ctx, c, sub, resp, nil)
 		}
 	default:
-		if stored, _, err := e.record(ctx, c, sub, r); reported(err) {
-			e.attemptEnded(ctx, c, sub, resp, stored)
+		if stored, _, err := p.core.record(ctx, c, mech, p.latest(sub), r); reported(err) {
+			p.outcomes.attemptEnded(ctx, c, sub, resp, stored)
 		}
 	}
 	return resp.outcome
@@ -148,7 +225,7 @@ func reported(err error) bool {
 
 // stepFailed logs err, which kept an attempt of c from being sent, unless
 // the engine stops or the stream is gone, which takes c with it.
-func (e *Engine) stepFailed(ctx context.Context, c *Consumer, err error) {
+func (p *pipeline) stepFailed(ctx context.Context, c *Consumer, err error) {
 	if ctx.Err() != nil || errors.Is(err, ErrStreamNotFound) {
 		return
 	}
@@ -157,33 +234,5 @@ func (e *Engine) stepFailed(ctx context.Context, c *Consumer, err error) {
 	if errors.As(err, &f) {
 		step, err = f.step, f.err
 	}
-	e.log.ErrorContext(ctx, "webhooks: "+step, "consumer_id", c.ID, "error", err)
-}
-
-// record applies outcome r of an attempt of c, of sub, through sub's
-// mechanism. It returns the consumer as stored afterwards, nil if there is
-// none, and whether the outcome changed it: an outcome of an attempt that
-// has already ended changes nothing.
-func (e *Engine) record(ctx context.Context, c *Consumer, sub *Subscription, r attemptResult) (stored *Consumer, applied bool, err error) {
-	mech := mechanismOf(sub)
-	stored, err = e.core.update(ctx, c.ID, func(cur *Consumer) (change, error) {
-		var t tails
-		if r.needsTails() {
-			var err error
-			if t, err = e.core.readTails(ctx, streamPaths(cur)); err != nil {
-				return noChange, err
-			}
-		}
-		ch := mech.apply(&e.core.rules, cur, e.latest(sub), r, t, e.clock.Now())
-		applied = ch != noChange
-		return ch, nil
-	})
-	if err != nil {
-		applied = false
-	}
-	if err != nil && !errors.Is(err, ErrConsumerNotFound) && ctx.Err() == nil {
-		// After Stop the attempt stays in flight and times out.
-		e.log.ErrorContext(ctx, "webhooks: recording a delivery outcome", "consumer_id", c.ID, "error", err)
-	}
-	return stored, applied, err
+	p.log.ErrorContext(ctx, "webhooks: "+step, "consumer_id", c.ID, "error", err)
 }

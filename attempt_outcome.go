@@ -2,11 +2,50 @@ package webhooks
 
 import (
 	"context"
+	"log/slog"
 	"net/http"
 	"strconv"
 	"time"
 	"unicode/utf8"
+
+	"github.com/benbjohnson/clock"
+
+	"github.com/streamhooks/webhooks/internal/startstop"
 )
+
+// outcomes is the engine's part that reports what attempts came to: the
+// delivery log, the subscriptions' health and circuit breaker, and the
+// failure log. Between Start and Stop its writer puts the delivery log in
+// the Store.
+type outcomes struct {
+	startstop.Base
+	store   Store
+	clock   clock.Clock
+	log     *slog.Logger
+	tel     *telemetry
+	breaker breakerConfig
+	// updated puts a subscription the breaker disabled in the engine's
+	// set; disabledHook tells the host (WithSubscriptionDisabledHook).
+	updated      func(sub *Subscription)
+	disabledHook func(context.Context, SubscriptionDisabled)
+
+	attemptLog *attemptLog
+	failures   *failureLog
+	// successes spares the health a write at every successful delivery.
+	successes successes
+}
+
+// Start starts the delivery log's writer, in ctx, until Stop.
+func (o *outcomes) Start(ctx context.Context) {
+	ctx, ok, stopped := o.StartInit(ctx)
+	if !ok {
+		return
+	}
+	go func() {
+		defer stopped()
+		o.attemptLog.run(ctx, o.log)
+	}()
+}
 
 // attemptEnded records what the attempt that c was sent for, of sub, came
 // to, once the Store applied it: stored is the consumer as stored then, nil
@@ -14,23 +53,24 @@ import (
 // outcome or from its timeout, whichever the Store recorded first. The
 // attempt goes in the delivery log and the subscription's health, which
 // may trip its circuit breaker; a failure is logged and counted.
-func (e *Engine) attemptEnded(ctx context.Context, c *Consumer, sub *Subscription, resp response, stored *Consumer) {
+func (o *outcomes) attemptEnded(ctx context.Context, c *Consumer, sub *Subscription, resp response, stored *Consumer) {
 	at := resp.sentAt
 	if at.IsZero() {
-		at = e.clock.Now() // a timeout found by the scheduler
+		at = o.clock.Now() // a timeout found by the scheduler
 	}
 	a := &DeliveryAttempt{
 		ConsumerID: c.ID, At: at, DeliveryID: c.WakeID, Attempt: c.Attempt,
 		StatusCode: resp.status, Latency: resp.latency, ResponseBody: resp.preview,
 	}
 	if f := resp.failure; f != nil {
-		e.attemptFailed(ctx, c, f, stored)
+		o.tel.attemptFailed(ctx, f.class)
+		o.failures.failed(ctx, c, f, stored)
 		a.ErrorClass, a.Error = string(f.class), f.detail()
 	} else {
-		e.failures.succeeded(ctx, c, resp)
+		o.failures.succeeded(ctx, c, resp)
 	}
-	e.attemptLog.add(ctx, a)
-	e.recordHealth(ctx, sub, resp.failure, at.Add(resp.latency))
+	o.attemptLog.add(ctx, a)
+	o.recordHealth(ctx, sub, resp.failure, at.Add(resp.latency))
 }
 
 // retryAfter is how long a 429 or 503 response asks the client to wait,

@@ -27,7 +27,8 @@ var (
 	// 401 UNAUTHORIZED with "WWW-Authenticate: Bearer".
 	ErrUnauthorized = errors.New("webhooks: unauthorized")
 	// ErrForbidden refuses a request the authenticated caller may not make:
-	// 403 FORBIDDEN.
+	// 403 FORBIDDEN. The engine returns it too for a tenant's subscription
+	// outside the tenant's patterns (Tenancy.Patterns).
 	ErrForbidden = errors.New("webhooks: forbidden")
 )
 

@@ -4,13 +4,11 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"io"
 	"net/http"
 	"slices"
 	"strings"
 	"time"
-	"unicode/utf8"
 
 	"github.com/streamhooks/webhooks/receiver"
 )
@@ -264,7 +262,7 @@ func validateCallbackRequest(req *receiver.CallbackRequest) error {
 		}
 	}
 	for _, a := range req.Acks {
-		if err := validateStreamPath(a.Path); err != nil {
+		if err := nameableStreamPath(a.Path); err != nil {
 			return invalid("acks", "acks: %v", err)
 		}
 		if a.Offset == "" || len(a.Offset) > MaxOffsetLength {
@@ -272,7 +270,7 @@ func validateCallbackRequest(req *receiver.CallbackRequest) error {
 		}
 	}
 	for _, p := range append(slices.Clip(req.Subscribe), req.Unsubscribe...) {
-		if err := validateStreamPath(p); err != nil {
+		if err := nameableStreamPath(p); err != nil {
 			return invalid("subscribe", "subscribe/unsubscribe: %v", err)
 		}
 	}
@@ -283,28 +281,6 @@ func validateCallbackRequest(req *receiver.CallbackRequest) error {
 		if errors.As(ValidateStreamPath(p), &ve) {
 			return invalid("subscribe", "subscribe: %s", ve.Reason)
 		}
-	}
-	return nil
-}
-
-// checkStreamPath refuses a path that StreamCreated and StreamAppended
-// would not give consumers, as a *ValidationError of field "path".
-func checkStreamPath(path string) error {
-	if err := validateStreamPath(path); err != nil {
-		return invalid("path", "%v", err)
-	}
-	return ValidateStreamPath(path)
-}
-
-func validateStreamPath(p string) error {
-	if !strings.HasPrefix(p, "/") || len(p) > MaxStreamPathLength {
-		return fmt.Errorf("stream path %.64q must start with '/' and be at most %d characters", p, MaxStreamPathLength)
-	}
-	if r, ok := controlChar(p); ok {
-		return fmt.Errorf("stream path %.64q contains the control character %U", p, r)
-	}
-	if !utf8.ValidString(p) {
-		return fmt.Errorf("stream path %.64q is not valid UTF-8", p)
 	}
 	return nil
 }

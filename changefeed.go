@@ -4,8 +4,13 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
 	"sync"
 	"time"
+
+	"github.com/benbjohnson/clock"
+
+	"github.com/streamhooks/webhooks/internal/startstop"
 )
 
 // subscriptionSet is the engine's view of the subscriptions: each one, as
@@ -189,13 +194,28 @@ func (s *subscriptionSet) abortReload() {
 	s.touched = nil
 }
 
-// followFeed starts keeping the engine's subscriptions in line with the
-// Store's, if it is a SubscriptionFeed, until ctx ends: one goroutine
-// watches and another reloads, so that a burst of notifications that
-// arrives during a reload merges into one more. Stop waits for both as it
-// does for deliveries.
-func (e *Engine) followFeed(ctx context.Context) {
-	feed, ok := e.store.(SubscriptionFeed)
+// subscriptionFeed is the engine's part that keeps its subscription set in
+// line with the Store's, if the Store is a SubscriptionFeed: between Start
+// and Stop one goroutine watches and another reloads, so that a burst of
+// notifications that arrives during a reload merges into one more.
+type subscriptionFeed struct {
+	startstop.Base
+	feed  SubscriptionFeed // nil if the Store is none
+	store Store
+	set   *subscriptionSet
+	clock clock.Clock
+	log   *slog.Logger
+	// reloaded signals a test at the end of each reload.
+	reloaded func()
+}
+
+// Start follows the feed, in ctx, until Stop; without a feed it does
+// nothing.
+func (f *subscriptionFeed) Start(ctx context.Context) {
+	if f.feed == nil {
+		return
+	}
+	ctx, ok, stopped := f.StartInit(ctx)
 	if !ok {
 		return
 	}
@@ -206,71 +226,74 @@ func (e *Engine) followFeed(ctx context.Context) {
 		default:
 		}
 	}
-	e.deliveries.Add(2)
+	var wg sync.WaitGroup
+	wg.Add(2)
 	go func() {
-		defer e.deliveries.Done()
-		e.watchSubscriptions(ctx, feed, notify)
+		defer wg.Done()
+		f.watch(ctx, notify)
 	}()
 	go func() {
-		defer e.deliveries.Done()
-		e.reloadSubscriptions(ctx, changed, notify)
+		defer wg.Done()
+		f.reload(ctx, changed, notify)
+	}()
+	go func() {
+		defer stopped()
+		wg.Wait()
 	}()
 }
 
-// watchSubscriptions runs feed's watch until ctx ends, again after each
-// error.
-func (e *Engine) watchSubscriptions(ctx context.Context, feed SubscriptionFeed, notify func()) {
+// watch runs the feed's watch until ctx ends, again after each error.
+func (f *subscriptionFeed) watch(ctx context.Context, notify func()) {
 	for {
-		err := feed.WatchSubscriptions(ctx, notify)
+		err := f.feed.WatchSubscriptions(ctx, notify)
 		if ctx.Err() != nil {
 			return
 		}
-		e.log.ErrorContext(ctx, "webhooks: watching subscriptions", "error", err)
-		if !e.feedPause(ctx, storeErrorRetry) {
+		f.log.ErrorContext(ctx, "webhooks: watching subscriptions", "error", err)
+		if !f.pause(ctx, storeErrorRetry) {
 			return
 		}
 	}
 }
 
-// reloadSubscriptions reloads the subscriptions each time changed has an
-// element, until ctx ends.
-func (e *Engine) reloadSubscriptions(ctx context.Context, changed <-chan struct{}, notify func()) {
+// reload reloads the subscriptions each time changed has an element,
+// until ctx ends.
+func (f *subscriptionFeed) reload(ctx context.Context, changed <-chan struct{}, notify func()) {
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-changed:
 		}
-		e.subs.beginReload()
-		subs, err := e.store.ListSubscriptions(ctx)
+		f.set.beginReload()
+		subs, err := f.store.ListSubscriptions(ctx)
 		if err != nil {
-			e.subs.abortReload()
+			f.set.abortReload()
 			if ctx.Err() != nil {
 				return
 			}
-			e.log.ErrorContext(ctx, "webhooks: reloading subscriptions", "error", err)
-			if !e.feedPause(ctx, storeErrorRetry) {
+			f.log.ErrorContext(ctx, "webhooks: reloading subscriptions", "error", err)
+			if !f.pause(ctx, storeErrorRetry) {
 				return
 			}
 			notify()
 			continue
 		}
-		added, removed, errs := e.subs.endReload(subs)
+		added, removed, errs := f.set.endReload(subs)
 		for _, err := range errs {
-			e.log.ErrorContext(ctx, "webhooks: reloading subscriptions", "error", err)
+			f.log.ErrorContext(ctx, "webhooks: reloading subscriptions", "error", err)
 		}
 		if len(added)+len(removed) > 0 {
-			e.log.InfoContext(ctx, "webhooks: subscriptions changed through another engine", "added", added, "removed", removed)
+			f.log.InfoContext(ctx, "webhooks: subscriptions changed through another engine", "added", added, "removed", removed)
 		}
-		e.signals.subscriptionsReloaded.Send()
-		e.signals.reloadEnded.Send()
+		f.reloaded()
 	}
 }
 
-// feedPause waits d on the engine's clock, and reports false if ctx ended
+// pause waits d on the feed's clock, and reports false if ctx ended
 // first.
-func (e *Engine) feedPause(ctx context.Context, d time.Duration) bool {
-	t := e.clock.Timer(d)
+func (f *subscriptionFeed) pause(ctx context.Context, d time.Duration) bool {
+	t := f.clock.Timer(d)
 	defer t.Stop()
 	select {
 	case <-ctx.Done():

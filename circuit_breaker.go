@@ -77,14 +77,14 @@ func (s *successes) forget(id string) {
 // recordHealth adds an attempt of sub that ended at now, failed with f or
 // succeeded if f is nil, to its health, and trips the circuit breaker if
 // the failures have gone on too long; a 410 Gone disables sub at once.
-func (e *Engine) recordHealth(ctx context.Context, sub *Subscription, f *deliveryFailure, now time.Time) {
-	if f == nil && !e.successes.due(sub.ID, now) {
+func (o *outcomes) recordHealth(ctx context.Context, sub *Subscription, f *deliveryFailure, now time.Time) {
+	if f == nil && !o.successes.due(sub.ID, now) {
 		return
 	}
 	if f != nil {
-		e.successes.forget(sub.ID)
+		o.successes.forget(sub.ID)
 	}
-	h, err := e.store.UpdateHealth(ctx, sub.ID, func(h *SubscriptionHealth) {
+	h, err := o.store.UpdateHealth(ctx, sub.ID, func(h *SubscriptionHealth) {
 		if f == nil {
 			h.ConsecutiveFailures, h.FailingSince, h.LastSuccessAt = 0, time.Time{}, now
 			return
@@ -97,49 +97,49 @@ func (e *Engine) recordHealth(ctx context.Context, sub *Subscription, f *deliver
 	})
 	if err != nil {
 		if !errors.Is(err, ErrSubscriptionNotFound) && ctx.Err() == nil {
-			e.log.ErrorContext(ctx, "webhooks: recording a subscription's health", "subscription_id", sub.ID, "error", err)
+			o.log.ErrorContext(ctx, "webhooks: recording a subscription's health", "subscription_id", sub.ID, "error", err)
 		}
 		return
 	}
 	if f == nil {
 		return
 	}
-	switch b := e.cfg.breaker; {
+	switch b := o.breaker; {
 	case f.status == http.StatusGone:
-		e.disable(ctx, sub.ID, "its webhook answered 410 Gone")
+		o.disable(ctx, sub.ID, "its webhook answered 410 Gone")
 	case b.failures > 0 && h.ConsecutiveFailures >= b.failures:
-		e.disable(ctx, sub.ID, fmt.Sprintf("circuit breaker: %d delivery attempts failed in a row", h.ConsecutiveFailures))
+		o.disable(ctx, sub.ID, fmt.Sprintf("circuit breaker: %d delivery attempts failed in a row", h.ConsecutiveFailures))
 	case b.failingFor > 0 && now.Sub(h.FailingSince) >= b.failingFor:
-		e.disable(ctx, sub.ID, fmt.Sprintf("circuit breaker: deliveries have failed since %s", h.FailingSince.Format(time.RFC3339)))
+		o.disable(ctx, sub.ID, fmt.Sprintf("circuit breaker: deliveries have failed since %s", h.FailingSince.Format(time.RFC3339)))
 	}
 }
 
 // disable disables active subscription id, for reason, and tells the host
 // through its hook. Of the engines that may race to disable it, only the
 // one whose write made the change logs, counts and calls the hook.
-func (e *Engine) disable(ctx context.Context, id, reason string) {
+func (o *outcomes) disable(ctx context.Context, id, reason string) {
 	changed := false
-	sub, err := e.store.UpdateSubscription(ctx, id, func(s *Subscription) error {
+	sub, err := o.store.UpdateSubscription(ctx, id, func(s *Subscription) error {
 		changed = s.status() == StatusActive
 		if changed {
-			s.Status, s.UpdatedAt = StatusDisabled, e.clock.Now()
+			s.Status, s.UpdatedAt = StatusDisabled, o.clock.Now()
 		}
 		return nil
 	})
 	if err != nil {
 		if !errors.Is(err, ErrSubscriptionNotFound) && ctx.Err() == nil {
-			e.log.ErrorContext(ctx, "webhooks: disabling a subscription", "subscription_id", id, "error", err)
+			o.log.ErrorContext(ctx, "webhooks: disabling a subscription", "subscription_id", id, "error", err)
 		}
 		return
 	}
-	e.subs.update(sub)
+	o.updated(sub)
 	if !changed {
 		return
 	}
-	e.tel.disabled(ctx)
-	e.log.WarnContext(ctx, "webhooks: subscription disabled; its cursors are kept, and resuming it delivers from them",
+	o.tel.disabled(ctx)
+	o.log.WarnContext(ctx, "webhooks: subscription disabled; its cursors are kept, and resuming it delivers from them",
 		"subscription_id", id, "reason", reason, "consecutive_failures", sub.Health.ConsecutiveFailures)
-	if hook := e.cfg.disabledHook; hook != nil {
+	if hook := o.disabledHook; hook != nil {
 		hook(ctx, SubscriptionDisabled{SubscriptionID: id, Reason: reason, Health: sub.Health})
 	}
 }

@@ -190,23 +190,24 @@ func deliveryOK(c *Consumer) {
 // between the commit and the send, the attempt times out and is retried
 // like a lost POST; and, marked before it is sent, it is sent by the one
 // engine whose transition started it.
-func (m *cursorMachine) begin(c *Consumer, sub *Subscription, id string, now time.Time) change {
+func (m *cursorMachine) begin(c *Consumer, sub *Subscription, mech mechanism, id string, now time.Time) change {
 	c.State = stateDelivering
 	c.Epoch++
 	c.WakeID = id
 	c.Attempt = 0
-	m.startAttempt(c, sub, now)
+	m.startAttempt(c, sub, mech, now)
 	return changeSend
 }
 
-// startAttempt marks a delivery attempt of a delivering consumer of sub as
-// sent: the first, when the delivery begins, or a retry that has come
-// due. It moves the deadline on to the attempt's timeout, so that of
-// several engines sharing a Store only the first finds the attempt due.
-func (m *cursorMachine) startAttempt(c *Consumer, sub *Subscription, now time.Time) {
+// startAttempt marks a delivery attempt of a delivering consumer of sub,
+// delivered by mech, as sent: the first, when the delivery begins, or a
+// retry that has come due. It moves the deadline on to the attempt's
+// timeout, so that of several engines sharing a Store only the first finds
+// the attempt due.
+func (m *cursorMachine) startAttempt(c *Consumer, sub *Subscription, mech mechanism, now time.Time) {
 	c.Attempt++
 	c.InFlight = true
-	c.Deadline = m.ageCap(c, m.retryPolicy(sub), now.Add(mechanismOf(sub).attemptTimeout(m, sub)))
+	c.Deadline = m.ageCap(c, m.retryPolicyOf(sub, mech), now.Add(mech.attemptTimeout(m, sub)))
 }
 
 // failAttempt fails c's attempt in flight with r's failure if r is that
@@ -266,10 +267,16 @@ func (m *cursorMachine) deadLetter(c *Consumer) change {
 
 // retryPolicy is sub's retry policy, or its mechanism's default.
 func (m *cursorMachine) retryPolicy(sub *Subscription) RetryPolicy {
+	return m.retryPolicyOf(sub, mechanismOf(sub))
+}
+
+// retryPolicyOf is sub's retry policy, or the default of mech, its
+// mechanism, which the caller has at hand.
+func (m *cursorMachine) retryPolicyOf(sub *Subscription, mech mechanism) RetryPolicy {
 	if sub.Retry != nil {
 		return *sub.Retry
 	}
-	return mechanismOf(sub).defaultRetry(m)
+	return mech.defaultRetry(m)
 }
 
 // retryWait is the wait before retry number failures under p.
@@ -308,7 +315,8 @@ func (m *cursorMachine) onDue(c *Consumer, sub *Subscription, t tails, now time.
 	}
 	switch c.State {
 	case stateDelivering:
-		if m.tooOld(c, m.retryPolicy(sub), now) {
+		mech := mechanismOf(sub)
+		if m.tooOld(c, m.retryPolicyOf(sub, mech), now) {
 			return m.deadLetter(c)
 		}
 		if c.InFlight {
@@ -319,7 +327,7 @@ func (m *cursorMachine) onDue(c *Consumer, sub *Subscription, t tails, now time.
 			// to be enabled.
 			break
 		}
-		m.startAttempt(c, sub, now)
+		m.startAttempt(c, sub, mech, now)
 		return changeSend
 	case StateLive:
 		return m.finish(c, sub, t, now)

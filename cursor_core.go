@@ -91,3 +91,49 @@ func (k *cursorCore) update(ctx context.Context, id string, fn func(c *Consumer)
 	}
 	return c, nil
 }
+
+// record applies outcome r of an attempt of c through mech, the mechanism
+// of sub, as the engine's set now holds it. It returns the consumer as
+// stored afterwards, nil if there is none, and whether the outcome changed
+// it: an outcome of an attempt that has already ended changes nothing.
+func (k *cursorCore) record(ctx context.Context, c *Consumer, mech mechanism, sub *Subscription, r attemptResult) (stored *Consumer, applied bool, err error) {
+	stored, err = k.update(ctx, c.ID, func(cur *Consumer) (change, error) {
+		var t tails
+		if r.needsTails() {
+			var err error
+			if t, err = k.readTails(ctx, streamPaths(cur)); err != nil {
+				return noChange, err
+			}
+		}
+		ch := mech.apply(&k.rules, cur, sub, r, t, k.clock.Now())
+		applied = ch != noChange
+		return ch, nil
+	})
+	if err != nil {
+		applied = false
+	}
+	if err != nil && !errors.Is(err, ErrConsumerNotFound) && ctx.Err() == nil {
+		// After Stop the attempt stays in flight and times out.
+		k.log.ErrorContext(ctx, "webhooks: recording a delivery outcome", "consumer_id", c.ID, "error", err)
+	}
+	return stored, applied, err
+}
+
+// startPending starts delivering the pending work of consumer id, of sub,
+// if it is IDLE.
+func (k *cursorCore) startPending(ctx context.Context, id string, sub *Subscription) error {
+	_, err := k.update(ctx, id, func(c *Consumer) (change, error) {
+		if c.State != StateIdle {
+			return noChange, nil
+		}
+		t, err := k.readTails(ctx, streamPaths(c))
+		if err != nil {
+			return noChange, err
+		}
+		return k.rules.start(c, sub, t, k.clock.Now()), nil
+	})
+	if errors.Is(err, ErrConsumerNotFound) {
+		return nil
+	}
+	return err
+}

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/benbjohnson/clock"
+
+	"github.com/streamhooks/webhooks/internal/startstop"
 )
 
 const (
@@ -30,6 +32,7 @@ var errAttemptTimeout = errors.New("no 2xx within the attempt's timeout")
 // and nothing else of it; what is due it hands to the cursor core (due),
 // after the events missed in a Store outage (catchUp).
 type scheduler struct {
+	startstop.Base
 	clock        clock.Clock
 	store        Store
 	log          *slog.Logger
@@ -76,6 +79,19 @@ func (s *scheduler) kickAt(deadline time.Time) {
 	default:
 	}
 	s.parkMu.Unlock()
+}
+
+// Start starts the scheduling loop, in ctx, until Stop.
+func (s *scheduler) Start(ctx context.Context) {
+	ctx, ok, stopped := s.StartInit(ctx)
+	if !ok {
+		return
+	}
+	s.beat.Store(s.clock.Now().UnixNano())
+	go func() {
+		defer stopped()
+		s.run(ctx)
+	}()
 }
 
 // run is the engine's one scheduling loop. It keeps a single timer at
@@ -214,7 +230,7 @@ func (e *Engine) handleDue(ctx context.Context, snapshot *Consumer) error {
 		return ch, nil
 	})
 	if timedOut != nil && err == nil {
-		e.attemptEnded(ctx, timedOut, sub, response{outcome: outcomeTimeout, failure: transportFailure(errAttemptTimeout)}, c)
+		e.outcomes.attemptEnded(ctx, timedOut, sub, response{outcome: outcomeTimeout, failure: transportFailure(errAttemptTimeout)}, c)
 	}
 	if errors.Is(err, ErrConsumerNotFound) {
 		return nil

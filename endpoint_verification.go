@@ -8,7 +8,6 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
-	"sync"
 	"time"
 
 	"github.com/streamhooks/webhooks/receiver"
@@ -83,9 +82,13 @@ func challengeRetry(n int) time.Duration {
 // VerifySubscription verifies pending subscription id by hand, as an
 // operator who knows its endpoint does: it becomes active and delivers
 // the events that waited. It returns the subscription as stored,
-// ErrSubscriptionNotFound, or an error wrapping ErrNotPending.
+// ErrSubscriptionNotFound, also for another tenant's than ctx's
+// (WithTenant), or an error wrapping ErrNotPending.
 func (e *Engine) VerifySubscription(ctx context.Context, id string) (*Subscription, error) {
 	if err := e.checkLoaded(); err != nil {
+		return nil, err
+	}
+	if err := e.inScope(ctx, id); err != nil {
 		return nil, err
 	}
 	sub, err := e.activate(ctx, id)
@@ -99,9 +102,13 @@ func (e *Engine) VerifySubscription(ctx context.Context, id string) (*Subscripti
 // RestartVerification starts the verification of pending subscription id
 // again, expired or not: a challenge is sent at once, and retried for
 // VerificationExpiry. It returns the subscription as stored,
-// ErrSubscriptionNotFound, or an error wrapping ErrNotPending.
+// ErrSubscriptionNotFound, also for another tenant's than ctx's
+// (WithTenant), or an error wrapping ErrNotPending.
 func (e *Engine) RestartVerification(ctx context.Context, id string) (*Subscription, error) {
 	if err := e.checkLoaded(); err != nil {
+		return nil, err
+	}
+	if err := e.inScope(ctx, id); err != nil {
 		return nil, err
 	}
 	sub, err := e.store.UpdateSubscription(ctx, id, func(s *Subscription) error {
@@ -116,7 +123,7 @@ func (e *Engine) RestartVerification(ctx context.Context, id string) (*Subscript
 	}
 	e.subs.update(sub)
 	e.tel.operated(ctx, "challenge")
-	e.kickVerifier()
+	e.verifier.kickNow()
 	return sub, nil
 }
 
@@ -135,36 +142,6 @@ func (e *Engine) activate(ctx context.Context, id string) (*Subscription, error)
 	}
 	e.subs.update(sub)
 	return sub, e.resumeConsumers(ctx, sub)
-}
-
-// kickVerifier has the verifier look for due challenges now.
-func (e *Engine) kickVerifier() {
-	select {
-	case e.verifyKick <- struct{}{}:
-	default:
-	}
-}
-
-// startVerifier sends the challenges that come due, every challengeTick
-// and when kicked, in a goroutine that wg tracks, until run ends.
-func (e *Engine) startVerifier(run context.Context, wg *sync.WaitGroup) {
-	// Made before Start returns, so no tick of a mock clock is missed.
-	ticker := e.clock.Ticker(challengeTick)
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		defer ticker.Stop()
-		for {
-			select {
-			case <-run.Done():
-				return
-			case <-ticker.C:
-			case <-e.verifyKick:
-			}
-			e.challengeDue(run)
-			e.signals.challengesChecked.Send()
-		}
-	}()
 }
 
 // challengeDue sends each challenge that is due, one at a time.

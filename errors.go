@@ -18,6 +18,8 @@ import (
 //   - ErrSubscriptionNotFound, ErrSubscriptionExists, ErrConsumerNotFound
 //     and ErrConsumerExists for what a call names, or would create;
 //   - a *ValidationError for an input the engine refuses, naming the field;
+//   - ErrForbidden and ErrTenantLimit for what a tenant may not create
+//     (WithTenancy);
 //   - an error wrapping ErrStoreUnavailable while the Store cannot be
 //     reached.
 //
@@ -120,7 +122,8 @@ const (
 	codeSubscriptionConflict receiver.ErrorCode = "SUBSCRIPTION_CONFLICT"  // 409
 	codeConsumerNotFound     receiver.ErrorCode = "CONSUMER_NOT_FOUND"     // 404
 	codeUnauthorized         receiver.ErrorCode = "UNAUTHORIZED"           // 401, see WithAuthorizer
-	codeForbidden            receiver.ErrorCode = "FORBIDDEN"              // 403, see WithAuthorizer
+	codeForbidden            receiver.ErrorCode = "FORBIDDEN"              // 403, see WithAuthorizer and Tenancy.Patterns
+	codeTenantLimit          receiver.ErrorCode = "TENANT_LIMIT_REACHED"   // 403, see Tenancy.MaxSubscriptions
 	codeInternal             receiver.ErrorCode = "INTERNAL_ERROR"         // 500
 	// codeServiceUnavailable answers requests to either API that arrive
 	// before Start has loaded the engine's state, or while the Store
@@ -142,6 +145,7 @@ var statusOf = map[receiver.ErrorCode]int{
 	codeConsumerNotFound:        http.StatusNotFound,
 	codeUnauthorized:            http.StatusUnauthorized,
 	codeForbidden:               http.StatusForbidden,
+	codeTenantLimit:             http.StatusForbidden,
 	codeInternal:                http.StatusInternalServerError,
 	codeServiceUnavailable:      http.StatusServiceUnavailable,
 }
@@ -194,7 +198,11 @@ func httpError(err error) *wireError {
 		w.code, w.message = codeUnauthorized, "authentication required"
 		w.header = http.Header{"Www-Authenticate": {"Bearer"}}
 	case errors.Is(err, ErrForbidden):
-		w.code, w.message = codeForbidden, "not allowed"
+		// An Authorizer's error is never detailed: only the engine's
+		// own refusals, such as a tenant's pattern, say why.
+		w.code, w.message = codeForbidden, message("not allowed")
+	case errors.Is(err, ErrTenantLimit):
+		w.code, w.message = codeTenantLimit, message("the tenant has reached its limit of subscriptions")
 	case errors.Is(err, errNotDeadLetter):
 		w.code, w.message = receiver.CodeInvalidRequest, message("consumer is not a dead letter")
 		w.status = http.StatusConflict

@@ -66,14 +66,6 @@ func newFailureLog(log *slog.Logger, clk clock.Clock) *failureLog {
 	return &failureLog{log: log, clock: clk, subs: make(map[string]*failureBucket), swept: clk.Now(), failing: make(map[string]int)}
 }
 
-// attemptFailed logs and counts the failure f of the attempt that c was
-// sent for, once the Store recorded it: stored is the consumer as stored
-// then, nil if it is gone (attemptEnded).
-func (e *Engine) attemptFailed(ctx context.Context, c *Consumer, f *deliveryFailure, stored *Consumer) {
-	e.tel.attemptFailed(ctx, f.class)
-	e.failures.failed(ctx, c, f, stored)
-}
-
 // failed logs that the attempt c was sent for failed with f, unless c's
 // subscription has logged too many lines lately. stored is the consumer as
 // stored once the failure was recorded, nil if it is gone.

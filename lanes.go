@@ -74,6 +74,7 @@ type attempt struct {
 	ctx  context.Context
 	c    *Consumer
 	sub  *Subscription
+	mech mechanism // sub's, resolved once per attempt
 	lane *lane
 	seq  uint64 // its lane's count of POSTs started, this one included
 }
@@ -140,9 +141,10 @@ func newLanes(clk clock.Clock, maxTotal, maxPerHost int, start func(*attempt)) *
 	}
 }
 
-// enqueue queues the attempt of c, just marked as sent, in lane key,
-// replacing an attempt of c still waiting there, and starts what may start.
-func (ls *lanes) enqueue(ctx context.Context, key string, c *Consumer, sub *Subscription) {
+// enqueue queues the attempt of c, of sub delivered by mech, just marked
+// as sent, in lane key, replacing an attempt of c still waiting there, and
+// starts what may start.
+func (ls *lanes) enqueue(ctx context.Context, key string, c *Consumer, sub *Subscription, mech mechanism) {
 	ls.mu.Lock()
 	now := ls.clock.Now()
 	if now.Sub(ls.swept) >= laneIdleTTL {
@@ -154,9 +156,9 @@ func (ls *lanes) enqueue(ctx context.Context, key string, c *Consumer, sub *Subs
 		ls.byKey[key] = l
 	}
 	if a := l.byConsumer[c.ID]; a != nil {
-		a.ctx, a.c, a.sub = ctx, c, sub
+		a.ctx, a.c, a.sub, a.mech = ctx, c, sub, mech
 	} else {
-		a = &attempt{ctx: ctx, c: c, sub: sub, lane: l}
+		a = &attempt{ctx: ctx, c: c, sub: sub, mech: mech, lane: l}
 		l.waiting = append(l.waiting, a)
 		l.byConsumer[c.ID] = a
 	}

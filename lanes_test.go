@@ -40,7 +40,7 @@ func (r *laneRig) enqueue(host string) string {
 
 func (r *laneRig) enqueueAttempt(host, id string, attemptNo int) {
 	c := &Consumer{ID: id, Attempt: attemptNo, Deadline: r.clock.Now().Add(DefaultWakingTimeout)}
-	r.ls.enqueue(context.Background(), host, c, nil)
+	r.ls.enqueue(context.Background(), host, c, nil, nil)
 }
 
 // take returns the attempts started since the last take.

@@ -5,11 +5,12 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"log/slog"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/benbjohnson/clock"
+
+	"github.com/streamhooks/webhooks/internal/startstop"
 )
 
 // metricsLease names the lease whose holder reports the Store-wide gauge.
@@ -24,6 +25,7 @@ const minLeaseRenewal = 5 * time.Second
 // nil *lease stands for a Store without the capability, whose one engine
 // holds every lease.
 type lease struct {
+	startstop.Base
 	store   Leaser
 	name    string
 	holder  string // this instance's random ID
@@ -70,19 +72,22 @@ func (l *lease) holds() bool {
 	return until != 0 && l.clock.Now().UnixNano() < until
 }
 
-// start tries for the lease with ctx, so that a started engine knows at
-// once whether it holds it, and then renews it in a goroutine, which wg
-// tracks, until run ends; the goroutine then releases it.
-func (l *lease) start(ctx, run context.Context, wg *sync.WaitGroup) {
+// Start tries for the lease with ctx, so that a started engine knows at
+// once whether it holds it, and then renews it in a goroutine until Stop,
+// which releases it.
+func (l *lease) Start(ctx context.Context) {
 	if l == nil {
+		return
+	}
+	run, ok, stopped := l.StartInit(context.WithoutCancel(ctx))
+	if !ok {
 		return
 	}
 	// Made before Start returns, so no tick of a mock clock is missed.
 	ticker := l.clock.Ticker(l.renewal)
 	l.renew(ctx)
-	wg.Add(1)
 	go func() {
-		defer wg.Done()
+		defer stopped()
 		defer ticker.Stop()
 		for {
 			select {
@@ -94,6 +99,13 @@ func (l *lease) start(ctx, run context.Context, wg *sync.WaitGroup) {
 			}
 		}
 	}()
+}
+
+// Stop stops renewing the lease, and releases it.
+func (l *lease) Stop() {
+	if l != nil {
+		l.Base.Stop()
+	}
 }
 
 // renew asks the Store for the lease for three renewal intervals. After an

@@ -177,10 +177,18 @@ func (e *Engine) latest(sub *Subscription) *Subscription {
 
 // subscription returns subscription id from the engine's set, and from the
 // Store only if the set lacks it: one created through another engine that
-// the feed has not reported yet.
+// the feed has not reported yet. Another tenant's than ctx's is not found,
+// with the error of a missing one.
 func (e *Engine) subscription(ctx context.Context, id string) (*Subscription, error) {
-	if sub := e.subs.get(id); sub != nil {
-		return sub, nil
+	sub := e.subs.get(id)
+	if sub == nil {
+		var err error
+		if sub, err = e.store.GetSubscription(ctx, id); err != nil {
+			return nil, err
+		}
 	}
-	return e.store.GetSubscription(ctx, id)
+	if !visible(ctx, sub) {
+		return nil, ErrSubscriptionNotFound
+	}
+	return sub, nil
 }

@@ -128,7 +128,7 @@ func (e *Engine) retryMissed(ctx context.Context) bool {
 		}
 	}
 	if sweep {
-		e.recover(ctx, nil)
+		e.sweep.recover(ctx, nil)
 	}
 	return true
 }

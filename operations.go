@@ -110,13 +110,17 @@ func (e *Engine) consumerViews(ctx context.Context, cs []*Consumer) ([]consumerJ
 
 // ListConsumers returns a page of the consumers of subscription
 // p.SubscriptionID, as Store.ListConsumers does; StateFailed lists its
-// dead letters. A limit below 1 is a *ValidationError.
+// dead letters. A limit below 1 is a *ValidationError; another tenant's
+// subscription than ctx's (WithTenant) is ErrSubscriptionNotFound.
 func (e *Engine) ListConsumers(ctx context.Context, p *ListConsumersParams) ([]*Consumer, error) {
 	if err := e.checkLoaded(); err != nil {
 		return nil, err
 	}
 	if p.Limit < 1 {
 		return nil, invalid("limit", "limit must be at least 1")
+	}
+	if err := e.inScope(ctx, p.SubscriptionID); err != nil {
+		return nil, err
 	}
 	return e.store.ListConsumers(ctx, p)
 }
@@ -178,14 +182,19 @@ func (e *Engine) consumerOf(ctx context.Context, sub *Subscription, id string) (
 
 // DeliveryLog returns up to limit of the latest delivery attempts of
 // consumer id, newest first: none if the Store keeps no DeliveryLog.
+// A consumer of another tenant's subscription than ctx's (WithTenant) is
+// ErrConsumerNotFound.
 func (e *Engine) DeliveryLog(ctx context.Context, id string, limit int) ([]*DeliveryAttempt, error) {
 	if err := e.checkLoaded(); err != nil {
 		return nil, err
 	}
-	if e.attemptLog.store == nil {
+	if err := e.consumerInScope(ctx, id); err != nil {
+		return nil, err
+	}
+	if e.outcomes.attemptLog.store == nil {
 		return nil, nil
 	}
-	return e.attemptLog.store.ListAttempts(ctx, id, limit)
+	return e.outcomes.attemptLog.store.ListAttempts(ctx, id, limit)
 }
 
 // attemptJSON is a delivery attempt as the API shows it.

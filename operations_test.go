@@ -118,6 +118,9 @@ func TestCircuitBreakerDisablesOnceAndResumesFromTheCursor(t *testing.T) {
 	acked := h.push("/orders/1", numbered(1, 1)...)
 	h.nextBatch()
 	h.waitCursor(ordersID, acked)
+	// The success's health is recorded after the cursor moves; recorded
+	// after the next batch's first failure, it would end that run.
+	h.waitIdle()
 
 	h.recv.queue(reply{status: 500}, reply{status: 500}, reply{status: 500})
 	tail := h.push("/orders/1", numbered(2, 3)...)
@@ -158,6 +161,7 @@ func TestCircuitBreakerDisablesOnceAndResumesFromTheCursor(t *testing.T) {
 	_, p = h.nextBatch()
 	require.Equal(t, numbered(2, 3), eventStrings(p))
 	h.waitCursor(ordersID, tail)
+	h.waitIdle() // the success's health is recorded after the cursor moves
 	mu.Lock()
 	require.Len(t, events, 1)
 	mu.Unlock()

@@ -2,7 +2,9 @@ package webhooks
 
 import (
 	"context"
+	"errors"
 	"net/http"
+	"slices"
 )
 
 // This file gives an operator's screen, such as package ui, what the
@@ -21,28 +23,60 @@ func (e *Engine) Authorize(r *http.Request, op Operation, id string) error {
 }
 
 // Subscription returns subscription id as stored, with its health, or
-// ErrSubscriptionNotFound. It holds the secrets that the subscription API
-// never shows: the caller must not show them either.
+// ErrSubscriptionNotFound, also for another tenant's than ctx's
+// (WithTenant). It holds the secrets that the subscription API never
+// shows: the caller must not show them either.
 func (e *Engine) Subscription(ctx context.Context, id string) (*Subscription, error) {
 	if err := e.checkLoaded(); err != nil {
 		return nil, err
 	}
-	return e.store.GetSubscription(ctx, id)
+	sub, err := e.store.GetSubscription(ctx, id)
+	if err == nil && !visible(ctx, sub) {
+		return nil, ErrSubscriptionNotFound
+	}
+	return sub, err
 }
 
-// Subscriptions returns every subscription as stored, ordered by ID, with
-// the secrets Subscription warns of.
+// Subscriptions returns every subscription as stored, of ctx's tenant
+// only if it has one (WithTenant), ordered by ID, with the secrets
+// Subscription warns of.
 func (e *Engine) Subscriptions(ctx context.Context) ([]*Subscription, error) {
 	if err := e.checkLoaded(); err != nil {
 		return nil, err
 	}
-	return e.store.ListSubscriptions(ctx)
+	subs, err := e.store.ListSubscriptions(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return slices.DeleteFunc(subs, func(s *Subscription) bool { return !visible(ctx, s) }), nil
 }
 
-// Consumer returns consumer id as stored, or ErrConsumerNotFound.
+// Consumer returns consumer id as stored, or ErrConsumerNotFound, also for
+// a consumer of another tenant's subscription than ctx's (WithTenant).
 func (e *Engine) Consumer(ctx context.Context, id string) (*Consumer, error) {
 	if err := e.checkLoaded(); err != nil {
 		return nil, err
 	}
+	if err := e.consumerInScope(ctx, id); err != nil {
+		return nil, err
+	}
 	return e.store.GetConsumer(ctx, id)
+}
+
+// consumerInScope returns ErrConsumerNotFound if a call with ctx may not
+// see consumer id, and nil without a tenant.
+func (e *Engine) consumerInScope(ctx context.Context, id string) error {
+	if _, ok := TenantFromContext(ctx); !ok {
+		return nil
+	}
+	subID, _, err := ParseConsumerID(id)
+	if err != nil {
+		return ErrConsumerNotFound
+	}
+	if err := e.inScope(ctx, subID); errors.Is(err, ErrSubscriptionNotFound) {
+		return ErrConsumerNotFound
+	} else if err != nil {
+		return err
+	}
+	return nil
 }

@@ -127,6 +127,7 @@ type config struct {
 	webhookPolicy           WebhookPolicy
 	maxConcurrentDeliveries int
 	authorizer              Authorizer
+	tenancy                 *Tenancy
 	pollInterval            time.Duration
 	sweepInterval           time.Duration // zero: sweepPolls poll intervals
 	maxDeliveriesPerHost    int

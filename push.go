@@ -40,7 +40,7 @@ type pushMechanism struct{ to transport }
 // start starts a batch of IDLE consumer c if its stream has events past
 // its cursor. With a batch window the first such event opens the window,
 // and the batch starts when it closes.
-func (pushMechanism) start(m *cursorMachine, c *Consumer, sub *Subscription, t tails, now time.Time) change {
+func (p pushMechanism) start(m *cursorMachine, c *Consumer, sub *Subscription, t tails, now time.Time) change {
 	if len(c.Streams) == 0 {
 		return noChange
 	}
@@ -58,7 +58,7 @@ func (pushMechanism) start(m *cursorMachine, c *Consumer, sub *Subscription, t t
 			return noChange
 		}
 	}
-	return m.startBatch(c, sub, ReadLimit{MaxEvents: ev.MaxBatchEvents, MaxBytes: ev.MaxBatchBytes, Until: info.Tail}, now)
+	return m.startBatch(c, sub, p, ReadLimit{MaxEvents: ev.MaxBatchEvents, MaxBytes: ev.MaxBatchBytes, Until: info.Tail}, now)
 }
 
 func (pushMechanism) apply(m *cursorMachine, c *Consumer, sub *Subscription, r attemptResult, t tails, now time.Time) change {
@@ -67,11 +67,11 @@ func (pushMechanism) apply(m *cursorMachine, c *Consumer, sub *Subscription, r a
 
 // revive retries a dead letter's batch, as a new run of attempts under
 // the same delivery id; one whose batch a rewind dropped starts afresh.
-func (pushMechanism) revive(m *cursorMachine, c *Consumer, sub *Subscription, t tails, now time.Time) change {
+func (p pushMechanism) revive(m *cursorMachine, c *Consumer, sub *Subscription, t tails, now time.Time) change {
 	if c.Batch == (ReadLimit{}) {
 		return m.restart(c, sub, t, now)
 	}
-	return m.retryBatch(c, sub, now)
+	return m.retryBatch(c, sub, p, now)
 }
 
 // attemptTimeout is the transport's own timeout and a grace, so that an
@@ -129,7 +129,7 @@ func (p pushMechanism) prepare(ctx context.Context, x *executor, c *Consumer, su
 			UpToDate:       batch.Next == c.Batch.Until,
 		},
 		Attempt:     c.Attempt,
-		MaxAttempts: x.cursors.retryPolicy(sub).MaxAttempts,
+		MaxAttempts: x.cursors.retryPolicyOf(sub, p).MaxAttempts,
 	}
 	return msg, nil
 }
@@ -165,23 +165,24 @@ func (m *cursorMachine) openWindow(c *Consumer, until time.Time) change {
 	return changeSave
 }
 
-// startBatch starts c's batch up to limit, under a new delivery id.
-func (m *cursorMachine) startBatch(c *Consumer, sub *Subscription, limit ReadLimit, now time.Time) change {
+// startBatch starts c's batch up to limit, under a new delivery id, to be
+// delivered by mech.
+func (m *cursorMachine) startBatch(c *Consumer, sub *Subscription, mech mechanism, limit ReadLimit, now time.Time) change {
 	c.Batch = limit
-	return m.begin(c, sub, newDeliveryID(), now)
+	return m.begin(c, sub, mech, newDeliveryID(), now)
 }
 
-// retryBatch starts a new run of attempts of dead letter c's batch, under
-// the same delivery id; of a paused or disabled subscription, the batch
-// waits, with no deadline, to be resumed.
-func (m *cursorMachine) retryBatch(c *Consumer, sub *Subscription, now time.Time) change {
+// retryBatch starts a new run of attempts, by mech, of dead letter c's
+// batch, under the same delivery id; of a paused or disabled subscription,
+// the batch waits, with no deadline, to be resumed.
+func (m *cursorMachine) retryBatch(c *Consumer, sub *Subscription, mech mechanism, now time.Time) change {
 	c.State = stateDelivering
 	c.Attempt = 0
 	if !sub.active() {
 		c.InFlight, c.Deadline = false, time.Time{}
 		return changeSave
 	}
-	m.startAttempt(c, sub, now)
+	m.startAttempt(c, sub, mech, now)
 	return changeSend
 }
 

@@ -84,12 +84,12 @@ func (r *rateLimits) sweep(now time.Time) {
 // deferAttempt puts back attempt c, which a transition marked as sent, to
 // be sent after wait, its turn under its subscription's rate limit: the
 // attempt is not counted, and c waits as for a retry.
-func (e *Engine) deferAttempt(ctx context.Context, c *Consumer, sub *Subscription, wait time.Duration) {
-	_, err := e.core.update(ctx, c.ID, func(cur *Consumer) (change, error) {
-		return e.core.rules.deferAttempt(cur, c, sub, e.clock.Now().Add(wait)), nil
+func (p *pipeline) deferAttempt(ctx context.Context, c *Consumer, sub *Subscription, wait time.Duration) {
+	_, err := p.core.update(ctx, c.ID, func(cur *Consumer) (change, error) {
+		return p.core.rules.deferAttempt(cur, c, sub, p.clock.Now().Add(wait)), nil
 	})
 	if err != nil && !errors.Is(err, ErrConsumerNotFound) && ctx.Err() == nil {
 		// The attempt stays in flight, times out and is retried.
-		e.log.ErrorContext(ctx, "webhooks: deferring a rate-limited delivery", "consumer_id", c.ID, "error", err)
+		p.log.ErrorContext(ctx, "webhooks: deferring a rate-limited delivery", "consumer_id", c.ID, "error", err)
 	}
 }

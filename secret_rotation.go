@@ -26,6 +26,9 @@ func (e *Engine) RotateSecret(ctx context.Context, id string, overlap time.Durat
 	if err := e.checkLoaded(); err != nil {
 		return "", err
 	}
+	if err := e.inScope(ctx, id); err != nil {
+		return "", err
+	}
 	if overlap < 0 || overlap > MaxRotationOverlap {
 		return "", invalid("overlap_ms", "overlap %v is not 0 to %v", overlap, MaxRotationOverlap)
 	}

@@ -47,7 +47,7 @@ func SchedulerParked(e *Engine) bool {
 
 // DeliveriesRunning is how many delivery attempts e has started and not
 // ended.
-func DeliveriesRunning(e *Engine) int64 { return e.attempts.Load() }
+func DeliveriesRunning(e *Engine) int64 { return e.pipeline.attempts.Load() }
 
 // KnownSubscriptions lists the IDs of the subscriptions e has loaded.
 func KnownSubscriptions(e *Engine) []string {
@@ -71,7 +71,7 @@ const DeliveryLogLinger = attemptLogLinger
 
 // DeliveryLogLingering reports whether e's delivery log waits, its timer
 // set, for more attempts to join those it holds.
-func DeliveryLogLingering(e *Engine) bool { return e.attemptLog.lingering.Load() }
+func DeliveryLogLingering(e *Engine) bool { return e.outcomes.attemptLog.lingering.Load() }
 
 // LoadForBench loads e's signing key and subscriptions, as Start does,
 // without starting it, and readies its stream sweep.
@@ -79,7 +79,7 @@ func LoadForBench(ctx context.Context, e *Engine) error {
 	if err := e.load(ctx); err != nil {
 		return err
 	}
-	e.sweep.begin(e.stored)
+	e.sweep.begin()
 	return nil
 }
 
@@ -87,7 +87,7 @@ func LoadForBench(ctx context.Context, e *Engine) error {
 // stream sweep's first tails.
 func RecoverForBench(ctx context.Context, e *Engine) {
 	e.sweep.tails = make(map[uint64]uint64)
-	e.recover(ctx, e.sweep.tails)
+	e.sweep.recover(ctx, e.sweep.tails)
 }
 
 // SweepForBench runs one stream sweep of a loaded e.

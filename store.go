@@ -194,6 +194,9 @@ type Subscription struct {
 	// Handler names the BatchHandler a DeliveryHandler subscription
 	// delivers to (WithBatchHandler); such a subscription has no Webhook.
 	Handler string
+	// Tenant is the tenant the subscription belongs to, "" for none
+	// (WithTenancy). It never changes: UpdateSubscription refuses to.
+	Tenant string
 	// Events configures a subscription whose Delivery is DeliveryEvents
 	// or DeliveryHandler, and is nil for other modes.
 	Events *EventsOptions

@@ -8,7 +8,8 @@ import (
 // The Store's optional capabilities. The engine finds each by a type
 // assertion on its Store, and works without it: a Store implements the
 // ones its deployment needs. memstore, sqlitestore and pgstore implement
-// all three.
+// all of them. DSStore (store_ds.go) and WebhookKeyStore
+// (store_webhook_keys.go) are declared in files of their own.
 
 // SubscriptionFeed is an optional Store capability that lets engines
 // sharing one Store cooperate: each learns of the subscriptions created or

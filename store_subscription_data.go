@@ -21,7 +21,8 @@ import (
 // Signature, PreviousSecret, PreviousSecretExpiresAt, Retry and RateLimit;
 // version 4 adds Handler at the end; version 5 adds after it, for event
 // push, the filter's Expression and the Columns; version 6, which
-// MarshalData writes, adds at the end Name, UpdatedAt and Verification.
+// MarshalData writes, adds at the end Tenant, then Name, UpdatedAt and
+// Verification.
 const (
 	subscriptionDataV1 = 1
 	subscriptionDataV2 = 2
@@ -70,11 +71,13 @@ func (s *Subscription) MarshalData() ([]byte, error) {
 			b = appendString(b, c)
 		}
 	}
+	// Version 6.
+	b = appendString(b, s.Tenant)
 	return appendVerificationBlock(b, s)
 }
 
-// appendVerificationBlock appends what version 6 added: Name, UpdatedAt
-// and Verification.
+// appendVerificationBlock appends what version 6 added after Tenant:
+// Name, UpdatedAt and Verification.
 func appendVerificationBlock(b []byte, s *Subscription) ([]byte, error) {
 	b = appendString(b, s.Name)
 	b, err := appendTime(b, s.UpdatedAt)
@@ -163,6 +166,7 @@ func (s *Subscription) UnmarshalData(data []byte) error {
 				d.eventsSelection(out.Events)
 			}
 			if version >= subscriptionDataV6 {
+				out.Tenant = d.string()
 				d.verificationBlock(&out)
 			}
 		}

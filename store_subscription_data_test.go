@@ -15,7 +15,7 @@ func dataSubscription() *Subscription {
 		Delivery: DeliveryEvents, Events: dataEvents(), Status: StatusPaused, Signature: SignatureStandard,
 		PreviousSecret: "whsec_old", PreviousSecretExpiresAt: time.Unix(1_800_000_000, 5).UTC(),
 		Retry:     &RetryPolicy{Schedule: []time.Duration{time.Second, time.Minute}, MaxAttempts: 7, MaxAge: time.Hour},
-		RateLimit: 1000, Handler: "inbox",
+		RateLimit: 1000, Handler: "inbox", Tenant: "acme",
 		Name: "Production ü", UpdatedAt: time.Unix(1_800_000_100, 7).UTC(),
 		Verification: &Verification{Attempts: 2, NextAttemptAt: time.Unix(1_800_000_200, 0).UTC(),
 			ExpiresAt: time.Unix(1_800_086_400, 0).UTC(), LastError: "status 404"},
@@ -61,10 +61,11 @@ func TestSubscriptionDataRoundTrip(t *testing.T) {
 
 // The released formats never change, and every one of them reads.
 func TestSubscriptionDataKnownAnswers(t *testing.T) {
-	// Version 6 is version 5's fields, then the name, "Production ü",
-	// the time of the last update, and the verification: 2 attempts, the
-	// next and expiry times, and the last error, "status 404".
-	const v6 = "06066576656e747306706175736564087374616e646172640977687365635f6f6c64018a80a0bbd29df1fa31d00f010280a8d6b90780e0ba84bf030e8080c58bc6d10101c8010180bcc1960b80a8d6b907020d417574686f72697a6174696f6e0942656172657220c3bc03582d4201320109646174612e7479706502076f726465722e2a00" + "05696e626f78" + "0b6576656e742e6e203e2031" + "02026964" + "09646174612e74797065" +
+	// Version 6 is version 5's fields, then the tenant, "acme", the
+	// name, "Production ü", the time of the last update, and the
+	// verification: 2 attempts, the next and expiry times, and the last
+	// error, "status 404".
+	const v6 = "06066576656e747306706175736564087374616e646172640977687365635f6f6c64018a80a0bbd29df1fa31d00f010280a8d6b90780e0ba84bf030e8080c58bc6d10101c8010180bcc1960b80a8d6b907020d417574686f72697a6174696f6e0942656172657220c3bc03582d4201320109646174612e7479706502076f726465722e2a00" + "05696e626f78" + "0b6576656e742e6e203e2031" + "02026964" + "09646174612e74797065" + "0461636d65" +
 		"0d50726f64756374696f6e20c3bc" + "01" + "8ea0d7c2bba3f1fa31" + "01" + "04" + "01" + "80c08ecaa4a9f1fa31" + "01" + "808098d0e4c298fb31" + "0a73746174757320343034"
 	require.Equal(t, v6, hex.EncodeToString(marshal(t, dataSubscription())))
 
@@ -74,7 +75,7 @@ func TestSubscriptionDataKnownAnswers(t *testing.T) {
 	require.NoError(t, err)
 	s := dataSubscription()
 	require.NoError(t, s.UnmarshalData(v5))
-	require.Equal(t, withoutV6(dataSubscription()), s, "version 5 has no name, update time or verification")
+	require.Equal(t, withoutV6(dataSubscription()), s, "version 5 has no tenant, name, update time or verification")
 
 	// Version 4 is version 3's fields, then the handler's name: "inbox".
 	v4, err := hex.DecodeString("04066576656e747306706175736564087374616e646172640977687365635f6f6c64018a80a0bbd29df1fa31d00f010280a8d6b90780e0ba84bf030e8080c58bc6d10101c8010180bcc1960b80a8d6b907020d417574686f72697a6174696f6e0942656172657220c3bc03582d4201320109646174612e7479706502076f726465722e2a00" + "05696e626f78")
@@ -109,7 +110,7 @@ func TestSubscriptionDataKnownAnswers(t *testing.T) {
 
 // withoutV6 is s without what version 6 added.
 func withoutV6(s *Subscription) *Subscription {
-	s.Name, s.UpdatedAt, s.Verification = "", time.Time{}, nil
+	s.Tenant, s.Name, s.UpdatedAt, s.Verification = "", "", time.Time{}, nil
 	return s
 }
 
@@ -124,10 +125,10 @@ func withoutSelection(s *Subscription) *Subscription {
 // Version 5 data that holds an expression without a filter is corrupt.
 func TestSubscriptionDataExpressionWithoutFilter(t *testing.T) {
 	s := &Subscription{Delivery: DeliveryEvents, Events: &EventsOptions{}}
-	// Version 5: version 6's data without its last three bytes, an empty
-	// name, no update time and no verification.
+	// Version 5: version 6's data without its last four bytes, an empty
+	// tenant and name, no update time and no verification.
 	data := marshal(t, s)
-	data = append(data[:len(data)-3-2], 1, 'x', 0)
+	data = append(data[:len(data)-4-2], 1, 'x', 0)
 	data[0] = subscriptionDataV5
 	out := &Subscription{ID: "s1"}
 	require.ErrorIs(t, out.UnmarshalData(data), errCorruptSubscriptionData)

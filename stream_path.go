@@ -6,25 +6,40 @@ import (
 	"unicode/utf8"
 )
 
-// ValidateStreamPath checks that path can name a stream: it must start with
-// '/', be valid UTF-8, and have no empty, "." or ".." segments, the same
-// segments that ParsePattern refuses. So "/", "/a//b", "/a/" and "/a/../b"
-// are refused. Such a path never matches a Pattern and never gets a
-// consumer: a client that normalises it would read another stream.
+// ValidateStreamPath checks that path can name a stream that gets
+// consumers: it must start with '/', be valid UTF-8 of at most
+// MaxStreamPathLength bytes with no control character (a consumer names
+// its streams in callbacks), and have no empty, "." or ".." segments, the
+// same segments that ParsePattern refuses. So "/", "/a//b", "/a/" and
+// "/a/../b" are refused. Such a path never matches a Pattern and never
+// gets a consumer: a client that normalises it would read another stream.
 //
 // A host calls it on the decoded path before it creates a stream, and
-// answers 400 with the error's Reason. The error is a *ValidationError of
-// field "path". StreamCreated and StreamAppended also refuse a path longer
-// than MaxStreamPathLength or with a control character.
+// answers 400 with the error's Reason; StreamCreated and StreamAppended
+// refuse such a path with the same error. The error is a *ValidationError
+// of field "path".
 func ValidateStreamPath(path string) error {
-	switch {
-	case !strings.HasPrefix(path, "/"):
-		return invalid("path", "stream path %.64q must start with '/'", path)
-	case !utf8.ValidString(path):
-		return invalid("path", "stream path %.64q is not valid UTF-8", path)
+	if err := nameableStreamPath(path); err != nil {
+		return invalid("path", "%v", err)
 	}
 	if reason := segmentProblem(path); reason != "" {
 		return invalid("path", "stream path %.64q: %s", path, reason)
+	}
+	return nil
+}
+
+// nameableStreamPath checks that a callback can name stream path p: an
+// ack or unsubscribe may name a stream that an older release gave a
+// consumer, whose segments ValidateStreamPath now refuses.
+func nameableStreamPath(p string) error {
+	if !strings.HasPrefix(p, "/") || len(p) > MaxStreamPathLength {
+		return fmt.Errorf("stream path %.64q must start with '/' and be at most %d characters", p, MaxStreamPathLength)
+	}
+	if r, ok := controlChar(p); ok {
+		return fmt.Errorf("stream path %.64q contains the control character %U", p, r)
+	}
+	if !utf8.ValidString(p) {
+		return fmt.Errorf("stream path %.64q is not valid UTF-8", p)
 	}
 	return nil
 }

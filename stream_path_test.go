@@ -14,8 +14,13 @@ import (
 )
 
 // The stream paths that patterns could never name: dot and empty segments,
-// as ParsePattern refuses them, and bytes that are not UTF-8.
+// as ParsePattern refuses them, and bytes that are not UTF-8; and those a
+// consumer could not name in a callback.
 var refusedStreamPaths = map[string]string{
+	"/ctl\x01":  "control character U+0001",
+	"/nul\x00":  "control character U+0000",
+	"/c1\u0085": "control character U+0085",
+	"/" + strings.Repeat("x", webhooks.MaxStreamPathLength): "at most 1024 characters",
 	"/agents/../admin/x": `segment ".." is not allowed`,
 	"/agents/./y":        `segment "." is not allowed`,
 	"/agents//z":         "empty segment",
@@ -35,7 +40,8 @@ func TestValidateStreamPath(t *testing.T) {
 		require.Contains(t, ve.Reason, reason, "%q", path)
 	}
 	// Dots are fine inside a segment, and so is any other UTF-8.
-	for _, path := range []string{"/a", "/agents/.../x", "/agents/.hidden", "/a./..b", "/%2e%2e", "/ünï/ 😀", "/a*/?{b}"} {
+	for _, path := range []string{"/a", "/agents/.../x", "/agents/.hidden", "/a./..b", "/%2e%2e", "/ünï/ 😀", "/a*/?{b}",
+		"/" + strings.Repeat("x", webhooks.MaxStreamPathLength-1)} {
 		require.NoError(t, webhooks.ValidateStreamPath(path), "%q", path)
 	}
 }

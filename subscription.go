@@ -62,6 +62,7 @@ type subscriptionJSON struct {
 	Pattern        string             `json:"pattern"`
 	Webhook        string             `json:"webhook"`
 	Handler        string             `json:"handler,omitempty"`
+	Tenant         string             `json:"tenant,omitempty"`
 	WebhookSecret  string             `json:"webhook_secret,omitempty"`
 	Name           string             `json:"name,omitempty"`
 	Description    string             `json:"description,omitempty"`
@@ -78,7 +79,7 @@ type subscriptionJSON struct {
 // view is s as the API shows it.
 func (e *Engine) view(s *Subscription) subscriptionJSON {
 	out := subscriptionJSON{
-		SubscriptionID: s.ID, Pattern: s.Pattern, Webhook: s.Webhook, Handler: s.Handler, Description: s.Description,
+		SubscriptionID: s.ID, Pattern: s.Pattern, Webhook: s.Webhook, Handler: s.Handler, Tenant: s.Tenant, Description: s.Description,
 		Delivery: s.Delivery.orDefault(), Status: s.status(),
 		optionsJSON: optionsView(s, e.core.rules.retryPolicy(s)), healthJSON: healthView(s.Health),
 		pushJSON: mechanismOf(s).options(s), Name: s.Name, Verification: verificationView(s.Verification),
@@ -163,6 +164,13 @@ func (e *Engine) serveSubscription(ctx context.Context, r *http.Request) (int, a
 	if err := e.authorize(r, s, rt, at.id); err != nil {
 		return 0, nil, err
 	}
+	ctx, err := e.tenantContext(ctx, r)
+	if err != nil {
+		return 0, nil, err
+	}
+	if tenant, ok := TenantFromContext(ctx); ok {
+		trace.SpanFromContext(ctx).SetAttributes(attribute.String("webhooks.tenant", tenant))
+	}
 	if err := e.checkLoaded(); err != nil {
 		return 0, nil, err
 	}
@@ -217,6 +225,11 @@ func (e *Engine) patchSubscription(ctx context.Context, r *http.Request, at targ
 	}
 	sub, err := e.findSubscription(ctx, pattern, id)
 	if err != nil {
+		return 0, nil, err
+	}
+	// A tenant whose patterns the host has narrowed since may not change
+	// a subscription outside them, not even resume it.
+	if err := e.checkTenantPattern(sub); err != nil {
 		return 0, nil, err
 	}
 	if req.Signature != "" && req.Signature != sub.signature() {
@@ -284,8 +297,9 @@ func (e *Engine) createSubscription(ctx context.Context, r *http.Request, at tar
 			return 0, nil, err
 		}
 	}
+	tenant, _ := TenantFromContext(ctx)
 	sub := &Subscription{ID: id, Pattern: pattern.String(), Webhook: req.Webhook, Name: req.Name, Description: req.Description,
-		Delivery: req.Delivery.orDefault(), Signature: req.Signature, Secret: req.Secret}
+		Delivery: req.Delivery.orDefault(), Signature: req.Signature, Secret: req.Secret, Tenant: tenant}
 	if req.Verify {
 		sub.Status = StatusPending
 	}
@@ -333,8 +347,13 @@ func (e *Engine) createSubscription(ctx context.Context, r *http.Request, at tar
 //
 // If sub's ID is taken by a subscription configured alike, it returns that
 // one, so that a host may create its subscriptions at every start; if by
-// one configured otherwise, an error wrapping ErrSubscriptionExists. An
-// invalid field is a *ValidationError naming it.
+// one configured otherwise, or of another tenant, an error wrapping
+// ErrSubscriptionExists. An invalid field is a *ValidationError naming it.
+//
+// Within a tenant (WithTenant), sub is created in it, whatever its Tenant
+// says; otherwise in sub.Tenant. A subscription of a tenant must keep to
+// its patterns (Tenancy.Patterns), or ErrForbidden, and its limit
+// (Tenancy.MaxSubscriptions), or ErrTenantLimit.
 func (e *Engine) CreateSubscription(ctx context.Context, sub *Subscription, from string) (*Subscription, error) {
 	if err := e.checkLoaded(); err != nil {
 		return nil, err
@@ -357,6 +376,9 @@ func (e *Engine) CreateSubscription(ctx context.Context, sub *Subscription, from
 		status = StatusPending
 	}
 	s.Pattern, s.Delivery, s.Status, s.Health = pattern.String(), s.Delivery.orDefault(), status, SubscriptionHealth{}
+	if tenant, ok := TenantFromContext(ctx); ok {
+		s.Tenant = tenant
+	}
 	mech, ok := mechanismFor(s.Delivery)
 	switch {
 	case !ok:
@@ -390,6 +412,15 @@ func (e *Engine) create(ctx context.Context, s *Subscription, pattern *Pattern, 
 	if err := e.validate(s); err != nil {
 		return nil, false, err
 	}
+	if s.Tenant != "" && e.cfg.tenancy != nil && e.cfg.tenancy.MaxSubscriptions > 0 {
+		// Counting and creating under one lock keeps this engine's
+		// creates from passing the limit together.
+		e.tenantCreate.Lock()
+		defer e.tenantCreate.Unlock()
+		if err := e.checkTenantLimit(ctx, s.Tenant); err != nil {
+			return nil, false, err
+		}
+	}
 	if s.Secret == "" {
 		s.Secret = newSecret(s.Signature)
 	}
@@ -413,7 +444,7 @@ func (e *Engine) create(ctx context.Context, s *Subscription, pattern *Pattern, 
 		return nil, false, err
 	}
 	if s.Verification != nil {
-		e.kickVerifier()
+		e.verifier.kickNow()
 	}
 	return s, true, nil
 }
@@ -443,7 +474,8 @@ func decodeRequest(body io.Reader, v any, optional bool) error {
 }
 
 // validate checks a subscription about to be stored: its description, its
-// destination (transport.validate), and its options.
+// tenant and the patterns the tenant may subscribe to, its destination
+// (transport.validate), and its options.
 func (e *Engine) validate(sub *Subscription) error {
 	if len(sub.Description) > MaxDescriptionLength {
 		return invalid("description", "description is longer than %d characters", MaxDescriptionLength)
@@ -453,6 +485,12 @@ func (e *Engine) validate(sub *Subscription) error {
 	}
 	if sub.status() == StatusPending && !mechanismOf(sub).transport().offeredOverHTTP() {
 		return invalid("verify", "only a webhook's endpoint can be verified")
+	}
+	if err := ValidateTenant(sub.Tenant); err != nil {
+		return err
+	}
+	if err := e.checkTenantPattern(sub); err != nil {
+		return err
 	}
 	if err := mechanismOf(sub).transport().validate(e.x, sub); err != nil {
 		return err
@@ -496,6 +534,11 @@ func (e *Engine) existing(ctx context.Context, want *Subscription) (*Subscriptio
 	if err != nil {
 		return nil, err
 	}
+	if have.Tenant != want.Tenant {
+		// Nothing of the other tenant's subscription is shown: only that
+		// the ID is taken, as one namespace makes it.
+		return nil, detail(ErrSubscriptionExists, "subscription id %s is taken; choose another", want.ID)
+	}
 	if !sameConfiguration(have, want) {
 		return nil, detail(ErrSubscriptionExists,
 			"subscription %s exists with a different configuration; update it, or delete it, to change it", want.ID)
@@ -525,7 +568,7 @@ func (e *Engine) adoptExistingStreams(ctx context.Context, pattern *Pattern, id,
 		return fmt.Errorf("listing streams matching %s: %w", pattern, err)
 	}
 	for _, s := range streams {
-		if validateStreamPath(s.Path) != nil {
+		if nameableStreamPath(s.Path) != nil {
 			continue // as in StreamCreated
 		}
 		offset := s.Tail
@@ -553,10 +596,11 @@ func (e *Engine) adoptExistingStreams(ctx context.Context, pattern *Pattern, id,
 	return nil
 }
 
-// findSubscription returns subscription id if pattern matches its pattern.
+// findSubscription returns subscription id if pattern matches its pattern
+// and ctx may see it: another tenant's is not found, as a missing one.
 func (e *Engine) findSubscription(ctx context.Context, pattern *Pattern, id string) (*Subscription, error) {
 	sub, err := e.store.GetSubscription(ctx, id)
-	if errors.Is(err, ErrSubscriptionNotFound) || (err == nil && !pattern.Match(sub.Pattern)) {
+	if errors.Is(err, ErrSubscriptionNotFound) || (err == nil && (!pattern.Match(sub.Pattern) || !visible(ctx, sub))) {
 		return nil, detail(ErrSubscriptionNotFound, "no subscription %s under %s", id, pattern)
 	}
 	return sub, err
@@ -588,7 +632,7 @@ func (e *Engine) listSubscriptions(ctx context.Context, _ *http.Request, at targ
 	}
 	out := []subscriptionJSON{}
 	for _, s := range subs {
-		if pattern.Match(s.Pattern) {
+		if pattern.Match(s.Pattern) && visible(ctx, s) {
 			out = append(out, e.view(s))
 		}
 	}

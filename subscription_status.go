@@ -14,14 +14,19 @@ import (
 // resumes each consumer from its cursor.
 
 // immutable says why a change to a field no update may make is refused.
-const immutable = "id, pattern, delivery, signature, secret and status cannot be changed by an update; delete and re-create the subscription, rotate its secret, or pause or resume it"
+const immutable = "id, pattern, delivery, signature, secret, tenant and status cannot be changed by an update; delete and re-create the subscription, rotate its secret, or pause or resume it"
 
 // PauseSubscription pauses subscription id: its consumers start no new
 // delivery until ResumeSubscription. It returns the subscription as
-// stored, ErrSubscriptionNotFound, or, for a subscription pending
-// verification, an error wrapping ErrPendingVerification.
+// stored, ErrSubscriptionNotFound, also for another tenant's than ctx's
+// (WithTenant), as every call on a subscription does, or, for a
+// subscription pending verification, an error wrapping
+// ErrPendingVerification.
 func (e *Engine) PauseSubscription(ctx context.Context, id string) (*Subscription, error) {
 	if err := e.checkLoaded(); err != nil {
+		return nil, err
+	}
+	if err := e.inScope(ctx, id); err != nil {
 		return nil, err
 	}
 	sub, err := e.store.UpdateSubscription(ctx, id, func(s *Subscription) error {
@@ -51,6 +56,9 @@ func (e *Engine) PauseSubscription(ctx context.Context, id string) (*Subscriptio
 // (VerifySubscription activates that one).
 func (e *Engine) ResumeSubscription(ctx context.Context, id string) (*Subscription, error) {
 	if err := e.checkLoaded(); err != nil {
+		return nil, err
+	}
+	if err := e.inScope(ctx, id); err != nil {
 		return nil, err
 	}
 	if _, err := e.store.UpdateHealth(ctx, id, func(h *SubscriptionHealth) {
@@ -99,8 +107,8 @@ func (e *Engine) resumeConsumers(ctx context.Context, sub *Subscription) error {
 // is checked as a create's is, the webhook URL by the engine's policy too;
 // an invalid one changes nothing and returns the error, as does an fn that
 // changes the ID, pattern, delivery mode, signature scheme, secrets,
-// status or verification. A pending subscription whose webhook changes
-// starts its verification again, at the new one. Cursors
+// tenant, status or verification. A pending subscription whose webhook
+// changes starts its verification again, at the new one. Cursors
 // are kept; a batch in flight keeps the limits it started with. It returns
 // ErrSubscriptionNotFound if there is no such subscription.
 func (e *Engine) UpdateSubscription(ctx context.Context, id string, fn func(s *Subscription) error) (*Subscription, error) {
@@ -109,6 +117,9 @@ func (e *Engine) UpdateSubscription(ctx context.Context, id string, fn func(s *S
 	}
 	rechallenge := false
 	sub, err := e.store.UpdateSubscription(ctx, id, func(s *Subscription) error {
+		if !visible(ctx, s) {
+			return ErrSubscriptionNotFound
+		}
 		before := s.Clone()
 		if err := fn(s); err != nil {
 			return err
@@ -130,7 +141,7 @@ func (e *Engine) UpdateSubscription(ctx context.Context, id string, fn func(s *S
 	e.subs.update(sub)
 	e.tel.operated(ctx, "update")
 	if rechallenge {
-		e.kickVerifier()
+		e.verifier.kickNow()
 	}
 	return sub, nil
 }
@@ -168,10 +179,11 @@ const consumerPage = 500
 func (m *cursorMachine) resume(c *Consumer, sub *Subscription, t tails, now time.Time) change {
 	switch {
 	case c.State == stateDelivering && !c.InFlight && c.Deadline.IsZero():
-		if m.tooOld(c, m.retryPolicy(sub), now) {
+		mech := mechanismOf(sub)
+		if m.tooOld(c, m.retryPolicyOf(sub, mech), now) {
 			return m.deadLetter(c)
 		}
-		m.startAttempt(c, sub, now)
+		m.startAttempt(c, sub, mech, now)
 		return changeSend
 	case c.State == StateIdle:
 		return m.start(c, sub, t, now)
@@ -194,6 +206,8 @@ func immutableField(before, after *Subscription) string {
 		return "signature"
 	case after.status() != before.status() || !sameVerification(after.Verification, before.Verification):
 		return "status"
+	case after.Tenant != before.Tenant:
+		return "tenant"
 	case after.Secret != before.Secret || after.PreviousSecret != before.PreviousSecret ||
 		!after.PreviousSecretExpiresAt.Equal(before.PreviousSecretExpiresAt):
 		return "secret"

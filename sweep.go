@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/benbjohnson/clock"
+
+	"github.com/streamhooks/webhooks/internal/startstop"
 )
 
 // The stream sweep finds appends whose StreamAppended or StreamCreated
@@ -39,6 +41,7 @@ const sweepPolls = 60
 // streamSweep is the engine's part that sweeps the streams. What the
 // previous sweep saw is used only by the goroutine that sweeps.
 type streamSweep struct {
+	startstop.Base
 	source   StreamSource
 	store    Store
 	log      *slog.Logger
@@ -49,8 +52,9 @@ type streamSweep struct {
 	// match the ids of those matching a path.
 	subscriptions func() map[string]*Pattern
 	match         func(path string) []string
-	// recover is Start's recovery, which records the first tails.
-	recover func(ctx context.Context, tails map[uint64]uint64)
+	// stored are the subscriptions Start loaded, with their patterns: its
+	// recovery covers only these.
+	stored map[string]*Pattern
 	// spawnAndWake and startIfPending do what StreamAppended would have.
 	spawnAndWake   func(ctx context.Context, path string, subs []string) error
 	startIfPending func(ctx context.Context, id, subID string) error
@@ -69,18 +73,31 @@ type streamSweep struct {
 func (s *streamSweep) hash(v string) uint64 { return maphash.String(s.seed, v) }
 
 // begin readies the sweep for the subscriptions Start loaded.
-func (s *streamSweep) begin(stored map[string]*Pattern) {
+func (s *streamSweep) begin() {
 	s.tails = make(map[uint64]uint64)
-	s.known = make(map[string]bool, len(stored))
-	for id := range stored {
+	s.known = make(map[string]bool, len(s.stored))
+	for id := range s.stored {
 		s.known[id] = true
 	}
 }
 
+// Start runs, in ctx until Stop, Start's recovery of the subscriptions
+// the engine loaded (stored) and then the sweeps.
+func (s *streamSweep) Start(ctx context.Context) {
+	ctx, ok, stopped := s.StartInit(ctx)
+	if !ok {
+		return
+	}
+	go func() {
+		defer stopped()
+		s.run(ctx)
+	}()
+}
+
 // run runs Start's recovery of the subscriptions it loaded (stored), and
 // then a sweep every sweep interval, until ctx ends.
-func (s *streamSweep) run(ctx context.Context, stored map[string]*Pattern) {
-	s.begin(stored)
+func (s *streamSweep) run(ctx context.Context) {
+	s.begin()
 	s.recover(ctx, s.tails)
 	s.swept()
 	t := s.clock.Ticker(s.interval)
@@ -124,7 +141,7 @@ func (s *streamSweep) sweep(ctx context.Context) {
 			}
 			tail := s.hash(st.Tail)
 			seen[k] = tail
-			if old, ok := prev[k]; (!ok || old != tail) && validateStreamPath(st.Path) == nil {
+			if old, ok := prev[k]; (!ok || old != tail) && nameableStreamPath(st.Path) == nil {
 				moved = append(moved, st)
 			}
 		}
@@ -173,4 +190,45 @@ func (s *streamSweep) sweepStream(ctx context.Context, st StreamInfo) error {
 		}
 	}
 	return nil
+}
+
+// recover makes up for stream events the engine may have missed while it
+// was down: the host may have appended to or created a stream after its
+// last call reached the engine, or before Start. For the subscriptions that
+// were in the Store when Start loaded them, it spawns the consumers that matching streams lack
+// and wakes every IDLE consumer with pending work. Subscriptions created
+// since adopt their streams themselves, at the tail; spawning them here
+// would race that and replay whole streams. Deadlines of WAKING and LIVE
+// consumers need no sweep: they are in the Store, and the scheduler acts
+// on overdue ones as soon as it starts. If tails is set, it records there
+// each stream's tail as listed, before it looks at its consumers: the
+// stream sweep's first tails (sweep.go).
+func (s *streamSweep) recover(ctx context.Context, tails map[uint64]uint64) {
+	ids := slices.Sorted(maps.Keys(s.stored))
+	seen := make(map[string]bool)
+	for _, id := range ids {
+		streams, err := s.source.MatchStreams(ctx, s.stored[id])
+		if err != nil {
+			if ctx.Err() == nil {
+				s.log.ErrorContext(ctx, "webhooks: start-up sweep: matching streams", "subscription_id", id, "error", err)
+			}
+			continue
+		}
+		for _, st := range streams {
+			if seen[st.Path] {
+				continue
+			}
+			seen[st.Path] = true
+			if tails != nil {
+				tails[s.hash(st.Path)] = s.hash(st.Tail)
+			}
+			subs := slices.DeleteFunc(s.match(st.Path), func(sub string) bool { return s.stored[sub] == nil })
+			if err := s.spawnAndWake(ctx, st.Path, subs); err != nil && ctx.Err() == nil {
+				s.log.ErrorContext(ctx, "webhooks: start-up sweep", "stream", st.Path, "error", err)
+			}
+			if ctx.Err() != nil {
+				return
+			}
+		}
+	}
 }

@@ -84,22 +84,32 @@ func storeOpts(cache *sync.Map, key string, attrs ...attribute.KeyValue) *measur
 	return o.(*measureOpts)
 }
 
-// subOpts returns the options of a measurement for subscription id, with
+// subOpts returns the options of a measurement for subscription sub, with
 // key=value as well unless key is empty: a "subscription_id" attribute
-// if the engine labels id, and none without WithSubscriptionMetrics.
-func (t *telemetry) subOpts(cache *sync.Map, id, key, value string) *measureOpts {
-	label := t.labels.of(id)
+// if the engine labels sub, with a "tenant" one if it has a tenant, and
+// none without WithSubscriptionMetrics. A subscription has one tenant, so
+// the tenant adds no series; OtherSubscriptions carries none, so that
+// tenants do not multiply its series.
+func (t *telemetry) subOpts(cache *sync.Map, sub *Subscription, key, value string) *measureOpts {
+	label := t.labels.of(sub.ID)
 	if label == "" {
 		if key == "" {
 			return noOpts
 		}
 		return optsFor(cache, key, value)
 	}
-	k := value + "\x00" + label
+	tenant := sub.Tenant
+	if label == OtherSubscriptions {
+		tenant = ""
+	}
+	k := value + "\x00" + label + "\x00" + tenant
 	if o, ok := cache.Load(k); ok {
 		return o.(*measureOpts)
 	}
 	attrs := []attribute.KeyValue{attribute.String("subscription_id", label)}
+	if tenant != "" {
+		attrs = append(attrs, attribute.String("tenant", tenant))
+	}
 	if key != "" {
 		attrs = append(attrs, attribute.String(key, value))
 	}
@@ -251,21 +261,21 @@ func (t *telemetry) started(ctx context.Context, c *Consumer) {
 	t.wakes.Add(ctx, 1)
 }
 
-// batchSent records the size of c's batch at its first attempt.
-func (t *telemetry) batchSent(ctx context.Context, c *Consumer, events int) {
+// batchSent records the size of c's batch, of sub, at its first attempt.
+func (t *telemetry) batchSent(ctx context.Context, c *Consumer, sub *Subscription, events int) {
 	if c.Attempt == 1 {
-		t.batchEvents.Record(ctx, int64(events), t.subOpts(&t.bySub, c.SubscriptionID, "", "").record...)
+		t.batchEvents.Record(ctx, int64(events), t.subOpts(&t.bySub, sub, "", "").record...)
 	}
 }
 
-// delivered records the outcome of a delivery attempt for c, and its
-// failure if it failed.
-func (t *telemetry) delivered(ctx context.Context, span trace.Span, c *Consumer, outcome string, failure *deliveryFailure, took time.Duration) {
-	opts := t.subOpts(&t.byOutcome, c.SubscriptionID, "outcome", outcome)
+// delivered records the outcome of a delivery attempt for c, of sub, and
+// its failure if it failed.
+func (t *telemetry) delivered(ctx context.Context, span trace.Span, c *Consumer, sub *Subscription, outcome string, failure *deliveryFailure, took time.Duration) {
+	opts := t.subOpts(&t.byOutcome, sub, "outcome", outcome)
 	t.deliveries.Add(ctx, 1, opts.add...)
 	t.deliveryLatency.Record(ctx, took.Seconds(), opts.record...)
 	if c.Attempt > 1 {
-		t.retries.Add(ctx, 1, t.subOpts(&t.bySub, c.SubscriptionID, "", "").add...)
+		t.retries.Add(ctx, 1, t.subOpts(&t.bySub, sub, "", "").add...)
 	}
 	if span.IsRecording() {
 		span.SetAttributes(attribute.String("webhooks.outcome", outcome))
@@ -293,13 +303,18 @@ func (t *telemetry) callbackDone(ctx context.Context, span trace.Span, code stri
 	}
 }
 
-func consumerAttrs(c *Consumer) []attribute.KeyValue {
-	return []attribute.KeyValue{
+// deliveryAttrs are the span attributes of an attempt of c, of sub.
+func deliveryAttrs(c *Consumer, sub *Subscription) []attribute.KeyValue {
+	attrs := []attribute.KeyValue{
 		attribute.String("webhooks.consumer_id", c.ID),
 		attribute.Int64("webhooks.epoch", c.Epoch),
 		attribute.String("webhooks.wake_id", c.WakeID),
 		attribute.Int("webhooks.attempt", c.Attempt),
 	}
+	if sub.Tenant != "" {
+		attrs = append(attrs, attribute.String("webhooks.tenant", sub.Tenant))
+	}
+	return attrs
 }
 
 // disabled counts a subscription the engine disabled.

@@ -1,6 +1,7 @@
 package webhooks_test
 
 import (
+	"fmt"
 	"net/http"
 	"testing"
 
@@ -76,4 +77,37 @@ func TestTelemetryNoSubscriptionLabels(t *testing.T) {
 	require.True(t, th.waitProgress(func() bool { return webhooks.DeliveriesRunning(th.engine) == 0 }))
 	m := th.telCollect()
 	require.Equal(t, map[string]int64{"/ok": 1}, telPairs(t, m["webhooks.delivery.attempts"], "subscription_id", "outcome"))
+}
+
+// A labelled subscription's metrics carry its tenant beside its
+// subscription_id, adding no series; "other" carries none, so that tenants
+// do not multiply its series. Spans carry the tenant always.
+func TestTelemetryTenantLabels(t *testing.T) {
+	tenants := &tenantHost{}
+	th := newTelHarness(t, webhooks.WithSubscriptionMetrics(1), webhooks.WithTenancy(tenants.tenancy(0)))
+	events := fmt.Sprintf(`{"webhook":%q,"delivery":"events","batch":{"max_wait_ms":0}}`, th.recv.url())
+	th.tenantDo("a", http.MethodPut, "/tenants/a/*?subscription=s1", events, http.StatusCreated)
+	th.push("/tenants/a/1", numbered(1, 2)...)
+	th.nextBatch()
+	th.waitCursor(webhooks.ConsumerID("s1", "/tenants/a/1"), offset(2))
+	th.tenantDo("b", http.MethodPut, "/tenants/b/*?subscription=s2", events, http.StatusCreated)
+	th.push("/tenants/b/1", numbered(1, 2)...)
+	th.nextBatch()
+	th.waitCursor(webhooks.ConsumerID("s2", "/tenants/b/1"), offset(2))
+	require.True(t, th.waitProgress(func() bool { return webhooks.DeliveriesRunning(th.engine) == 0 }))
+
+	m := th.telCollect()
+	require.Equal(t, map[string]int64{"s1/a": 1, "other/": 1},
+		telPairs(t, m["webhooks.delivery.attempts"], "subscription_id", "tenant"))
+	pushed := map[string]string{}
+	for _, s := range th.telEnded("webhooks.push") {
+		a := telAttrs(s)
+		pushed[a["webhooks.consumer_id"].AsString()] = a["webhooks.tenant"].AsString()
+	}
+	require.Equal(t, map[string]string{webhooks.ConsumerID("s1", "/tenants/a/1"): "a", webhooks.ConsumerID("s2", "/tenants/b/1"): "b"}, pushed)
+	var put []string
+	for _, s := range th.telEnded("webhooks.subscription.put") {
+		put = append(put, telAttrs(s)["webhooks.tenant"].AsString())
+	}
+	require.Equal(t, []string{"a", "b"}, put)
 }

@@ -116,7 +116,7 @@ func (m *cursorMachine) wakeIfPending(c *Consumer, sub *Subscription, t tails, n
 // with pending work), its first attempt marked as sent (begin). It keeps
 // the streams' tails, to which a synchronous done acks.
 func (m *cursorMachine) wake(c *Consumer, sub *Subscription, t tails, triggeredBy []string, now time.Time) change {
-	ch := m.begin(c, sub, newWakeID(), now)
+	ch := m.begin(c, sub, wakeMech, newWakeID(), now)
 	c.TriggeredBy = triggeredBy
 	c.WakeTails = c.WakeTails[:0]
 	for _, s := range c.Streams {

@@ -14,6 +14,7 @@ import (
 
 	"github.com/benbjohnson/clock"
 
+	"github.com/streamhooks/webhooks/internal/startstop"
 	"github.com/streamhooks/webhooks/internal/webhooksig"
 	"github.com/streamhooks/webhooks/receiver"
 )
@@ -66,6 +67,7 @@ type webhookKey struct {
 // webhookKeyring is an engine's copy of the key set: it signs and
 // publishes from memory, and rereads the Store every webhookKeyRefresh.
 type webhookKeyring struct {
+	startstop.Base
 	store WebhookKeyStore // nil: the keys are this engine's own
 	clock clock.Clock
 	log   *slog.Logger
@@ -167,17 +169,21 @@ func (r *webhookKeyring) setLocked(data []byte) error {
 	return nil
 }
 
-// start rereads the key set every webhookKeyRefresh, in a goroutine that
-// wg tracks, until run ends. A failed reread keeps the keys it had.
-func (r *webhookKeyring) start(run context.Context, wg *sync.WaitGroup) {
+// Start rereads the keys, in ctx, every webhookKeyRefresh until Stop, so
+// that keys another engine added sign here too. A failed reread keeps the
+// keys it had.
+func (r *webhookKeyring) Start(ctx context.Context) {
 	if r.store == nil {
+		return
+	}
+	run, ok, stopped := r.StartInit(ctx)
+	if !ok {
 		return
 	}
 	// Made before Start returns, so no tick of a mock clock is missed.
 	ticker := r.clock.Ticker(webhookKeyRefresh)
-	wg.Add(1)
 	go func() {
-		defer wg.Done()
+		defer stopped()
 		defer ticker.Stop()
 		for {
 			select {

@@ -18,16 +18,16 @@ import (
 	"fmt"
 	"hash/maphash"
 	"log/slog"
-	"maps"
 	"net/http"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
-	"unicode/utf8"
 
 	"github.com/benbjohnson/clock"
+
+	"github.com/streamhooks/webhooks/internal/startstop"
 )
 
 // Engine delivers webhooks for one host stream server. Create it with New,
@@ -43,59 +43,46 @@ type Engine struct {
 	cfg    config
 	clock  clock.Clock
 	log    *slog.Logger
-	// core runs the consumer state machine's transitions.
-	core cursorCore
-	// x makes delivery attempts.
-	x   *executor
-	tel *telemetry
-	// failures logs failed delivery attempts, sampled.
-	failures *failureLog
+	tel    *telemetry
+	// The parts, which New wires: each gets what it uses. core runs the
+	// consumer state machine's transitions; x is what mechanisms and
+	// transports use; pipeline makes the attempts the core starts, and
+	// outcomes reports what they came to; sched runs the deadlines; sweep
+	// finds the appends no StreamAppended told of; feed follows the
+	// Store's subscriptions; metrics is this instance's claim to report
+	// the Store-wide gauge; keys are the Ed25519 webhook signing keys;
+	// verifier sends pending subscriptions' challenges.
+	core     cursorCore
+	x        *executor
+	pipeline *pipeline
+	outcomes *outcomes
+	sched    *scheduler
+	sweep    *streamSweep
+	feed     *subscriptionFeed
+	metrics  *lease
+	keys     *webhookKeyring
+	verifier *verifier
 	// outages logs API requests failed by a Store outage, sampled.
 	outages *outageLog
-	// successes spares the health a write at every successful delivery.
-	successes successes
-	// limits are the subscriptions' rate limits on this engine.
-	limits rateLimits
-	// attemptLog writes the delivery log.
-	attemptLog *attemptLog
-	// metrics is this instance's claim to report the Store-wide gauge.
-	metrics *lease
-	// keys are the Ed25519 webhook signing keys.
-	keys *webhookKeyring
 	// signals tell a test what the engine did, by purpose.
 	signals signals
-	// attempts counts the delivery attempts started and not ended.
-	attempts atomic.Int64
-	// sched runs the deadlines.
-	sched *scheduler
+	// tenantCreate serializes the creates that count against a tenant's
+	// limit (Tenancy.MaxSubscriptions).
+	tenantCreate sync.Mutex
 
-	// loaded is set once Start has set tokens, subs and stored, which are
+	// loaded is set once Start has set tokens and subs, which are
 	// read only after it.
 	loaded atomic.Bool
 	tokens *tokens
 	subs   *subscriptionSet
-	// stored are the subscriptions Start found in the Store, with their
-	// patterns; the start-up sweep covers only these.
-	stored map[string]*Pattern
-
 	missed missedStreams
-	// sweep finds the appends no StreamAppended told of.
-	sweep      *streamSweep
-	lanes      *lanes
-	deliveries sync.WaitGroup
-	// verifyKick has the verifier look for due challenges at once.
-	verifyKick chan struct{}
 
-	mu      sync.Mutex
-	running bool
-	stopped bool
-	cancel  context.CancelFunc
-	runCtx  context.Context // from Start to Stop: what a request's wake sends runs in it
-	// sendCtx is that of the delivery attempts in flight: it outlives
-	// runCtx until they end or Stop's context does.
-	sendCtx    context.Context
-	sendCancel context.CancelFunc
-	done       chan struct{}
+	// The run state: Start starts the parts, Stop stops them all, once.
+	mu       sync.Mutex
+	running  bool
+	stopped  bool
+	stopOnce sync.Once
+	done     chan struct{} // closed once every part has stopped
 }
 
 // New returns an engine over store and source. It does no I/O: Start reads
@@ -142,14 +129,13 @@ func New(store Store, source StreamSource, opts ...Option) (*Engine, error) {
 		transport = policy.Guard(transport)
 	}
 	e := &Engine{
-		store:      store,
-		source:     source,
-		cfg:        cfg,
-		clock:      cfg.clock,
-		log:        cfg.logger,
-		tel:        tel,
-		done:       make(chan struct{}),
-		verifyKick: make(chan struct{}, 1),
+		store:  store,
+		source: source,
+		cfg:    cfg,
+		clock:  cfg.clock,
+		log:    cfg.logger,
+		tel:    tel,
+		done:   make(chan struct{}),
 	}
 	e.sched = &scheduler{
 		clock:        cfg.clock,
@@ -175,7 +161,6 @@ func New(store Store, source StreamSource, opts ...Option) (*Engine, error) {
 			backoff:         cfg.backoff,
 			maxRetryAfter:   cfg.maxRetryAfter,
 		},
-		started:  e.sendStarted,
 		deadline: e.sched.kickAt,
 		written:  e.signals.consumerWritten.Send,
 	}
@@ -190,12 +175,17 @@ func New(store Store, source StreamSource, opts ...Option) (*Engine, error) {
 			return e.subs.patterns()
 		},
 		match:          func(path string) []string { return e.subs.index.match(path) },
-		recover:        e.recover,
 		spawnAndWake:   e.spawnAndWake,
 		startIfPending: e.startIfPending,
 		swept:          e.signals.streamsSwept.Send,
 	}
 	e.keys = newWebhookKeyring(store, &cfg, e.signals.webhookKeysReread.Send)
+	e.verifier = &verifier{
+		clock:   cfg.clock,
+		kick:    make(chan struct{}, 1),
+		due:     e.challengeDue,
+		checked: e.signals.challengesChecked.Send,
+	}
 	e.x = &executor{
 		clock:          cfg.clock,
 		keys:           e.keys,
@@ -214,11 +204,43 @@ func New(store Store, source StreamSource, opts ...Option) (*Engine, error) {
 		log:             cfg.logger,
 		handlerReturned: e.signals.handlerReturned.Send,
 	}
-	e.failures = newFailureLog(cfg.logger, cfg.clock)
+	e.outcomes = &outcomes{
+		store:        store,
+		clock:        cfg.clock,
+		log:          cfg.logger,
+		tel:          tel,
+		breaker:      cfg.breaker,
+		updated:      func(sub *Subscription) { e.subs.update(sub) },
+		disabledHook: cfg.disabledHook,
+		attemptLog:   newAttemptLog(store, cfg.deliveryLogKeep, tel, cfg.clock, e.signals.attemptLogged.Send),
+		failures:     newFailureLog(cfg.logger, cfg.clock),
+	}
+	e.pipeline = &pipeline{
+		clock:        cfg.clock,
+		log:          cfg.logger,
+		tel:          tel,
+		core:         &e.core,
+		x:            e.x,
+		outcomes:     e.outcomes,
+		subscription: e.subscription,
+		latest:       e.latest,
+		ended:        e.signals.attemptEnded.Send,
+	}
+	e.pipeline.lanes = newLanes(cfg.clock, cfg.maxConcurrentDeliveries, cfg.maxDeliveriesPerHost, e.pipeline.startDelivery)
+	e.core.started = e.pipeline.sendStarted
+	feed, _ := store.(SubscriptionFeed)
+	e.feed = &subscriptionFeed{
+		feed:  feed,
+		store: store,
+		clock: cfg.clock,
+		log:   cfg.logger,
+		reloaded: func() {
+			e.signals.subscriptionsReloaded.Send()
+			e.signals.reloadEnded.Send()
+		},
+	}
 	e.outages = newOutageLog(cfg.logger, cfg.clock)
 	e.metrics = metrics
-	e.attemptLog = newAttemptLog(store, cfg.deliveryLogKeep, tel, cfg.clock, e.signals.attemptLogged.Send)
-	e.lanes = newLanes(e.clock, cfg.maxConcurrentDeliveries, cfg.maxDeliveriesPerHost, e.startDelivery)
 	return e, nil
 }
 
@@ -238,38 +260,21 @@ func (e *Engine) Start(ctx context.Context) error {
 	case e.running:
 		return nil
 	}
+	// The pipeline takes attempts before load lets the API start them.
+	run := context.WithoutCancel(ctx)
+	e.pipeline.Start(run)
 	if err := e.load(ctx); err != nil {
+		e.pipeline.Stop()
 		return err
 	}
-	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	e.cancel, e.runCtx = cancel, runCtx
-	e.sendCtx, e.sendCancel = context.WithCancel(context.WithoutCancel(ctx))
 	e.running = true
-	e.sched.beat.Store(e.clock.Now().UnixNano())
-	e.metrics.start(ctx, runCtx, &e.deliveries)
-	e.keys.start(runCtx, &e.deliveries)
-	e.startVerifier(runCtx, &e.deliveries)
-	// Stop waits for the start-up sweep and the stream sweeps as it does
-	// for deliveries.
-	e.deliveries.Add(1)
-	go func() {
-		defer e.deliveries.Done()
-		e.sweep.run(runCtx, e.stored)
-	}()
-	e.followFeed(runCtx)
-	e.deliveries.Add(1)
-	go func() {
-		defer e.deliveries.Done()
-		e.attemptLog.run(runCtx, e.log)
-	}()
-	go func() {
-		defer close(e.done)
-		e.sched.run(runCtx)
-		e.deliveries.Wait()
-		// Kept-alive webhook connections would otherwise hold up the
-		// receivers' graceful shutdown.
-		e.x.client.CloseIdleConnections()
-	}()
+	e.metrics.Start(ctx)
+	e.keys.Start(run)
+	e.outcomes.Start(run)
+	e.sweep.Start(run)
+	e.feed.Start(run)
+	e.sched.Start(run)
+	e.verifier.Start(run)
 	return nil
 }
 
@@ -296,7 +301,8 @@ func (e *Engine) load(ctx context.Context) error {
 	if _, _, errs := set.endReload(subs); len(errs) > 0 {
 		return fmt.Errorf("webhooks: %w", errs[0])
 	}
-	e.tokens, e.subs, e.stored = newTokens(key, e.cfg.tokenTTL, e.clock), set, set.patterns()
+	e.tokens, e.subs = newTokens(key, e.cfg.tokenTTL, e.clock), set
+	e.feed.set, e.sweep.stored = set, set.patterns()
 	count := set.countByStatus
 	e.tel.subscriptionsByStatus.Store(&count)
 	e.x.tokens = e.tokens
@@ -324,20 +330,25 @@ func (e *Engine) Stop(ctx context.Context) error {
 	e.mu.Lock()
 	running := e.running
 	e.stopped = true
-	if e.cancel != nil {
-		e.cancel()
-	}
 	e.mu.Unlock()
 	if !running {
 		return nil
 	}
+	e.stopOnce.Do(func() {
+		go func() {
+			defer close(e.done)
+			startstop.StopAll(e.sched, e.feed, e.sweep, e.pipeline, e.outcomes, e.keys, e.metrics, e.verifier)
+			// Kept-alive webhook connections would otherwise hold up the
+			// receivers' graceful shutdown.
+			e.x.client.CloseIdleConnections()
+		}()
+	})
 	e.signals.stopWaiting.Send()
 	select {
 	case <-e.done:
-		e.sendCancel()
 		return nil
 	case <-ctx.Done():
-		e.sendCancel()
+		e.pipeline.abandonAttempts()
 		return ctx.Err()
 	}
 }
@@ -347,11 +358,11 @@ func (e *Engine) Stop(ctx context.Context) error {
 // before the first event (OffsetNone), and wakes it: a new stream has
 // pending work even while empty, since its tail is past OffsetNone. A
 // stream created with an initial body needs no separate StreamAppended. A
-// path that ValidateStreamPath refuses, longer than MaxStreamPathLength, or
-// with a control character, gets no consumers, and a *ValidationError.
+// path that ValidateStreamPath refuses gets no consumers, and its
+// *ValidationError.
 // Before Start it returns ErrNotStarted, and Start's sweep does the work.
 func (e *Engine) StreamCreated(ctx context.Context, path string) error {
-	if err := checkStreamPath(path); err != nil {
+	if err := ValidateStreamPath(path); err != nil {
 		return err
 	}
 	return e.streamChanged(ctx, path)
@@ -364,7 +375,7 @@ func (e *Engine) StreamCreated(ctx context.Context, path string) error {
 // needs no retry either: the scheduler makes up the event once the Store
 // answers again.
 func (e *Engine) StreamAppended(ctx context.Context, path string) error {
-	if err := checkStreamPath(path); err != nil {
+	if err := ValidateStreamPath(path); err != nil {
 		return err
 	}
 	return e.streamChanged(ctx, path)
@@ -386,17 +397,8 @@ func (e *Engine) streamChanged(ctx context.Context, path string) error {
 // spawnAndWake gives path a consumer for each of subs that lacks one, and
 // wakes the IDLE consumers subscribed to path that now have pending work.
 func (e *Engine) spawnAndWake(ctx context.Context, path string, subs []string) error {
-	if len(path) > MaxStreamPathLength {
-		// A consumer could not name the stream in a callback to ack it.
-		return fmt.Errorf("webhooks: stream path is %d bytes long, more than MaxStreamPathLength (%d): it gets no consumers", len(path), MaxStreamPathLength)
-	}
-	if r, ok := controlChar(path); ok {
-		// Nor could it name one with a control character.
-		return fmt.Errorf("webhooks: stream path %q contains the control character %U: it gets no consumers", path, r)
-	}
-	if !utf8.ValidString(path) {
-		// Nor one that JSON cannot carry as it is.
-		return fmt.Errorf("webhooks: stream path %q is not valid UTF-8: it gets no consumers", path)
+	if err := ValidateStreamPath(path); err != nil {
+		return fmt.Errorf("webhooks: %w: it gets no consumers", err)
 	}
 	existing, err := e.store.ConsumersByStream(ctx, path)
 	if err != nil {
@@ -445,61 +447,7 @@ func (e *Engine) startIfPending(ctx context.Context, id, subID string) error {
 	if err != nil {
 		return err
 	}
-	_, err = e.core.update(ctx, id, func(c *Consumer) (change, error) {
-		if c.State != StateIdle {
-			return noChange, nil
-		}
-		t, err := e.core.readTails(ctx, streamPaths(c))
-		if err != nil {
-			return noChange, err
-		}
-		return e.core.rules.start(c, sub, t, e.clock.Now()), nil
-	})
-	if errors.Is(err, ErrConsumerNotFound) {
-		return nil
-	}
-	return err
-}
-
-// recover makes up for stream events the engine may have missed while it
-// was down: the host may have appended to or created a stream after its
-// last call reached the engine, or before Start. For the subscriptions that
-// were in the Store when Start loaded them, it spawns the consumers that matching streams lack
-// and wakes every IDLE consumer with pending work. Subscriptions created
-// since adopt their streams themselves, at the tail; spawning them here
-// would race that and replay whole streams. Deadlines of WAKING and LIVE
-// consumers need no sweep: they are in the Store, and the scheduler acts
-// on overdue ones as soon as it starts. If tails is set, it records there
-// each stream's tail as listed, before it looks at its consumers: the
-// stream sweep's first tails (sweep.go).
-func (e *Engine) recover(ctx context.Context, tails map[uint64]uint64) {
-	ids := slices.Sorted(maps.Keys(e.stored))
-	seen := make(map[string]bool)
-	for _, id := range ids {
-		streams, err := e.source.MatchStreams(ctx, e.stored[id])
-		if err != nil {
-			if ctx.Err() == nil {
-				e.log.ErrorContext(ctx, "webhooks: start-up sweep: matching streams", "subscription_id", id, "error", err)
-			}
-			continue
-		}
-		for _, s := range streams {
-			if seen[s.Path] {
-				continue
-			}
-			seen[s.Path] = true
-			if tails != nil {
-				tails[e.sweep.hash(s.Path)] = e.sweep.hash(s.Tail)
-			}
-			subs := slices.DeleteFunc(e.subs.index.match(s.Path), func(sub string) bool { return e.stored[sub] == nil })
-			if err := e.spawnAndWake(ctx, s.Path, subs); err != nil && ctx.Err() == nil {
-				e.log.ErrorContext(ctx, "webhooks: start-up sweep", "stream", s.Path, "error", err)
-			}
-			if ctx.Err() != nil {
-				return
-			}
-		}
-	}
+	return e.core.startPending(ctx, id, sub)
 }
 
 // StreamDeleted tells the engine that the stream at path was deleted. The

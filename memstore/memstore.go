@@ -52,6 +52,8 @@ type Store struct {
 	// subsChanged is closed, and replaced, when a subscription is created,
 	// updated or deleted: it wakes every WatchSubscriptions at once.
 	subsChanged chan struct{}
+	// ds is the DSStore's data.
+	ds dsState
 }
 
 // subEntry is a stored subscription. Its mu is read-locked by CreateConsumer

@@ -298,3 +298,11 @@ func TestListConsumersAcrossChunks(t *testing.T) {
 	check(webhooks.StateIdle)
 	check(webhooks.StateLive)
 }
+
+func BenchmarkDSCost(b *testing.B) {
+	storetest.BenchmarkDSCost(b, New())
+}
+
+func BenchmarkDSCostRatio(b *testing.B) {
+	storetest.BenchmarkDSCostRatio(b, New())
+}

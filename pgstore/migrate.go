@@ -93,6 +93,45 @@ CREATE TABLE streamhooks_delivery_attempts (
 );
 CREATE INDEX streamhooks_delivery_attempts_by_consumer ON streamhooks_delivery_attempts (consumer_id, seq);
 `,
+	// The __ds subscriptions (webhooks.DSStore): a row per subscription
+	// with its cursor group, kept as a tombstone after a delete, and a row
+	// per linked stream. Paths and offsets collate as bytes, the order in
+	// which offsets compare. lease_ttl is in nanoseconds.
+	`
+CREATE TABLE streamhooks_ds_subscriptions (
+	id               text COLLATE "C" PRIMARY KEY,
+	deleted          boolean NOT NULL,
+	type             text NOT NULL,
+	pattern          text NOT NULL,
+	streams          bytea NOT NULL, -- a JSON array
+	webhook_url      text NOT NULL,
+	wake_stream      text COLLATE "C" NOT NULL,
+	lease_ttl        bigint NOT NULL,
+	description      bytea NOT NULL,
+	config_hash      text NOT NULL,
+	created_at       bigint,
+	generation       bigint NOT NULL,
+	wake_id          text NOT NULL,
+	holder           text NOT NULL,
+	lease_expires_at bigint,
+	due_at           bigint,
+	attempt          integer NOT NULL,
+	status           text NOT NULL
+);
+CREATE INDEX streamhooks_ds_subscriptions_by_due ON streamhooks_ds_subscriptions (due_at, id) WHERE due_at IS NOT NULL AND NOT deleted;
+
+CREATE TABLE streamhooks_ds_links (
+	subscription_id text COLLATE "C" NOT NULL REFERENCES streamhooks_ds_subscriptions (id),
+	path            text COLLATE "C" NOT NULL,
+	link_type       smallint NOT NULL, -- webhooks.DSLinkType flags
+	acked_offset    text COLLATE "C" NOT NULL,
+	tail_offset     text COLLATE "C" NOT NULL,
+	pending         boolean NOT NULL, -- tail_offset > acked_offset
+	PRIMARY KEY (subscription_id, path)
+);
+CREATE INDEX streamhooks_ds_links_by_path ON streamhooks_ds_links (path, subscription_id);
+CREATE INDEX streamhooks_ds_links_pending ON streamhooks_ds_links (subscription_id, path) WHERE pending;
+`,
 }
 
 // migrationLock is the first key of the advisory lock that serializes

@@ -201,3 +201,15 @@ func TestUpdateHealthNotifiesNoWatcher(t *testing.T) {
 func BenchmarkListConsumers(b *testing.B) {
 	storetest.BenchmarkListConsumers(b, newStore(b))
 }
+
+// BenchmarkDSCost measures the DSStore's ack, link, append and wake at
+// 10, 10,000 and 100,000 links (storetest.BenchmarkDSCost).
+func BenchmarkDSCost(b *testing.B) {
+	storetest.BenchmarkDSCost(b, newStore(b))
+}
+
+// BenchmarkDSCostRatio reports the DSStore's cost at 100,000 links as a
+// ratio of its cost at 10 (storetest.BenchmarkDSCostRatio).
+func BenchmarkDSCostRatio(b *testing.B) {
+	storetest.BenchmarkDSCostRatio(b, newStore(b))
+}

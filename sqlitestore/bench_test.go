@@ -76,3 +76,15 @@ func BenchmarkUpdateConsumer(b *testing.B) {
 func BenchmarkListConsumers(b *testing.B) {
 	storetest.BenchmarkListConsumers(b, sqlOpen(b, filepath.Join(b.TempDir(), "hooks.db"), sqlitestore.WithSynchronous(sqlitestore.SyncNormal)))
 }
+
+// BenchmarkDSCost measures the DSStore's ack, link, append and wake at
+// 10, 10,000 and 100,000 links (storetest.BenchmarkDSCost).
+func BenchmarkDSCost(b *testing.B) {
+	storetest.BenchmarkDSCost(b, sqlOpen(b, filepath.Join(b.TempDir(), "hooks.db")))
+}
+
+// BenchmarkDSCostRatio reports the DSStore's cost at 100,000 links as a
+// ratio of its cost at 10 (storetest.BenchmarkDSCostRatio).
+func BenchmarkDSCostRatio(b *testing.B) {
+	storetest.BenchmarkDSCostRatio(b, sqlOpen(b, filepath.Join(b.TempDir(), "hooks.db")))
+}

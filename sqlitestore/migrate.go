@@ -131,6 +131,56 @@ CREATE TABLE delivery_attempts (
 );
 CREATE INDEX delivery_attempts_by_consumer ON delivery_attempts (consumer_id, seq);
 `,
+	// The __ds subscriptions (webhooks.DSStore): a row per subscription
+	// with its cursor group, kept as a tombstone (deleted = 1) after a
+	// delete, and a row per linked stream. Offsets and paths compare as
+	// bytes, SQLite's BINARY collation. lease_ttl is in nanoseconds.
+	// Creates and deletes bump the change counter WatchSubscriptions polls.
+	`
+CREATE TABLE ds_subscriptions (
+	id               TEXT PRIMARY KEY,
+	deleted          INTEGER NOT NULL,
+	type             TEXT NOT NULL,
+	pattern          TEXT NOT NULL,
+	streams          TEXT NOT NULL, -- a JSON array
+	webhook_url      TEXT NOT NULL,
+	wake_stream      TEXT NOT NULL,
+	lease_ttl        INTEGER NOT NULL,
+	description      TEXT NOT NULL,
+	config_hash      TEXT NOT NULL,
+	created_at       INTEGER,
+	generation       INTEGER NOT NULL,
+	wake_id          TEXT NOT NULL,
+	holder           TEXT NOT NULL,
+	lease_expires_at INTEGER,
+	due_at           INTEGER,
+	attempt          INTEGER NOT NULL,
+	status           TEXT NOT NULL
+);
+CREATE INDEX ds_subscriptions_by_due ON ds_subscriptions (due_at, id) WHERE due_at IS NOT NULL AND deleted = 0;
+
+CREATE TABLE ds_links (
+	-- No foreign key: a subscription row is never deleted (a delete
+	-- tombstones it and drops its links itself), and the key's check
+	-- would probe the links on every upsert of a subscription.
+	subscription_id TEXT NOT NULL,
+	path            TEXT NOT NULL,
+	link_type       INTEGER NOT NULL, -- webhooks.DSLinkType flags
+	acked_offset    TEXT NOT NULL,
+	tail_offset     TEXT NOT NULL,
+	pending         INTEGER NOT NULL, -- tail_offset > acked_offset
+	PRIMARY KEY (subscription_id, path)
+) WITHOUT ROWID;
+CREATE INDEX ds_links_by_path ON ds_links (path, subscription_id);
+CREATE INDEX ds_links_pending ON ds_links (subscription_id, path) WHERE pending = 1;
+
+CREATE TRIGGER ds_subscriptions_version_insert AFTER INSERT ON ds_subscriptions BEGIN
+	UPDATE subscriptions_version SET version = version + 1;
+END;
+CREATE TRIGGER ds_subscriptions_version_update AFTER UPDATE OF deleted ON ds_subscriptions BEGIN
+	UPDATE subscriptions_version SET version = version + 1;
+END;
+`,
 }
 
 // migrate brings the schema to the latest version and checks the

@@ -108,6 +108,14 @@ func (w *wtx) queryRow(query string, args ...any) scanner {
 	return st.QueryRow(args...)
 }
 
+func (w *wtx) query(query string, args ...any) (*sql.Rows, error) {
+	st, err := w.stmt(query)
+	if err != nil {
+		return nil, err
+	}
+	return st.Query(args...)
+}
+
 // begin takes the write lock, waiting up to the busy timeout for another
 // process to release it, so that every read in the transaction sees the
 // latest commit and nothing else writes before it ends.

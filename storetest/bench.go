@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -60,5 +61,156 @@ func BenchmarkListConsumers(b *testing.B, s webhooks.Store) {
 				}
 			}
 		})
+	}
+}
+
+// DSLinkCounts are the link counts BenchmarkDSCost measures at.
+var DSLinkCounts = []int{10, 10_000, 100_000}
+
+// BenchmarkDSCost measures the DSStore operations that must cost what they
+// touch, not the number of a subscription's links, on one subscription
+// with each of DSLinkCounts links: an ack (a heartbeat acking one stream),
+// a link of a new stream, an append noted on a linked stream, and a wake
+// started and ended (UpdateDSCursor, then AckDS with done). A Store that
+// keeps per-link rows behind indexes costs about the same at every count.
+// It skips a Store without webhooks.DSStore.
+func BenchmarkDSCost(b *testing.B, s webhooks.Store) {
+	d := dsStore(b, s)
+	for _, n := range DSLinkCounts {
+		id := fmt.Sprintf("s-%d", n)
+		specs := make([]webhooks.DSLinkSpec, n)
+		for i := range specs {
+			specs[i] = glob(fmt.Sprintf("events/%d/%07d", n, i), 1)
+		}
+		// Linked in chunks, as an engine backfills a large pattern. Each
+		// subscription has streams of its own, so that an append
+		// concerns one.
+		const chunk = 5_000
+		mustPutDS(b, d, newDSSub(id), specs[:min(chunk, n)]...)
+		for i := chunk; i < n; i += chunk {
+			mustLink(b, d, id, specs[i:min(i+chunk, n)]...)
+		}
+		gen := startWake(b, d, id, "w1", time.Time{})
+		// The streams touched are spread over the subscription's links.
+		path := func(i int) string { return fmt.Sprintf("events/%d/%07d", n, (i*7919)%n) }
+		b.Run(fmt.Sprintf("links=%d/op=ack", n), func(b *testing.B) {
+			i := 0
+			for b.Loop() {
+				i++
+				if _, err := d.AckDS(b.Context(), &webhooks.AckDSParams{ID: id, Generation: gen, WakeID: "w1", Now: at(0),
+					Acks: []webhooks.DSAck{{Path: path(i), Offset: off(1 + i)}}}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(fmt.Sprintf("links=%d/op=append", n), func(b *testing.B) {
+			i := 0
+			for b.Loop() {
+				i++
+				if _, err := d.NoteDSAppend(b.Context(), &webhooks.NoteDSAppendParams{Path: path(i), Tail: off(1_000_000 + i), Now: at(0)}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(fmt.Sprintf("links=%d/op=link", n), func(b *testing.B) {
+			i := 0
+			for b.Loop() {
+				i++
+				if err := d.LinkDSStreams(b.Context(), &webhooks.LinkDSStreamsParams{ID: id,
+					Links: []webhooks.DSLinkSpec{glob(fmt.Sprintf("new/%d/%09d", n, i), 1)}}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+		if _, err := d.ReleaseDS(b.Context(), &webhooks.ReleaseDSParams{ID: id, Generation: gen, WakeID: "w1", Now: at(0)}); err != nil {
+			b.Fatal(err)
+		}
+		b.Run(fmt.Sprintf("links=%d/op=wake", n), func(b *testing.B) {
+			i := 0
+			for b.Loop() {
+				i++
+				g := startWake(b, d, id, fmt.Sprintf("w-%d", i), time.Time{})
+				if g == gen {
+					b.Fatal("no new generation")
+				}
+				if _, err := d.AckDS(b.Context(), &webhooks.AckDSParams{ID: id, Generation: g, WakeID: fmt.Sprintf("w-%d", i), Now: at(0), Done: true,
+					Acks: []webhooks.DSAck{{Path: path(i), Offset: off(2_000_000 + i)}}}); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}
+
+// BenchmarkDSCostRatio measures what BenchmarkDSCost does, for a shared
+// machine: the link counts take turns, in rounds of batches, and each
+// operation's fastest batch per count is kept, so that load that comes
+// and goes weighs on every count alike. It reports, per operation, the
+// fastest batch's time per call at each count (ns/ack@10, …) and the
+// ratio of the largest count's to the smallest's (ack-ratio, …), which
+// is about 1 for a Store whose calls cost what they touch.
+func BenchmarkDSCostRatio(b *testing.B, s webhooks.Store) {
+	d := dsStore(b, s)
+	type sub struct {
+		id  string
+		n   int
+		gen int64
+	}
+	var subs []*sub
+	for _, n := range DSLinkCounts {
+		id := fmt.Sprintf("r-%d", n)
+		specs := make([]webhooks.DSLinkSpec, n)
+		for i := range specs {
+			specs[i] = glob(fmt.Sprintf("events/%d/%07d", n, i), 1)
+		}
+		const chunk = 5_000
+		mustPutDS(b, d, newDSSub(id), specs[:min(chunk, n)]...)
+		for i := chunk; i < n; i += chunk {
+			mustLink(b, d, id, specs[i:min(i+chunk, n)]...)
+		}
+		subs = append(subs, &sub{id: id, n: n, gen: startWake(b, d, id, "w1", time.Time{})})
+	}
+	const batch = 50
+	ops := []string{"ack", "append", "link"}
+	best := map[string]time.Duration{}
+	seq := 0
+	run := func(sb *sub, op string) {
+		for range batch {
+			seq++
+			path := fmt.Sprintf("events/%d/%07d", sb.n, (seq*7919)%sb.n)
+			var err error
+			switch op {
+			case "ack":
+				_, err = d.AckDS(b.Context(), &webhooks.AckDSParams{ID: sb.id, Generation: sb.gen, WakeID: "w1", Now: at(0),
+					Acks: []webhooks.DSAck{{Path: path, Offset: off(1 + seq)}}})
+			case "append":
+				_, err = d.NoteDSAppend(b.Context(), &webhooks.NoteDSAppendParams{Path: path, Tail: off(1_000_000 + seq), Now: at(0)})
+			case "link":
+				err = d.LinkDSStreams(b.Context(), &webhooks.LinkDSStreamsParams{ID: sb.id,
+					Links: []webhooks.DSLinkSpec{glob(fmt.Sprintf("new/%09d", seq), 1)}})
+			}
+			if err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	for b.Loop() {
+		for _, op := range ops {
+			for _, sb := range subs {
+				start := time.Now()
+				run(sb, op)
+				key := fmt.Sprintf("%s@%d", op, sb.n)
+				if el := time.Since(start); best[key] == 0 || el < best[key] {
+					best[key] = el
+				}
+			}
+		}
+	}
+	lo, hi := DSLinkCounts[0], DSLinkCounts[len(DSLinkCounts)-1]
+	for _, op := range ops {
+		for _, n := range DSLinkCounts {
+			b.ReportMetric(float64(best[fmt.Sprintf("%s@%d", op, n)].Nanoseconds())/batch, fmt.Sprintf("ns/%s@%d", op, n))
+		}
+		b.ReportMetric(float64(best[fmt.Sprintf("%s@%d", op, hi)])/float64(best[fmt.Sprintf("%s@%d", op, lo)]), op+"-ratio")
 	}
 }

@@ -54,6 +54,7 @@ var durableTests = []durableTest{
 	{"Deletes", testDurableDeletes},
 	{"HealthAndDeliveryLog", testDurableHealthAndLog},
 	{"WebhookKeys", testDurableWebhookKeys},
+	{"DS", testDurableDS},
 }
 
 // durableFixture is what testDurableEverything and testDurableDeletes

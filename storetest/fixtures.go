@@ -43,6 +43,7 @@ func newSub(id string) *webhooks.Subscription {
 		Retry:                   &webhooks.RetryPolicy{Schedule: []time.Duration{time.Second, time.Minute + 1}, MaxAttempts: 5, MaxAge: time.Hour},
 		RateLimit:               600,
 		Handler:                 "handler-" + id,
+		Tenant:                  "tenant-" + id,
 		Events: &webhooks.EventsOptions{
 			MaxBatchEvents: 100,
 			MaxBatchBytes:  1 << 20,

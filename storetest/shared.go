@@ -58,6 +58,9 @@ var sharedTests = []struct {
 	{"Feed/Update", testFeedUpdate},
 	{"Feed/Delete", testFeedDelete},
 	{"Feed/Cancel", testFeedCancel},
+	{"Feed/DS", testFeedDS},
+	{"DS/ClaimRace", testSharedDSClaimRace},
+	{"DS/AckAndAppend", testSharedDSAckAndAppend},
 }
 
 // testSharedSeesWrites writes through each handle and reads through the

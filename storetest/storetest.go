@@ -25,7 +25,8 @@
 // two handles on one database, and one that batches the reads made at once
 // runs RunBatchedReads. The lease cases of both suites run only for
 // a Store that implements webhooks.Leaser, and skip otherwise, and the
-// webhook key cases only for a webhooks.WebhookKeyStore.
+// webhook key cases only for a webhooks.WebhookKeyStore, and the DS cases
+// only for a webhooks.DSStore.
 //
 // Where the Store interface leaves a choice open, the suite accepts any
 // answer, and where its wording allows two readings the suite takes the one
@@ -135,5 +136,18 @@ var contractTests = []contractTest{
 	{"Lease/Expiry", testLeaseExpiry},
 	{"Lease/Release", testLeaseRelease},
 	{"Lease/Concurrent", testLeaseConcurrent},
+	{"DS/Put", testDSPut},
+	{"DS/Tombstone", testDSTombstone},
+	{"DS/LinkIdempotent", testDSLinkIdempotent},
+	{"DS/ExplicitGlob", testDSExplicitGlob},
+	{"DS/Pending", testDSPending},
+	{"DS/Fencing", testDSFencing},
+	{"DS/Release", testDSRelease},
+	{"DS/Claim", testDSClaim},
+	{"DS/ClaimRace", testDSClaimRace},
+	{"DS/ConcurrentAcks", testDSConcurrentAcks},
+	{"DS/LinksPaging", testDSLinksPaging},
+	{"DS/UpdateCursor", testDSUpdateCursor},
+	{"DS/Due", testDSDue},
 	{"Model", testModel},
 }

@@ -102,6 +102,22 @@ var mutants = map[string]struct {
 		open:   func(*testing.T, string) webhooks.Store { return &racyKey{Store: memstore.New()} },
 		caught: []string{"Concurrent/SigningKey"},
 	},
+	"ds-unfenced": {
+		open:   func(*testing.T, string) webhooks.Store { return &dsUnfenced{memstore.New()} },
+		caught: []string{"DS/Fencing"},
+	},
+	"ds-claim-ignores-holder": {
+		open:   func(*testing.T, string) webhooks.Store { return &dsClaimIgnoresHolder{memstore.New()} },
+		caught: []string{"DS/Claim", "DS/ClaimRace"},
+	},
+	"ds-tombstone-forgets-generation": {
+		open:   func(*testing.T, string) webhooks.Store { return &dsForgetsGeneration{memstore.New()} },
+		caught: []string{"DS/Tombstone"},
+	},
+	"ds-links-reversed": {
+		open:   func(*testing.T, string) webhooks.Store { return &dsLinksReversed{memstore.New()} },
+		caught: []string{"DS/LinksPaging"},
+	},
 	"lease-always-granted": {
 		open:   func(*testing.T, string) webhooks.Store { return newFlawedLease("always-granted") },
 		caught: []string{"Lease/HeldByAnother", "Lease/Renew", "Lease/Expiry", "Lease/Release", "Lease/Concurrent"},
@@ -479,6 +495,7 @@ type snapshot struct {
 // back when closed: the simplest durable Store.
 type snapshotStore struct {
 	*memstore.Store
+	noDS
 	file     string
 	onWrite  func(*snapshot) // breaks the snapshot, for mutants
 	readOnly bool            // never writes, for mutants
@@ -486,6 +503,14 @@ type snapshotStore struct {
 	mu  sync.Mutex
 	ids map[string]bool // every consumer ID ever created; some deleted
 }
+
+// noDS hides memstore's webhooks.DSStore from snapshotStore, which does not
+// snapshot it: its PutDSSubscription, at the same depth as memstore's,
+// makes the name ambiguous, so snapshotStore lacks the method and the
+// durable DS case skips.
+type noDS struct{}
+
+func (noDS) PutDSSubscription() {}
 
 func openSnapshot(t *testing.T, dir string, onWrite func(*snapshot)) *snapshotStore {
 	ctx := t.Context()
@@ -578,4 +603,51 @@ func (s *snapshotStore) Close() error {
 		return err
 	}
 	return os.WriteFile(s.file, data.Bytes(), 0o600)
+}
+
+// dsUnfenced makes every ack and release the current wake's, lease
+// included, before the store checks them.
+type dsUnfenced struct{ *memstore.Store }
+
+func (s *dsUnfenced) unfence(ctx context.Context, id string, gen int64, wakeID string) {
+	_, _ = s.UpdateDSCursor(ctx, id, func(c *webhooks.DSCursor) error {
+		c.Generation, c.WakeID, c.LeaseExpiresAt = gen, wakeID, time.Time{}
+		return nil
+	})
+}
+
+func (s *dsUnfenced) AckDS(ctx context.Context, p *webhooks.AckDSParams) (*webhooks.DSCursor, error) {
+	s.unfence(ctx, p.ID, p.Generation, p.WakeID)
+	return s.Store.AckDS(ctx, p)
+}
+
+func (s *dsUnfenced) ReleaseDS(ctx context.Context, p *webhooks.ReleaseDSParams) (*webhooks.DSCursor, error) {
+	s.unfence(ctx, p.ID, p.Generation, p.WakeID)
+	return s.Store.ReleaseDS(ctx, p)
+}
+
+// dsClaimIgnoresHolder lets a claim take a live lease from its holder.
+type dsClaimIgnoresHolder struct{ *memstore.Store }
+
+func (s *dsClaimIgnoresHolder) ClaimDS(ctx context.Context, p *webhooks.ClaimDSParams) (*webhooks.DSCursor, error) {
+	_, _ = s.UpdateDSCursor(ctx, p.ID, func(c *webhooks.DSCursor) error { c.Holder = ""; return nil })
+	return s.Store.ClaimDS(ctx, p)
+}
+
+// dsForgetsGeneration deletes a subscription's generations with it, so
+// that a successor starts again from 0.
+type dsForgetsGeneration struct{ *memstore.Store }
+
+func (s *dsForgetsGeneration) DeleteDSSubscription(ctx context.Context, id string) error {
+	_, _ = s.UpdateDSCursor(ctx, id, func(c *webhooks.DSCursor) error { c.Generation = 0; return nil })
+	return s.Store.DeleteDSSubscription(ctx, id)
+}
+
+// dsLinksReversed returns links in descending path order.
+type dsLinksReversed struct{ *memstore.Store }
+
+func (s *dsLinksReversed) ListDSLinks(ctx context.Context, p *webhooks.ListDSLinksParams) ([]webhooks.DSLink, error) {
+	ls, err := s.Store.ListDSLinks(ctx, p)
+	slices.Reverse(ls)
+	return ls, err
 }

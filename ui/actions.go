@@ -136,8 +136,8 @@ func (h *Handler) rewind(w http.ResponseWriter, r *http.Request) {
 	}
 	n, err := h.engine.Rewind(r.Context(), p)
 	var invalid *webhooks.ValidationError
-	if n == 0 && errors.As(err, &invalid) {
-		h.failed(w, r, err) // the operator's input: say why
+	if n == 0 && (errors.As(err, &invalid) || errors.Is(err, webhooks.ErrSubscriptionNotFound)) {
+		h.failed(w, r, err) // the operator's input, or no such subscription: say why
 		return
 	}
 	if err != nil {

@@ -58,7 +58,7 @@ func (h *Handler) inboxRead(next http.Handler) http.Handler {
 			http.NotFound(w, r)
 			return
 		}
-		if h.allowed(w, r, webhooks.OpList, "") {
+		if h.operator(w, r) && h.allowed(w, r, webhooks.OpList, "") {
 			next.ServeHTTP(w, r)
 		}
 	})
@@ -70,10 +70,20 @@ func (h *Handler) inboxOperate(next http.Handler) http.Handler {
 			http.NotFound(w, r)
 			return
 		}
-		if h.allowed(w, r, webhooks.OpOperate, "") {
+		if h.operator(w, r) && h.allowed(w, r, webhooks.OpOperate, "") {
 			next.ServeHTTP(w, r)
 		}
 	})
+}
+
+// operator admits a request that acts within no tenant: the inbox is the
+// host's, not a tenant's.
+func (h *Handler) operator(w http.ResponseWriter, r *http.Request) bool {
+	if _, ok := webhooks.TenantFromContext(r.Context()); ok {
+		h.fail(w, r, http.StatusForbidden, "The inbox is the operator's.")
+		return false
+	}
+	return true
 }
 
 // inboxData is the inbox page of one provider's records or dead letters.

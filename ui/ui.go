@@ -9,7 +9,10 @@
 // needs no network beyond its host. Its one script polls the subscription
 // and consumer pages for their counts and states. Every request passes the
 // engine's Authorizer (webhooks.WithAuthorizer), as a read or as the
-// operation it performs; actions are POSTs, refused unless a browser says
+// operation it performs. With webhooks.WithTenancy, each request acts
+// within its tenant (Engine.TenantContext): a tenant's screen shows and
+// acts on that tenant's subscriptions only, and not the inbox, which is
+// the operator's; a request of no tenant sees them all. Actions are POSTs, refused unless a browser says
 // they come from the screen's own origin; and the pages show nothing that
 // the subscription API hides: no secret and no custom header value.
 package ui
@@ -157,7 +160,13 @@ func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	h.mux.ServeHTTP(w, r)
+	// Every Go call of the screen then acts within the request's tenant.
+	ctx, err := h.engine.TenantContext(r)
+	if err != nil {
+		h.refuse(w, r, "", "", err)
+		return
+	}
+	h.mux.ServeHTTP(w, r.WithContext(ctx))
 }
 
 // crossOrigin refuses requests that a browser says come from another
@@ -183,9 +192,17 @@ func sameOrigin(r *http.Request) error {
 // request.
 func (h *Handler) allowed(w http.ResponseWriter, r *http.Request, op webhooks.Operation, id string) bool {
 	err := h.engine.Authorize(r, op, id)
-	switch {
-	case err == nil:
+	if err == nil {
 		return true
+	}
+	h.refuse(w, r, op, id, err)
+	return false
+}
+
+// refuse answers a request that the Authorizer, or the tenant's lookup,
+// refused with err.
+func (h *Handler) refuse(w http.ResponseWriter, r *http.Request, op webhooks.Operation, id string, err error) {
+	switch {
 	case errors.Is(err, webhooks.ErrUnauthorized):
 		w.Header().Set("WWW-Authenticate", "Bearer")
 		h.fail(w, r, http.StatusUnauthorized, "Authentication required.")
@@ -195,7 +212,6 @@ func (h *Handler) allowed(w http.ResponseWriter, r *http.Request, op webhooks.Op
 		h.log.ErrorContext(r.Context(), "ui: authorizing", "operation", op, "subscription", id, "error", err)
 		h.fail(w, r, http.StatusInternalServerError, "Something failed; it is logged.")
 	}
-	return false
 }
 
 // read admits requests that the Authorizer allows as a listing.

@@ -27,6 +27,9 @@ import (
 const (
 	operatorToken = "operator-token"
 	readerToken   = "reader-token"
+	// tenantToken is tenant "t"'s, which may do all an operator may, to
+	// its own subscriptions only.
+	tenantToken = "tenant-token"
 )
 
 // origin is the Origin of the fixture's requests.
@@ -78,7 +81,7 @@ type fixture struct {
 
 func authorize(r *http.Request, op webhooks.Operation, _ string) error {
 	switch r.Header.Get("Authorization") {
-	case "Bearer " + operatorToken:
+	case "Bearer " + operatorToken, "Bearer " + tenantToken:
 		return nil
 	case "Bearer " + readerToken:
 		if op == webhooks.OpRead || op == webhooks.OpList {
@@ -148,6 +151,12 @@ func newFixtureOn(t testing.TB, wrap func(*memstore.Store) webhooks.Store, opts 
 	}
 	f.engine, err = webhooks.New(store, src, webhooks.WithCallbackBaseURL("http://127.0.0.1:1"),
 		webhooks.WithAuthorizer(authorize), webhooks.WithDeliveryLog(10),
+		webhooks.WithTenancy(webhooks.Tenancy{Tenant: func(r *http.Request) (string, error) {
+			if r.Header.Get("Authorization") == "Bearer "+tenantToken {
+				return "t", nil
+			}
+			return "", nil
+		}}),
 		webhooks.WithWebhookPolicy(webhooks.WebhookPolicy{AllowLoopback: true}),
 		webhooks.WithBatchHandler("h", func(context.Context, *webhooks.Batch) error { return nil }))
 	require.NoError(t, err)
@@ -421,4 +430,34 @@ func TestInvalidActionSaysWhy(t *testing.T) {
 	assert.Equal(t, http.StatusBadRequest, w.Code, w.Body.String())
 	assert.Contains(t, w.Body.String(), "offset")
 	assert.NotContains(t, w.Body.String(), "it is logged")
+}
+
+// A tenant's screen shows, and acts on, that tenant's subscriptions only:
+// another's pages and actions answer 404, and change nothing.
+func TestTenantSeesOnlyItsOwn(t *testing.T) {
+	f := newFixture(t)
+	_, err := f.engine.CreateSubscription(webhooks.WithTenant(t.Context(), "t"),
+		&webhooks.Subscription{ID: "t-sub", Pattern: "/t/*", Webhook: f.hook.URL}, "")
+	require.NoError(t, err)
+	as := func(target string, want int) string {
+		w := f.request(http.MethodGet, target, tenantToken, nil, nil)
+		require.Equal(t, want, w.Code, "GET %s: %s", target, w.Body)
+		return w.Body.String()
+	}
+	list := as("/ui/", http.StatusOK)
+	assert.Contains(t, list, ">t-sub</a>")
+	assert.NotContains(t, list, ">wake-active</a>")
+	assert.NotContains(t, as("/ui/dead", http.StatusOK), "events-active")
+	for _, page := range f.pages()[3:] {
+		as(page, http.StatusNotFound)
+	}
+	for _, a := range actions() {
+		w := f.request(http.MethodPost, a.path, tenantToken, a.form, nil)
+		assert.Equal(t, http.StatusNotFound, w.Code, "%s: %s", a.name, w.Body)
+		if a.done != nil {
+			assert.False(t, a.done(t, f), "%s done on another tenant's", a.name)
+		}
+	}
+	assert.Zero(t, f.hits.Load(), "a test delivery to another tenant's")
+	assert.Contains(t, f.get("/ui/"), ">t-sub</a>", "the operator sees every tenant")
 }

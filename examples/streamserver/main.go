@@ -35,6 +35,14 @@
 // -inbox-secret github=SECRET gives the secret a provider signs with. The
 // inbox's streams are read with the API token, and written only by the
 // inbox, even with -public-streams.
+//
+// With -tenant-token TENANT=TOKEN (repeatable), the subscription API
+// serves several tenants: a request with a tenant's token sees, changes
+// and creates only that tenant's subscriptions, each under
+// /tenants/TENANT/, and another tenant's answer 404; the -api-token, the
+// operator's, sees them all. -tenant-max-subscriptions caps each tenant.
+//
+//	STREAMHOOKS_API_TOKEN=op STREAMHOOKS_TENANT_TOKEN="acme=t1 globex=t2" go run ./examples/streamserver
 package main
 
 import (
@@ -115,6 +123,16 @@ func parseConfig(args []string, getenv func(string) string) (exampleserver.Confi
 		secrets[provider] = secret
 		return nil
 	})
+	tenantTokens := map[string]string{}
+	fs.Func("tenant-token", "TENANT=TOKEN: a tenant's bearer token for the subscription API, which then sees only that tenant's subscriptions, under /tenants/TENANT/ (repeatable; needs -api-token, the operator's)", func(v string) error {
+		tenant, token, ok := strings.Cut(v, "=")
+		if !ok || tenant == "" || token == "" {
+			return errors.New("want TENANT=TOKEN")
+		}
+		tenantTokens[tenant] = token
+		return nil
+	})
+	tenantMax := fs.Int("tenant-max-subscriptions", 0, "with -tenant-token, the most subscriptions each tenant may have (0: no limit)")
 	logFormat := fs.String("log-format", "text", "log format: text or json")
 	var logLevel slog.Level
 	fs.TextVar(&logLevel, "log-level", slog.LevelInfo, "lowest level logged: debug, info, warn or error")
@@ -152,26 +170,28 @@ func parseConfig(args []string, getenv func(string) string) (exampleserver.Confi
 		return exampleserver.Config{}, err
 	}
 	return exampleserver.Config{
-		Logger:              log,
-		SubscriptionMetrics: *subMetrics,
-		Addr:                *addr,
-		CallbackBase:        *callbackBase,
-		Dev:                 *dev,
-		DataDir:             *data,
-		Postgres:            *postgres,
-		APIToken:            *token,
-		PublicStreams:       *publicStreams,
-		EncryptionKey:       key,
-		Inbox:               *inbox,
-		InboxSecrets:        secrets,
-		InboxRetention:      *retention,
-		EngineOptions:       []webhooks.Option{webhooks.WithTimeouts(*waking, *liveness, 0)},
+		Logger:                 log,
+		SubscriptionMetrics:    *subMetrics,
+		Addr:                   *addr,
+		CallbackBase:           *callbackBase,
+		Dev:                    *dev,
+		DataDir:                *data,
+		Postgres:               *postgres,
+		APIToken:               *token,
+		PublicStreams:          *publicStreams,
+		EncryptionKey:          key,
+		Inbox:                  *inbox,
+		InboxSecrets:           secrets,
+		InboxRetention:         *retention,
+		TenantTokens:           tenantTokens,
+		TenantMaxSubscriptions: *tenantMax,
+		EngineOptions:          []webhooks.Option{webhooks.WithTimeouts(*waking, *liveness, 0)},
 	}, nil
 }
 
 // setFromEnv sets every flag of fs not given on the command line from its
 // environment variable, if set. A repeatable flag (-inbox-secret) takes
-// space-separated values.
+// space-separated values: -inbox-secret and -tenant-token.
 func setFromEnv(fs *flag.FlagSet, getenv func(string) string) error {
 	given := map[string]bool{}
 	fs.Visit(func(f *flag.Flag) { given[f.Name] = true })
@@ -182,7 +202,7 @@ func setFromEnv(fs *flag.FlagSet, getenv func(string) string) error {
 			return
 		}
 		values := []string{v}
-		if f.Name == "inbox-secret" {
+		if f.Name == "inbox-secret" || f.Name == "tenant-token" {
 			values = strings.Fields(v)
 		}
 		for _, v := range values {

@@ -169,3 +169,24 @@ func TestParseConfigFromEnvironment(t *testing.T) {
 	_, err = parseConfig([]string{"-dev", "-log-format", "xml"}, env(nil))
 	require.ErrorContains(t, err, "want text or json")
 }
+
+// -tenant-token maps tenants to tokens, from flags or from
+// $STREAMHOOKS_TENANT_TOKEN, space-separated.
+func TestParseConfigTenants(t *testing.T) {
+	cfg, err := parseConfig([]string{"-api-token", "op", "-tenant-token", "acme=t1", "-tenant-token", "globex=t=2", "-tenant-max-subscriptions", "5"}, env(nil))
+	require.NoError(t, err)
+	require.Equal(t, map[string]string{"acme": "t1", "globex": "t=2"}, cfg.TenantTokens)
+	require.Equal(t, 5, cfg.TenantMaxSubscriptions)
+	cfg, err = parseConfig(nil, env(map[string]string{
+		"STREAMHOOKS_API_TOKEN":                "op",
+		"STREAMHOOKS_TENANT_TOKEN":             "acme=t1 globex=t2",
+		"STREAMHOOKS_TENANT_MAX_SUBSCRIPTIONS": "3",
+	}))
+	require.NoError(t, err)
+	require.Equal(t, map[string]string{"acme": "t1", "globex": "t2"}, cfg.TenantTokens)
+	require.Equal(t, 3, cfg.TenantMaxSubscriptions)
+	for _, bad := range []string{"acme", "=t", "acme="} {
+		_, err = parseConfig([]string{"-api-token", "op", "-tenant-token", bad}, env(nil))
+		require.ErrorContains(t, err, "TENANT=TOKEN", bad)
+	}
+}

@@ -28,10 +28,6 @@ var acceptedPaths = []struct{ target, path string }{
 	{"/star*/{a,b}/[c]/!", "/star*/{a,b}/[c]/!"},
 	{"/enc%2Fslash", "/enc/slash"},
 	{"/dots/.../x./.y/%2e%2e%2e", "/dots/.../x./.y/..."},
-	// Control characters survive a restart; the engine gives them no
-	// consumers, but the server keeps whatever it accepted.
-	{"/ctl%01%7F%C2%85", "/ctl\x01\x7f\u0085"},
-	{"/nul%00", "/nul\x00"},
 }
 
 // Every kind of path the server accepts reads back byte for byte after a
@@ -78,7 +74,8 @@ func TestDiskAcceptedPathsSurviveRestart(t *testing.T) {
 }
 
 // refusedPaths are request targets that name no stream a pattern could
-// name, or not in UTF-8: the server refuses to create them. Paths are
+// name, or that a consumer could not name in a callback (not UTF-8, a
+// control character): the server refuses to create them. Paths are
 // decoded once, so "%2e%2e" is a ".." segment and "%2F" a '/'.
 var refusedPaths = map[string]string{
 	"/bad%FF":                 "not valid UTF-8",
@@ -95,6 +92,10 @@ var refusedPaths = map[string]string{
 	"/agents%2F":              "must not end with '/'",
 	"/":                       "has no segments",
 	"/agents/..%2Fadmin%2Fx/": `segment ".." is not allowed`,
+	"/ctl%01":                 "control character U+0001",
+	"/ctl%7F":                 "control character U+007F",
+	"/ctl%C2%85":              "control character U+0085",
+	"/nul%00":                 "control character U+0000",
 }
 
 // The server refuses those paths at the door with 400 and a message that

@@ -62,6 +62,16 @@ type Config struct {
 	// and Start logs a warning. Callbacks are not affected: their own
 	// tokens authenticate them.
 	APIToken string
+	// TenantTokens maps tenants to their API tokens (webhooks.WithTenancy):
+	// a request with a tenant's token sees and changes only that tenant's
+	// subscriptions, which keep to TenantPrefix + tenant + "/**"; one with
+	// the APIToken, which it needs, sees every tenant's. The tenants'
+	// tokens open the subscription API and the operator's screen only:
+	// streams, and the screen's login form, take the APIToken.
+	TenantTokens map[string]string
+	// TenantMaxSubscriptions, if positive, bounds each tenant's
+	// subscriptions. It needs TenantTokens.
+	TenantMaxSubscriptions int
 	// PublicStreams leaves streams open to anyone, with an APIToken for the
 	// subscription API only. Streams under /inbox/ are never public (see
 	// Inbox).
@@ -182,7 +192,13 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 	if cfg.Dev {
 		opts = append(opts, webhooks.WithWebhookPolicy(webhooks.WebhookPolicy{AllowLoopback: true}))
 	}
-	opts = append(opts, webhooks.WithAuthorizer(apiAuthorizer(cfg.APIToken)))
+	opts = append(opts, webhooks.WithAuthorizer(apiAuthorizer(cfg.APIToken, cfg.TenantTokens)))
+	tenants, err := tenancy(cfg)
+	if err != nil {
+		_ = ln.Close()
+		return nil, err
+	}
+	opts = append(opts, tenants...)
 	if cfg.APIToken == "" {
 		log.Warn("the subscription API and the streams are open: anyone who can reach " + url + " can list webhook URLs, delete subscriptions and read and write streams; set an API token")
 	}

@@ -40,13 +40,13 @@ func guardStreams(streams http.Handler, token string, public bool) http.Handler 
 }
 
 // apiAuthorizer guards the subscription API: with a token, every request
-// must carry it; and the inbox's subscription ID is reserved, so that no
+// must carry it or a tenant's (then Config.TenantTokens scopes it); and the inbox's subscription ID is reserved, so that no
 // request can create it, or change it into one the inbox's start-up would
 // conflict with. It may be read and operated (rewind, revive), and deleted
 // by an operator: the next start creates it again.
-func apiAuthorizer(token string) webhooks.Authorizer {
+func apiAuthorizer(token string, tenantTokens map[string]string) webhooks.Authorizer {
 	return func(r *http.Request, op webhooks.Operation, id string) error {
-		if token != "" && !hasToken(r, token) {
+		if token != "" && !hasToken(r, token) && !hasTenantToken(r, tenantTokens) {
 			return webhooks.ErrUnauthorized
 		}
 		if (id == inboxHandler || id == inboxPartitions) && (op == webhooks.OpCreate || op == webhooks.OpUpdate) {
@@ -54,6 +54,16 @@ func apiAuthorizer(token string) webhooks.Authorizer {
 		}
 		return nil
 	}
+}
+
+// hasTenantToken reports whether r carries one of tokens' tokens.
+func hasTenantToken(r *http.Request, tokens map[string]string) bool {
+	for _, t := range tokens {
+		if hasToken(r, t) {
+			return true
+		}
+	}
+	return false
 }
 
 // hasToken reports whether r carries token as its bearer token. Both sides
