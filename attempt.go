@@ -3,7 +3,9 @@ package webhooks
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -143,33 +145,44 @@ func (p *pipeline) startDelivery(a *attempt) {
 	go p.runDelivery(a)
 }
 
-// runDelivery makes attempt a and reports its outcome to its lane.
+// runDelivery makes attempt a and reports its outcome to its lane as soon
+// as the POST is answered: the Store write that records it holds no slot
+// of the destination, so other consumers' POSTs, as other streams' next
+// batches, do not wait for this one's commit.
 func (p *pipeline) runDelivery(a *attempt) {
 	defer p.inFlight.Done()
 	p.mu.Lock()
 	ctx := p.sending
 	p.mu.Unlock()
-	p.lanes.finish(a, laneOutcomeOf(p.deliver(ctx, a.c, a.sub, a.mech)))
+	answered := false
+	p.deliver(ctx, a.c, a.sub, a.mech, func(outcome string) {
+		answered = true
+		p.lanes.finish(a, laneOutcomeOf(outcome))
+	})
+	if !answered {
+		p.lanes.finish(a, laneOutcomeOf(""))
+	}
 	p.attempts.Add(-1)
 	p.ended()
 }
 
 // deliver makes the attempt of c, of sub delivered by mech, that a
-// transition has just marked as sent, and records its outcome. It returns the transport's
-// outcome, or "" if nothing was sent. An attempt that cannot be prepared
-// or sent stays in flight in the Store and times out, to be retried, as a
-// lost POST does; so does one cut short by Stop.
-func (p *pipeline) deliver(ctx context.Context, c *Consumer, sub *Subscription, mech mechanism) string {
+// transition has just marked as sent, and records its outcome. It calls
+// answered with the transport's outcome once the POST has its answer,
+// before recording it, and not at all if nothing was sent. An attempt
+// that cannot be prepared or sent stays in flight in the Store and times
+// out, to be retried, as a lost POST does; so does one cut short by Stop.
+func (p *pipeline) deliver(ctx context.Context, c *Consumer, sub *Subscription, mech mechanism, answered func(outcome string)) {
 	ctx, span := p.tel.tracer.Start(ctx, mech.spanName(), trace.WithAttributes(deliveryAttrs(c, sub)...))
 	defer span.End()
 	msg, err := mech.prepare(ctx, p.x, c, sub)
 	if err != nil {
 		p.stepFailed(ctx, c, err)
-		return ""
+		return
 	}
 	if msg.empty() {
 		p.core.record(ctx, c, mech, p.latest(sub), msg.result)
-		return ""
+		return
 	}
 	if msg.batch != nil {
 		p.tel.batchSent(ctx, c, sub, len(msg.batch.Events))
@@ -188,14 +201,16 @@ func (p *pipeline) deliver(ctx context.Context, c *Consumer, sub *Subscription, 
 	resp, err := mech.transport().send(ctx, p.x, sub, msg, received)
 	if err != nil {
 		p.stepFailed(ctx, c, err)
-		return ""
+		return
 	}
 	if ctx.Err() != nil {
-		return ""
+		return
 	}
+	resp = checkAck(msg, resp)
+	answered(resp.outcome)
 	p.tel.delivered(ctx, span, c, sub, resp.outcome, resp.failure, resp.latency)
 	r := msg.result
-	r.failure, r.done = resp.failure, resp.outcome == outcomeDone
+	r.failure, r.done, r.ack = resp.failure, resp.outcome == outcomeDone, resp.ack
 	switch {
 	case r.failure != nil:
 		// A failure counts only if it ended the attempt in flight: one
@@ -213,7 +228,6 @@ func (p *pipeline) deliver(ctx context.Context, c *Consumer, sub *Subscription, 
 			p.outcomes.attemptEnded(ctx, c, sub, resp, stored)
 		}
 	}
-	return resp.outcome
 }
 
 // reported reports whether a delivered attempt whose recording returned
@@ -235,4 +249,19 @@ func (p *pipeline) stepFailed(ctx context.Context, c *Consumer, err error) {
 		step, err = f.step, f.err
 	}
 	p.log.ErrorContext(ctx, "webhooks: "+step, "consumer_id", c.ID, "error", err)
+}
+
+// checkAck checks the offset that resp, a 2xx, acknowledged msg up to
+// (AckResponse): one of msg's acks, or a failure of the whole message. A
+// message that takes no partial acknowledgement ignores it.
+func checkAck(msg *message, resp response) response {
+	switch {
+	case resp.failure != nil || resp.ack == "" || msg.acks == nil:
+		resp.ack = ""
+	case !slices.Contains(msg.acks, resp.ack):
+		resp.outcome = outcomeBadAck
+		resp.failure = &deliveryFailure{class: failBadAck, err: fmt.Errorf("acknowledged offset %q is not one of the batch's", resp.ack)}
+		resp.ack = ""
+	}
+	return resp
 }

@@ -19,6 +19,11 @@ const (
 	// OpOperate is an operator's action on a subscription: POST
 	// {pattern}?subscription={id} with &rewind, &revive, &test or &rotate.
 	OpOperate Operation = "operate"
+	// OpClaim is a pull-wake worker's claim of a subscription of the
+	// reserved __ds API: POST {stream root}/__ds/subscriptions/{id}/claim.
+	// The protocol leaves it to the host to authorize; the other __ds
+	// routes are asked as OpCreate, OpRead, OpDelete and OpUpdate.
+	OpClaim Operation = "claim"
 )
 
 // Errors an Authorizer returns to refuse a request.

@@ -205,6 +205,9 @@ type subscriptionFeed struct {
 	set   *subscriptionSet
 	clock clock.Clock
 	log   *slog.Logger
+	// reloadDS reloads the __ds subscriptions' patterns, which the feed
+	// reports too.
+	reloadDS func(ctx context.Context) error
 	// reloaded signals a test at the end of each reload.
 	reloaded func()
 }
@@ -280,6 +283,10 @@ func (f *subscriptionFeed) reload(ctx context.Context, changed <-chan struct{}, 
 			continue
 		}
 		added, removed, errs := f.set.endReload(subs)
+		if err := f.reloadDS(ctx); err != nil && ctx.Err() == nil {
+			errs = append(errs, err)
+			notify()
+		}
 		for _, err := range errs {
 			f.log.ErrorContext(ctx, "webhooks: reloading subscriptions", "error", err)
 		}

@@ -216,6 +216,9 @@ func (m *cursorMachine) failAttempt(c *Consumer, sub *Subscription, r attemptRes
 	if c.State != stateDelivering || !c.InFlight || c.Attempt != r.attempt {
 		return noChange
 	}
+	if r.next != "" {
+		c.BatchEnd = r.next
+	}
 	return m.fail(c, sub, r.failure, now)
 }
 
@@ -236,8 +239,8 @@ func (m *cursorMachine) deferAttempt(c, sent *Consumer, sub *Subscription, until
 // fail records failed attempt f of a consumer of sub and schedules the
 // retry, after the wait its subscription's retry policy gives, or longer
 // if the webhook asked for it with Retry-After. A consumer that has failed
-// for as long, or as many times, as the policy allows becomes a dead
-// letter instead.
+// for as long, or as many times, as the policy allows, or permanently,
+// gives up instead.
 func (m *cursorMachine) fail(c *Consumer, sub *Subscription, f *deliveryFailure, now time.Time) change {
 	c.InFlight = false
 	c.Failures++
@@ -246,8 +249,8 @@ func (m *cursorMachine) fail(c *Consumer, sub *Subscription, f *deliveryFailure,
 		c.FailingSince = now
 	}
 	p := m.retryPolicy(sub)
-	if p.MaxAttempts > 0 && c.Attempt >= p.MaxAttempts || m.tooOld(c, p, now) {
-		return m.deadLetter(c)
+	if p.permanent(f) || p.MaxAttempts > 0 && c.Attempt >= p.MaxAttempts || m.tooOld(c, p, now) {
+		return m.giveUp(c, sub, p, now)
 	}
 	wait := m.retryWait(p, c.Failures)
 	if f.retryAfter > 0 {
@@ -255,6 +258,18 @@ func (m *cursorMachine) fail(c *Consumer, sub *Subscription, f *deliveryFailure,
 	}
 	c.Deadline = m.ageCap(c, p, now.Add(wait))
 	return changeSave
+}
+
+// giveUp ends delivering consumer c's delivery, which failed as often, as
+// long or as permanently as p allows: its mechanism skips it if p says so
+// and it can, and c becomes a dead letter otherwise.
+func (m *cursorMachine) giveUp(c *Consumer, sub *Subscription, p RetryPolicy, now time.Time) change {
+	if p.skips() {
+		if ch := mechanismOf(sub).skip(m, c, now); ch != noChange {
+			return ch
+		}
+	}
+	return m.deadLetter(c)
 }
 
 // deadLetter stops c in StateFailed, its cursor where it is.
@@ -316,8 +331,8 @@ func (m *cursorMachine) onDue(c *Consumer, sub *Subscription, t tails, now time.
 	switch c.State {
 	case stateDelivering:
 		mech := mechanismOf(sub)
-		if m.tooOld(c, m.retryPolicyOf(sub, mech), now) {
-			return m.deadLetter(c)
+		if p := m.retryPolicyOf(sub, mech); m.tooOld(c, p, now) {
+			return m.giveUp(c, sub, p, now)
 		}
 		if c.InFlight {
 			return m.fail(c, sub, transportFailure(errAttemptTimeout), now)

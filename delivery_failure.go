@@ -28,8 +28,9 @@ const (
 	failStatus3xx failureClass = "status_3xx"   // redirects are never followed
 	failStatus4xx failureClass = "status_4xx"
 	failStatus5xx failureClass = "status_5xx"
-	failBody      failureClass = "body"  // the connection broke after the request went out
-	failOther     failureClass = "other" // anything else, e.g. a malformed response
+	failBody      failureClass = "body"    // the connection broke after the request went out
+	failOther     failureClass = "other"   // anything else, e.g. a malformed response
+	failBadAck    failureClass = "bad_ack" // a 2xx acknowledged up to an offset outside its batch
 )
 
 // maxFailureDetail bounds the error text a deliveryFailure gives to logs.

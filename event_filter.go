@@ -223,20 +223,30 @@ func (f *eventFilter) match(event []byte) bool {
 	if f == nil || f.re == nil {
 		return true
 	}
+	value, ok := f.field(event)
+	return ok && f.re.MatchString(value)
+}
+
+// field is the string at the filter's field of event, a JSON value, and
+// false if it has none or the filter names no field.
+func (f *eventFilter) field(event []byte) (string, bool) {
+	if f == nil || f.path == nil {
+		return "", false
+	}
 	raw := json.RawMessage(event)
 	for _, name := range f.path {
 		var obj map[string]json.RawMessage
 		if json.Unmarshal(raw, &obj) != nil {
-			return false
+			return "", false
 		}
 		var ok bool
 		if raw, ok = obj[name]; !ok {
-			return false
+			return "", false
 		}
 	}
 	var value string
 	if json.Unmarshal(raw, &value) != nil {
-		return false
+		return "", false
 	}
-	return f.re.MatchString(value)
+	return value, true
 }

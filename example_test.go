@@ -128,7 +128,7 @@ func ExampleNew() {
 	// before start: 503
 	// create: 201 orders /orders/* true
 	// again: 200
-	// list: 200 {"subscriptions":[{"subscription_id":"orders","pattern":"/orders/*","webhook":"https://hooks.example.com/orders","description":"order events","delivery":"wake","status":"active","created_at":"2026-01-02T03:04:05Z","updated_at":"2026-01-02T03:04:05Z","signature":"streamhooks","retry":{"max_attempts":0,"max_age_ms":259200000},"max_deliveries_per_minute":0,"consecutive_failures":0,"failing_since":null,"last_success_at":null,"last_failure_at":null}]}
+	// list: 200 {"subscriptions":[{"subscription_id":"orders","pattern":"/orders/*","webhook":"https://hooks.example.com/orders","description":"order events","delivery":"wake","status":"active","created_at":"2026-01-02T03:04:05Z","updated_at":"2026-01-02T03:04:05Z","signature":"streamhooks","retry":{"max_attempts":0,"max_age_ms":259200000,"client_errors":"retry","on_exhausted":"stop"},"max_deliveries_per_minute":0,"consecutive_failures":0,"failing_since":null,"last_success_at":null,"last_failure_at":null}]}
 	// host: 200 stream /orders/41
 	// delete: 204
 }

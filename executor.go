@@ -40,6 +40,9 @@ type executor struct {
 	// handling holds the consumer IDs whose BatchHandler call runs.
 	handling        sync.Map
 	handlerReturned func()
+	// receiptDeferred signals a test that a 2xx's receipt waits for its
+	// body.
+	receiptDeferred func()
 }
 
 // callbackURL is the URL consumer id calls back on.

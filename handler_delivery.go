@@ -45,7 +45,18 @@ type Batch struct {
 	// no limit. A handler that would rather set a failing event aside than
 	// stop its stream does so when Attempt reaches it.
 	MaxAttempts int
+
+	// ack is what AckThrough set; the engine reads it once the handler
+	// has returned.
+	ack string
 }
+
+// AckThrough makes a nil return of the handler acknowledge b only up to
+// offset, one of b's Offsets: the events after it come again as a new
+// batch, under a new delivery id, as for a webhook's AckResponse. An
+// offset that is not one of b's Offsets, nor b's Offset, fails the
+// attempt. The last call before the handler returns counts.
+func (b *Batch) AckThrough(offset string) { b.ack = offset }
 
 // WithBatchHandler registers h under name, for the DeliveryHandler
 // subscriptions whose Handler is name. Every engine sharing a Store
@@ -136,7 +147,7 @@ func (x *executor) callHandler(ctx context.Context, sub *Subscription, b *Batch,
 	case err := <-done:
 		switch {
 		case err == nil:
-			r.outcome = outcomeOK
+			r.outcome, r.ack = outcomeOK, b.ack
 		case errors.Is(context.Cause(ctx), errRequestTimeout):
 			r.outcome, r.failure = outcomeTimeout, transportFailure(errRequestTimeout)
 		default:

@@ -49,6 +49,8 @@ type fakeSource struct {
 	events  map[string][][]byte // a JSON stream's events
 	bytes   map[string][]byte   // a byte stream's bytes
 	reads   int                 // ReadEvents calls
+	// eventOffsets makes ReadEvents give a JSON stream's events' offsets.
+	eventOffsets bool
 }
 
 func newFakeSource() *fakeSource {
@@ -178,6 +180,12 @@ type harness struct {
 	handler http.Handler
 	// wrap, if set, gives the engine another view of source.
 	wrap func(*fakeSource) webhooks.StreamSource
+	// beforeStart, if set, is called with each engine before it starts,
+	// to turn on the signals a test waits on.
+	beforeStart func(e *webhooks.Engine)
+	// dsSignals adds the __ds scheduler's and attempts' signals to
+	// progressed (reserved_test.go).
+	dsSignals bool
 	// progressed receives a token after the engines' consumer writes and
 	// ended deliveries; engines on one Store share it (see signals).
 	progressed chan struct{}
@@ -253,6 +261,12 @@ func (h *harness) startEngine(opts ...webhooks.Option) {
 	e, err := webhooks.New(h.store, source, append(base, opts...)...)
 	require.NoError(h.t, err)
 	webhooks.SignalProgress(e, h.signals())
+	if h.beforeStart != nil {
+		h.beforeStart(e)
+	}
+	if h.dsSignals {
+		webhooks.SignalDSProgress(e, h.signals())
+	}
 	h.engine = e
 	h.handler = apiHandler(h.t, e)
 	startForTest(h.t, e)

@@ -35,6 +35,11 @@ type mechanism interface {
 	// revive is the transition of dead letter c, its failures forgotten,
 	// back to delivering from its cursor.
 	revive(m *cursorMachine, c *Consumer, sub *Subscription, t tails, now time.Time) change
+	// skips reports whether its consumers may skip a delivery they give
+	// up on (ExhaustedSkip); skip is that transition of delivering
+	// consumer c, or noChange if c cannot skip, and so stops.
+	skips() bool
+	skip(m *cursorMachine, c *Consumer, now time.Time) change
 	// attemptTimeout is how long an attempt may stay in flight before it
 	// counts as failed; requestTimeout is how long its transport waits.
 	attemptTimeout(m *cursorMachine, sub *Subscription) time.Duration
@@ -132,6 +137,11 @@ type message struct {
 	// headers are sub's custom headers, which the signed ones win over.
 	headers map[string]string
 	timeout time.Duration
+	// acks are the offsets a 2xx may acknowledge up to, AckResponse's
+	// {"offset": …}: an event-push batch's events' and its end. Nil for
+	// a mechanism that takes no partial acknowledgement, whose answers'
+	// offsets are ignored.
+	acks []string
 	// onReceipt is set if an accepted message is recorded at once,
 	// before the transport has the rest of its answer.
 	onReceipt bool
@@ -158,6 +168,9 @@ type attemptResult struct {
 	// have waited their window already.
 	next string
 	cut  bool
+	// ack, if set, is the offset of the batch's event up to which a 2xx
+	// acknowledged it (AckResponse), one of message.acks.
+	ack string
 }
 
 // needsTails reports whether applying r may start new work, and so reads

@@ -110,7 +110,7 @@ func (e *Engine) retryMissed(ctx context.Context) bool {
 		if i < len(gone) {
 			err = e.removeStream(ctx, p, deleted[p])
 		} else {
-			err = e.spawnAndWake(ctx, p, e.subs.index.match(p))
+			err = e.spawnAndWake(ctx, p, e.subs.index.match(p), nil)
 		}
 		if errors.Is(err, ErrStoreUnavailable) {
 			rest := make(map[string]time.Time)

@@ -65,6 +65,19 @@ type consumerJSON struct {
 	LastError     string          `json:"last_error,omitempty"`
 	UpdatedAt     time.Time       `json:"updated_at"`
 	DeadLetter    *deadLetterJSON `json:"dead_letter,omitempty"`
+	Skipped       []skippedJSON   `json:"skipped,omitempty"`
+}
+
+// skippedJSON is a skipped batch's dead-letter record (SkippedBatch).
+type skippedJSON struct {
+	DeliveryID   string     `json:"delivery_id"`
+	FromOffset   string     `json:"from_offset"`
+	ToOffset     string     `json:"to_offset"`
+	Attempts     int        `json:"attempts"`
+	Failures     int        `json:"failures"`
+	FailingSince *time.Time `json:"failing_since"`
+	LastError    string     `json:"last_error"`
+	SkippedAt    time.Time  `json:"skipped_at"`
 }
 
 // streamJSON is a subscribed stream: its cursor and, if it exists, its
@@ -102,6 +115,12 @@ func (e *Engine) consumerViews(ctx context.Context, cs []*Consumer) ([]consumerJ
 		}
 		for j, s := range c.Streams {
 			v.Streams[j] = streamJSON{Path: s.Path, Offset: s.Offset, Tail: t[s.Path].Tail}
+		}
+		for _, s := range c.Skipped {
+			v.Skipped = append(v.Skipped, skippedJSON{
+				DeliveryID: s.DeliveryID, FromOffset: s.From, ToOffset: s.To, Attempts: s.Attempts, Failures: s.Failures,
+				FailingSince: timeOrNil(s.FailingSince), LastError: s.LastError, SkippedAt: s.SkippedAt,
+			})
 		}
 		out[i] = v
 	}

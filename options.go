@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -138,6 +139,9 @@ type config struct {
 	handlers                map[string]BatchHandler
 	subscriptionMetrics     int
 	propagator              propagation.TextMapPropagator
+	// streamRoot is the path under which the host serves streams, without
+	// a trailing '/': "" for the origin's root.
+	streamRoot string
 }
 
 // breakerConfig is when the circuit breaker disables a subscription; a
@@ -184,6 +188,26 @@ func WithCallbackBaseURL(base string) Option {
 		u.Path = trimTrailingSlash(u.Path)
 		u.RawPath = ""
 		c.callbackBase = u
+		return nil
+	}
+}
+
+// WithStreamRoot sets the path under which the host serves its streams,
+// such as "/v1/stream": the reserved `__ds` API of the Durable Streams
+// protocol is served at "{root}/__ds/", and the stream paths in its bodies
+// are relative to root. Its public URLs (callback_url, jwks_url) are the
+// callback base URL's scheme and host, then root. The default, "", is the
+// origin's root.
+func WithStreamRoot(root string) Option {
+	return func(c *config) error {
+		root = trimTrailingSlash(root)
+		if root != "" && (!strings.HasPrefix(root, "/") || strings.Contains(root, "/"+dsReservedSegment+"/") || strings.HasSuffix(root, "/"+dsReservedSegment)) {
+			return fmt.Errorf("WithStreamRoot: %q must be a path starting with '/', outside %s", root, dsReservedSegment)
+		}
+		if err := ValidateStreamPath(root + "/x"); root != "" && err != nil {
+			return fmt.Errorf("WithStreamRoot: %w", err)
+		}
+		c.streamRoot = root
 		return nil
 	}
 }

@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strconv"
 	"time"
 
@@ -74,6 +76,13 @@ func (p pushMechanism) revive(m *cursorMachine, c *Consumer, sub *Subscription, 
 	return m.retryBatch(c, sub, p, now)
 }
 
+// skips is true: a batch has bounds to record and move past.
+func (pushMechanism) skips() bool { return true }
+
+func (pushMechanism) skip(m *cursorMachine, c *Consumer, now time.Time) change {
+	return m.skipBatch(c, now)
+}
+
 // attemptTimeout is the transport's own timeout and a grace, so that an
 // engine that is alive always ends its attempt before another may send the
 // batch again.
@@ -98,11 +107,11 @@ func (pushMechanism) defaultRetry(*cursorMachine) RetryPolicy {
 // the filter does not match. A batch with nothing left to send moves the
 // cursor without a POST.
 func (p pushMechanism) prepare(ctx context.Context, x *executor, c *Consumer, sub *Subscription) (*message, error) {
-	batch, events, err := x.readBatch(ctx, c, sub)
+	batch, sel, err := x.readBatch(ctx, c, sub)
 	if err != nil {
 		return nil, &failedStep{"reading a batch", err}
 	}
-	trace.SpanFromContext(ctx).SetAttributes(attribute.Int("webhooks.events", len(events)))
+	trace.SpanFromContext(ctx).SetAttributes(attribute.Int("webhooks.events", len(sel.events)))
 	msg := &message{
 		result: attemptResult{
 			epoch:      c.Epoch,
@@ -114,19 +123,30 @@ func (p pushMechanism) prepare(ctx context.Context, x *executor, c *Consumer, su
 		id:      c.WakeID,
 		headers: sub.Events.Headers,
 		timeout: p.requestTimeout(x.cursors, sub),
+		// A 2xx may acknowledge up to an event's offset, or the whole
+		// batch.
+		acks: append(slices.Clip(sel.offsets), batch.Next),
 	}
-	if len(events) == 0 {
+	if len(sel.events) == 0 {
 		return msg, nil
+	}
+	if sel.eventType != "" {
+		msg.headers = maps.Clone(msg.headers)
+		if msg.headers == nil {
+			msg.headers = map[string]string{}
+		}
+		msg.headers[receiver.EventTypeHeader] = sel.eventType
 	}
 	msg.batch = &Batch{
 		EventsPayload: receiver.EventsPayload{
 			SubscriptionID: sub.ID,
 			Stream:         c.PrimaryStream,
 			DeliveryID:     c.WakeID,
-			Events:         events,
+			Events:         sel.events,
 			FirstOffset:    c.Streams[0].Offset,
 			Offset:         batch.Next,
 			UpToDate:       batch.Next == c.Batch.Until,
+			Offsets:        sel.offsets,
 		},
 		Attempt:     c.Attempt,
 		MaxAttempts: x.cursors.retryPolicyOf(sub, p).MaxAttempts,
@@ -168,7 +188,7 @@ func (m *cursorMachine) openWindow(c *Consumer, until time.Time) change {
 // startBatch starts c's batch up to limit, under a new delivery id, to be
 // delivered by mech.
 func (m *cursorMachine) startBatch(c *Consumer, sub *Subscription, mech mechanism, limit ReadLimit, now time.Time) change {
-	c.Batch = limit
+	c.Batch, c.BatchEnd = limit, ""
 	return m.begin(c, sub, mech, newDeliveryID(), now)
 }
 
@@ -187,15 +207,20 @@ func (m *cursorMachine) retryBatch(c *Consumer, sub *Subscription, mech mechanis
 }
 
 // applyBatch applies the outcome of an attempt of c's batch. A 2xx of any
-// attempt of the batch moves the cursor past it and starts the next batch
-// if there are events for one; a failure counts only for the attempt in
-// flight.
+// attempt of the batch moves the cursor past it, or to the event it
+// acknowledged up to, and starts the next batch if there are events for
+// one: the rest of a batch acknowledged in part goes at once, as a new
+// batch under a new delivery id, since it is no longer the same content.
+// A failure counts only for the attempt in flight.
 func (m *cursorMachine) applyBatch(c *Consumer, sub *Subscription, r attemptResult, t tails, now time.Time) change {
 	if c.State != stateDelivering || c.Epoch != r.epoch || c.WakeID != r.deliveryID {
 		return noChange
 	}
 	if r.failure != nil {
 		return m.failAttempt(c, sub, r, now)
+	}
+	if r.ack != "" && r.ack != r.next {
+		r.next, r.cut = r.ack, true
 	}
 	if len(c.Streams) > 0 && compareOffsets(r.next, c.Streams[0].Offset) > 0 {
 		c.Streams[0].Offset = r.next
@@ -204,7 +229,7 @@ func (m *cursorMachine) applyBatch(c *Consumer, sub *Subscription, r attemptResu
 	c.State = StateIdle
 	c.InFlight = false
 	c.Attempt = 0
-	c.Batch = ReadLimit{}
+	c.Batch, c.BatchEnd = ReadLimit{}, ""
 	c.Deadline = time.Time{}
 	if r.cut {
 		c.Deadline = now
@@ -220,7 +245,10 @@ func (m *cursorMachine) applyBatch(c *Consumer, sub *Subscription, r attemptResu
 // source gave them rather than compacted: a JSON stream's events are
 // valid JSON values (EventBatch), and a batch is encoded at every attempt.
 func eventsBody(p *receiver.EventsPayload) []byte {
-	size := 160 + len(p.SubscriptionID) + len(p.Stream) + len(p.FirstOffset) + len(p.Offset)
+	size := 160 + len(p.SubscriptionID) + len(p.Stream) + len(p.FirstOffset) + len(p.Offset) + 16
+	for _, o := range p.Offsets {
+		size += len(o) + 3
+	}
 	for _, e := range p.Events {
 		size += len(e) + 1
 	}
@@ -244,6 +272,16 @@ func eventsBody(p *receiver.EventsPayload) []byte {
 	b = appendJSONString(b, p.Offset)
 	b = append(b, `,"up_to_date":`...)
 	b = strconv.AppendBool(b, p.UpToDate)
+	if len(p.Offsets) > 0 {
+		b = append(b, `,"offsets":[`...)
+		for i, o := range p.Offsets {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = appendJSONString(b, o)
+		}
+		b = append(b, ']')
+	}
 	return append(b, '}')
 }
 
@@ -254,28 +292,28 @@ func appendJSONString(b []byte, s string) []byte {
 }
 
 // readBatch reads the events of c's batch in flight, and returns them as
-// they go in the payload (selectEvents). A
-// read and filtering that outlive the attempt's timeout stop, so that no
+// they go in the payload, with their offsets if the source gives them
+// (selectEvents). A read and filtering that outlive the attempt's timeout stop, so that no
 // source or event holds a goroutine for longer than an attempt.
-func (x *executor) readBatch(ctx context.Context, c *Consumer, sub *Subscription) (EventBatch, []json.RawMessage, error) {
+func (x *executor) readBatch(ctx context.Context, c *Consumer, sub *Subscription) (EventBatch, selection, error) {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	timer := x.clock.AfterFunc(pushMechanism{}.requestTimeout(x.cursors, sub), func() { cancel(errRequestTimeout) })
 	defer timer.Stop()
 	reader, ok := x.source.(EventReader)
 	if !ok {
-		return EventBatch{}, nil, errors.New("the StreamSource cannot read events (EventReader)")
+		return EventBatch{}, selection{}, errors.New("the StreamSource cannot read events (EventReader)")
 	}
 	if len(c.Streams) == 0 {
-		return EventBatch{}, nil, errors.New("the consumer has no stream")
+		return EventBatch{}, selection{}, errors.New("the consumer has no stream")
 	}
 	batch, err := reader.ReadEvents(ctx, c.PrimaryStream, c.Streams[0].Offset, c.Batch)
 	if err != nil {
-		return EventBatch{}, nil, fmt.Errorf("reading %s: %w", c.PrimaryStream, err)
+		return EventBatch{}, selection{}, fmt.Errorf("reading %s: %w", c.PrimaryStream, err)
 	}
-	events, err := x.selectEvents(ctx, c, sub, batch)
+	sel, err := x.selectEvents(ctx, c, sub, batch)
 	if err != nil {
-		return EventBatch{}, nil, err
+		return EventBatch{}, selection{}, err
 	}
-	return batch, events, nil
+	return batch, sel, nil
 }

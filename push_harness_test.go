@@ -93,6 +93,9 @@ func (s *fakeSource) ReadEvents(_ context.Context, path, from string, limit webh
 			break
 		}
 		out.Events = append(out.Events, ev)
+		if s.eventOffsets {
+			out.Offsets = append(out.Offsets, offset(i+1))
+		}
 		size += len(ev)
 		end = i + 1
 	}

@@ -308,7 +308,7 @@ func TestPushSubscriptionAPI(t *testing.T) {
 		"batch":                     map[string]any{"max_size": 10.0, "max_bytes": 1048576.0, "max_wait_ms": 1000.0},
 		"headers":                   map[string]any{"X-Api-Key": "[redacted]"},
 		"timeout_ms":                1500.0,
-		"retry":                     map[string]any{"max_attempts": 5.0, "max_age_ms": 0.0},
+		"retry":                     map[string]any{"max_attempts": 5.0, "max_age_ms": 0.0, "client_errors": "retry", "on_exhausted": "stop"},
 		"filter":                    map[string]any{"field": "type", "patterns": []any{"a.*"}},
 		"signature":                 "streamhooks",
 		"max_deliveries_per_minute": 60000.0,

@@ -102,7 +102,8 @@ func (m *cursorMachine) rewind(c *Consumer, sub *Subscription, offset string, t 
 		return noChange
 	}
 	c.Streams[i].Offset = offset
-	c.Failures, c.FailingSince, c.Attempt, c.Batch = 0, time.Time{}, 0, ReadLimit{}
+	c.Failures, c.FailingSince, c.Attempt, c.Batch, c.BatchEnd = 0, time.Time{}, 0, ReadLimit{}, ""
+	forgetSkipped(c, offset)
 	if c.State == StateFailed {
 		return changeSave
 	}

@@ -19,6 +19,9 @@ const (
 	shapeSubscription
 	// shapeCallback is {callback base}/callback/{consumer id}.
 	shapeCallback
+	// shapeReserved is {stream root}/__ds/…, the upstream protocol's
+	// reserved API (reserved_api.go); query names the operation there.
+	shapeReserved
 )
 
 // route is one operation of the engine's APIs.
@@ -33,6 +36,8 @@ type route struct {
 	op Operation
 	// serve answers the request; callbacks are served by serveCallback.
 	serve func(e *Engine, ctx context.Context, r *http.Request, at target) (int, any, error)
+	// serveDS answers a request of shapeReserved.
+	serveDS func(e *Engine, ctx context.Context, r *http.Request, at dsTarget) (int, any, error)
 }
 
 // target is what a subscription API request names: the pattern of its
@@ -50,35 +55,50 @@ type target struct {
 // OpRead) and then answered 405 with the methods served there, whether or
 // not its subscription exists.
 var routes = []route{
-	{shapeList, "subscriptions", http.MethodGet, OpList, (*Engine).listSubscriptions},
+	{shapeList, "subscriptions", http.MethodGet, OpList, (*Engine).listSubscriptions, nil},
 
-	{shapeSubscription, "", http.MethodGet, OpRead, (*Engine).getSubscription},
-	{shapeSubscription, "", http.MethodPut, OpCreate, (*Engine).createSubscription},
-	{shapeSubscription, "", http.MethodPatch, OpUpdate, (*Engine).patchSubscription},
-	{shapeSubscription, "", http.MethodDelete, OpDelete, (*Engine).deleteSubscription},
+	{shapeSubscription, "", http.MethodGet, OpRead, (*Engine).getSubscription, nil},
+	{shapeSubscription, "", http.MethodPut, OpCreate, (*Engine).createSubscription, nil},
+	{shapeSubscription, "", http.MethodPatch, OpUpdate, (*Engine).patchSubscription, nil},
+	{shapeSubscription, "", http.MethodDelete, OpDelete, (*Engine).deleteSubscription, nil},
 
 	// GET   {pattern}?subscription={id}&consumers                   list consumers: &state= &limit= &cursor=
-	{shapeSubscription, "consumers", http.MethodGet, OpRead, onSubscription((*Engine).listConsumers)},
+	{shapeSubscription, "consumers", http.MethodGet, OpRead, onSubscription((*Engine).listConsumers), nil},
 	// GET   {pattern}?subscription={id}&deliveries&consumer={cid}   its latest delivery attempts
-	{shapeSubscription, "deliveries", http.MethodGet, OpRead, onSubscription((*Engine).listDeliveries)},
+	{shapeSubscription, "deliveries", http.MethodGet, OpRead, onSubscription((*Engine).listDeliveries), nil},
 	// POST  {pattern}?subscription={id}&rewind                      {"offset": "-1"|offset, "consumer": cid}
-	{shapeSubscription, "rewind", http.MethodPost, OpOperate, onSubscription((*Engine).rewindRequest)},
+	{shapeSubscription, "rewind", http.MethodPost, OpOperate, onSubscription((*Engine).rewindRequest), nil},
 	// GET   {pattern}?subscription={id}&dead                        list dead letters, paged as consumers
-	{shapeSubscription, "dead", http.MethodGet, OpRead, onSubscription((*Engine).listDeadLetters)},
+	{shapeSubscription, "dead", http.MethodGet, OpRead, onSubscription((*Engine).listDeadLetters), nil},
 	// POST  {pattern}?subscription={id}&revive                      {"consumer": cid}
-	{shapeSubscription, "revive", http.MethodPost, OpOperate, onSubscription((*Engine).reviveRequest)},
+	{shapeSubscription, "revive", http.MethodPost, OpOperate, onSubscription((*Engine).reviveRequest), nil},
 	// POST  {pattern}?subscription={id}&test                        send a signed test delivery
-	{shapeSubscription, "test", http.MethodPost, OpOperate, onSubscription((*Engine).testRequest)},
+	{shapeSubscription, "test", http.MethodPost, OpOperate, onSubscription((*Engine).testRequest), nil},
 	// POST  {pattern}?subscription={id}&rotate                      {"overlap_ms": n}: a new secret
-	{shapeSubscription, "rotate", http.MethodPost, OpOperate, onSubscription((*Engine).rotateRequest)},
+	{shapeSubscription, "rotate", http.MethodPost, OpOperate, onSubscription((*Engine).rotateRequest), nil},
 	// POST  {pattern}?subscription={id}&verify                      verify a pending subscription by hand
-	{shapeSubscription, "verify", http.MethodPost, OpOperate, onSubscription((*Engine).verifyRequest)},
+	{shapeSubscription, "verify", http.MethodPost, OpOperate, onSubscription((*Engine).verifyRequest), nil},
 	// POST  {pattern}?subscription={id}&challenge                   restart a pending subscription's challenge
-	{shapeSubscription, "challenge", http.MethodPost, OpOperate, onSubscription((*Engine).challengeRequest)},
+	{shapeSubscription, "challenge", http.MethodPost, OpOperate, onSubscription((*Engine).challengeRequest), nil},
 	// GET   {pattern}?subscription={id}&consumer={cid}              get one consumer
-	{shapeSubscription, "consumer", http.MethodGet, OpRead, onSubscription((*Engine).getConsumer)},
+	{shapeSubscription, "consumer", http.MethodGet, OpRead, onSubscription((*Engine).getConsumer), nil},
 
-	{shapeCallback, "", http.MethodPost, "", nil},
+	{shapeCallback, "", http.MethodPost, "", nil, nil},
+
+	// The reserved __ds API under the stream root. Callbacks, acks and
+	// releases carry their tokens; the JWKS is public; claim is the
+	// host's to authorize.
+	{shapeReserved, "subscription", http.MethodPut, OpCreate, nil, (*Engine).putDSSubscription},
+	{shapeReserved, "subscription", http.MethodGet, OpRead, nil, (*Engine).getDSSubscription},
+	{shapeReserved, "subscription", http.MethodDelete, OpDelete, nil, (*Engine).deleteDSSubscription},
+	{shapeReserved, "streams", http.MethodPost, OpUpdate, nil, (*Engine).addDSStreams},
+	{shapeReserved, "stream", http.MethodDelete, OpUpdate, nil, (*Engine).removeDSStream},
+	{shapeReserved, "callback", http.MethodPost, "", nil, (*Engine).dsAck},
+	{shapeReserved, "claim", http.MethodPost, OpClaim, nil, (*Engine).dsClaim},
+	{shapeReserved, "ack", http.MethodPost, "", nil, (*Engine).dsAck},
+	{shapeReserved, "release", http.MethodPost, "", nil, (*Engine).dsRelease},
+	{shapeReserved, "jwks", http.MethodGet, "", nil, nil},
+	{shapeReserved, "jwks", http.MethodHead, "", nil, nil},
 }
 
 // onSubscription serves an operator route on the subscription the request

@@ -3,6 +3,7 @@ package webhooks_test
 import (
 	"context"
 	"net/http"
+	"net/url"
 	"slices"
 	"strings"
 	"testing"
@@ -20,6 +21,16 @@ func routeTarget(rt webhooks.Route, id string) string {
 		return "/**?subscriptions"
 	case "callback":
 		return "/callback/" + agentAID
+	case "reserved":
+		switch rt.Query {
+		case "jwks":
+			return "/__ds/jwks.json"
+		case "subscription":
+			return "/__ds/subscriptions/" + id
+		case "stream":
+			return "/__ds/subscriptions/" + id + "/streams/manual%2Fa"
+		}
+		return "/__ds/subscriptions/" + id + "/" + rt.Query
 	}
 	target := "/agents/*?subscription=" + id
 	switch rt.Query {
@@ -37,6 +48,14 @@ func routeTarget(rt webhooks.Route, id string) string {
 // routeBody is a body that rt would accept.
 func routeBody(rt webhooks.Route, h *harness) string {
 	switch {
+	case rt.Shape == "reserved" && rt.Method == http.MethodPut:
+		return `{"type":"webhook","streams":["manual/a"],"webhook":{"url":"` + h.recv.url() + `"}}`
+	case rt.Query == "streams":
+		return `{"streams":["manual/b"]}`
+	case rt.Query == "claim":
+		return `{"worker":"w1"}`
+	case rt.Query == "callback" || rt.Query == "ack" || rt.Query == "release":
+		return `{"wake_id":"w_1","generation":1}`
 	case rt.Method == http.MethodPut:
 		return subBody(h.recv.url(), "")
 	case rt.Method == http.MethodPatch:
@@ -69,13 +88,20 @@ func TestEveryRouteIsRefusedByARefusingAuthorizer(t *testing.T) {
 	for _, rt := range routes {
 		target := routeTarget(rt, "s1")
 		resp, body := authSend(t, srv, rt.Method, target, routeBody(rt, h))
-		if rt.Shape == "callback" {
+		if rt.Shape == "reserved" && rt.Query == "jwks" {
+			require.Equal(t, http.StatusOK, resp.StatusCode, "the JWKS is public")
+			require.Empty(t, rec.taken(), "the JWKS asked the Authorizer")
+			continue
+		}
+		if rt.Shape == "callback" || rt.Shape == "reserved" && rt.Op == "" {
 			subRequireError(t, http.StatusUnauthorized, receiver.CodeTokenInvalid, resp.StatusCode, body, resp.Header.Get("Content-Type"))
 			require.Empty(t, rec.taken(), "a callback asked the Authorizer")
 			continue
 		}
 		subRequireError(t, http.StatusUnauthorized, receiver.ErrorCode("UNAUTHORIZED"), resp.StatusCode, body, resp.Header.Get("Content-Type"))
 		path, _, _ := strings.Cut(target, "?")
+		path, err := url.PathUnescape(path)
+		require.NoError(t, err)
 		id := "s1"
 		if rt.Op == webhooks.OpList {
 			id = ""
@@ -109,6 +135,12 @@ func unservedMethods(rt webhooks.Route) []string {
 	return out
 }
 
+// tokenRoute reports whether rt is authenticated by a token, or public:
+// the Authorizer is never asked about it.
+func tokenRoute(rt webhooks.Route) bool {
+	return rt.Shape == "callback" || rt.Shape == "reserved" && rt.Op == ""
+}
+
 // A method that no route serves tells a caller the Authorizer refuses
 // nothing about which subscriptions exist: it is refused as any request
 // is. Allowed, it is answered 405 with the methods served there, the same
@@ -136,7 +168,7 @@ func TestUnservedMethodsLeakNothingWithoutAuthorization(t *testing.T) {
 					target := routeTarget(rt, id)
 					r := h.do(method, target, "")
 					want := http.StatusUnauthorized
-					if allowed || rt.Shape == "callback" {
+					if allowed || tokenRoute(rt) {
 						want = http.StatusMethodNotAllowed
 					}
 					require.Equal(t, want, r.Code, "%s %s: %s", method, target, r.Body.String())
@@ -148,7 +180,7 @@ func TestUnservedMethodsLeakNothingWithoutAuthorization(t *testing.T) {
 				}
 				require.Equal(t, answers[0], answers[1], "%s %s: a subscription that exists is told apart", method, rt.Query)
 				calls := rec.taken()
-				if rt.Shape == "callback" {
+				if tokenRoute(rt) {
 					require.Empty(t, calls)
 					continue
 				}

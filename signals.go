@@ -27,9 +27,17 @@ type signals struct {
 	schedulerParked testsignal.Signal
 	// attemptLogged: the delivery log wrote attempts to the Store.
 	attemptLogged testsignal.Signal
+	// receiptDeferred: the receipt of a 2xx waits for its body.
+	receiptDeferred testsignal.Signal
 	// webhookKeysReread: the periodic reread of the webhook signing keys
 	// ended.
 	webhookKeysReread testsignal.Signal
 	// challengesChecked: the verifier sent the challenges that were due.
 	challengesChecked testsignal.Signal
+	// dsSchedulerParked: the __ds scheduler waits for its timer or a
+	// poke.
+	dsSchedulerParked testsignal.Signal
+	// dsAttemptEnded: a __ds wake was sent, or failed to be, and its
+	// outcome applied.
+	dsAttemptEnded testsignal.Signal
 }

@@ -31,6 +31,11 @@ func SignalReloaded(e *Engine, ch chan<- struct{}) { e.signals.reloadEnded.Set(c
 // stream sweep. Call it before Start.
 func SignalSwept(e *Engine, ch chan<- struct{}) { e.signals.streamsSwept.Set(ch) }
 
+// SignalReceiptDeferred makes e send on ch each time the receipt of a
+// wake's 2xx waits for its body, its guard armed on e's clock. Call it
+// before Start.
+func SignalReceiptDeferred(e *Engine, ch chan<- struct{}) { e.signals.receiptDeferred.Set(ch) }
+
 // SignalStopping makes e send on ch when Stop has stopped its work and
 // waits for its deliveries in flight. Call it before Start.
 func SignalStopping(e *Engine, ch chan<- struct{}) { e.signals.stopWaiting.Set(ch) }
@@ -84,11 +89,22 @@ func LoadForBench(ctx context.Context, e *Engine) error {
 }
 
 // RecoverForBench runs Start's recovery on a loaded e, recording the
-// stream sweep's first tails.
+// stream sweep's first marks.
 func RecoverForBench(ctx context.Context, e *Engine) {
-	e.sweep.tails = make(map[uint64]uint64)
-	e.sweep.recover(ctx, e.sweep.tails)
+	var marks []uint64
+	e.sweep.recover(ctx, &marks)
+	e.sweep.setMarks(marks)
 }
 
 // SweepForBench runs one stream sweep of a loaded e.
 func SweepForBench(ctx context.Context, e *Engine) { e.sweep.sweep(ctx) }
+
+// ReceiptGrace is how long a 2xx's receipt waits for a body on its way.
+const ReceiptGrace = receiptGrace
+
+// SignalDSProgress makes e send on ch each time its __ds scheduler parks
+// and each time a __ds wake's attempt ends. Call it before Start.
+func SignalDSProgress(e *Engine, ch chan<- struct{}) {
+	e.signals.dsSchedulerParked.Set(ch)
+	e.signals.dsAttemptEnded.Set(ch)
+}

@@ -139,6 +139,12 @@ type EventBatch struct {
 	JSON bool
 	// Events are the events read, in stream order; none at the tail.
 	Events [][]byte
+	// Offsets, if the source can give them, holds one offset per event:
+	// the offset just after it, from which a reader that has processed it
+	// reads on. The engine sends them with the events, so that a receiver
+	// can checkpoint or acknowledge part of a batch; a source that leaves
+	// Offsets nil lets a receiver acknowledge only whole batches.
+	Offsets []string
 	// Next is the offset just after the last event read, from which to
 	// read on. With no event it is the offset read from, or for "-1" the
 	// stream's first offset.

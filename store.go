@@ -253,6 +253,12 @@ type RetryPolicy struct {
 	// MaxAge is how long deliveries may fail in a row before the consumer
 	// gives up; zero means no limit.
 	MaxAge time.Duration
+	// ClientErrors says which 4xx responses are retried; the zero value
+	// is RetryClientErrors, every one.
+	ClientErrors ClientErrorPolicy
+	// OnExhausted says what a consumer does once it gives up; the zero
+	// value is ExhaustedStop, a dead letter.
+	OnExhausted ExhaustedAction
 }
 
 // SubscriptionStatus says whether a subscription delivers.
@@ -422,6 +428,14 @@ type Consumer struct {
 	// from its cursor: every attempt of the batch sends the same events,
 	// even after more are appended. It is zero when no batch is in flight.
 	Batch ReadLimit
+	// BatchEnd is the offset just past the batch in flight once an
+	// attempt has read it, where a skip (ExhaustedSkip) moves the cursor;
+	// empty until then.
+	BatchEnd string
+	// Skipped records the batches skipped under ExhaustedSkip, oldest
+	// first, at most MaxSkippedBatches. A rewind drops those it delivers
+	// again.
+	Skipped []SkippedBatch
 	// Deadline is when the engine must next act on this consumer: send or
 	// retry a delivery, expire a WAKING or LIVE consumer, or collect it. Zero
 	// means nothing is scheduled.
@@ -439,6 +453,7 @@ func (c *Consumer) Clone() *Consumer {
 	out.Streams = append([]StreamOffset(nil), c.Streams...)
 	out.WakeTails = append([]StreamOffset(nil), c.WakeTails...)
 	out.TriggeredBy = append([]string(nil), c.TriggeredBy...)
+	out.Skipped = append([]SkippedBatch(nil), c.Skipped...)
 	return &out
 }
 

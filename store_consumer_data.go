@@ -19,11 +19,12 @@ import (
 // Released versions never change; UnmarshalData reads every one of them.
 
 // Consumer data versions. Version 1 is the format that sqlitestore wrote
-// before the engine owned it; version 2, which MarshalData writes, adds
-// LastError and Batch.
+// before the engine owned it; version 2 adds LastError and Batch; version
+// 3, which MarshalData writes, adds BatchEnd and Skipped.
 const (
 	consumerDataV1 = 1
 	consumerDataV2 = 2
+	consumerDataV3 = 3
 )
 
 var errCorruptData = errors.New("webhooks: corrupt consumer data")
@@ -44,7 +45,7 @@ var (
 // Only Store implementations call it; applications never need to.
 func (c *Consumer) MarshalData() ([]byte, error) {
 	b := make([]byte, 0, 128)
-	b = append(b, consumerDataV2)
+	b = append(b, consumerDataV3)
 	b = binary.AppendVarint(b, c.Epoch)
 	b = appendString(b, c.WakeID)
 	b = appendOffsets(b, c.Streams)
@@ -66,6 +67,21 @@ func (c *Consumer) MarshalData() ([]byte, error) {
 	b = binary.AppendVarint(b, int64(c.Batch.MaxEvents))
 	b = binary.AppendVarint(b, int64(c.Batch.MaxBytes))
 	b = appendString(b, c.Batch.Until)
+	b = appendString(b, c.BatchEnd)
+	b = binary.AppendUvarint(b, uint64(len(c.Skipped)))
+	for _, s := range c.Skipped {
+		b = appendString(b, s.DeliveryID)
+		b = appendString(b, s.From)
+		b = appendString(b, s.To)
+		b = binary.AppendVarint(b, int64(s.Attempts))
+		b = binary.AppendVarint(b, int64(s.Failures))
+		for _, t := range []time.Time{s.FailingSince, s.SkippedAt} {
+			if b, err = appendTime(b, t); err != nil {
+				return nil, err
+			}
+		}
+		b = appendString(b, s.LastError)
+	}
 	return b, nil
 }
 
@@ -77,7 +93,7 @@ func (c *Consumer) MarshalData() ([]byte, error) {
 func (c *Consumer) UnmarshalData(data []byte) error {
 	d := decoder{b: data}
 	version := d.byte()
-	if version != consumerDataV1 && version != consumerDataV2 {
+	if version < consumerDataV1 || version > consumerDataV3 {
 		return errCorruptData
 	}
 	// Decoding into a fresh value zeroes what data does not set.
@@ -103,6 +119,19 @@ func (c *Consumer) UnmarshalData(data []byte) error {
 		out.Batch.MaxEvents = int(d.varint())
 		out.Batch.MaxBytes = int(d.varint())
 		out.Batch.Until = d.string()
+	}
+	if version >= consumerDataV3 {
+		out.BatchEnd = d.string()
+		if n := d.count(); n > 0 {
+			out.Skipped = make([]SkippedBatch, n)
+			for i := range out.Skipped {
+				s := &out.Skipped[i]
+				s.DeliveryID, s.From, s.To = d.string(), d.string(), d.string()
+				s.Attempts, s.Failures = int(d.varint()), int(d.varint())
+				s.FailingSince, s.SkippedAt = d.time(), d.time()
+				s.LastError = d.string()
+			}
+		}
 	}
 	if d.err != nil || len(d.b) != 0 {
 		return errCorruptData

@@ -30,6 +30,11 @@ func dataConsumer() *Consumer {
 		// UpdatedAt stays zero.
 		LastError: "status_5xx: 503",
 		Batch:     ReadLimit{MaxEvents: 100, MaxBytes: -1, Until: "0000000000000001_0000000000000009"},
+		BatchEnd:  "0000000000000001_0000000000000005",
+		Skipped: []SkippedBatch{{
+			DeliveryID: "msg_1", From: "-1", To: "0000000000000001_0000000000000003", Attempts: 5, Failures: -7,
+			FailingSince: time.Unix(0, -9).UTC(), LastError: "status_4xx: status 400", SkippedAt: time.Unix(7, 8).UTC(),
+		}, {}},
 	}
 }
 
@@ -41,11 +46,17 @@ const dataV1 = "01ffffffffff3f04775fc3bc02022f61022d31000001022f6121303030303030
 // dataV2 is dataConsumer in version 2.
 const dataV2 = "02ffffffffff3f04775fc3bc02022f61022d31000001022f6121303030303030303030303030303030315f3030303030303030303030303030303202022f610006018080800101aa8cbcf5cbcbc0a9300109000f7374617475735f3578783a20353033c8010121303030303030303030303030303030315f30303030303030303030303030303039"
 
+// dataV3 is dataConsumer in version 3: version 2's fields, then BatchEnd
+// and the two skipped batches.
+const dataV3 = "03" + "ffffffffff3f04775fc3bc02022f61022d31000001022f6121303030303030303030303030303030315f3030303030303030303030303030303202022f610006018080800101aa8cbcf5cbcbc0a9300109000f7374617475735f3578783a20353033c8010121303030303030303030303030303030315f30303030303030303030303030303039" +
+	"21303030303030303030303030303030315f30303030303030303030303030303035" + "02" +
+	"056d73675f31022d3121303030303030303030303030303030315f303030303030303030303030303030330a0d0111019098dc9334167374617475735f3478783a20737461747573203430300000000000000000"
+
 func TestConsumerDataRoundTrip(t *testing.T) {
 	want := dataConsumer()
 	data, err := want.MarshalData()
 	require.NoError(t, err)
-	require.Equal(t, dataV2, hex.EncodeToString(data), "a released format never changes")
+	require.Equal(t, dataV3, hex.EncodeToString(data), "a released format never changes")
 	var got Consumer
 	require.NoError(t, got.UnmarshalData(data))
 	require.Equal(t, want, &got)
@@ -56,7 +67,18 @@ func TestConsumerDataReadsV1(t *testing.T) {
 	data, err := hex.DecodeString(dataV1)
 	require.NoError(t, err)
 	want := dataConsumer()
-	want.LastError, want.Batch = "", ReadLimit{}
+	want.LastError, want.Batch, want.BatchEnd, want.Skipped = "", ReadLimit{}, "", nil
+	var got Consumer
+	require.NoError(t, got.UnmarshalData(data))
+	require.Equal(t, want, &got)
+}
+
+// Values written in version 2 read with the fields version 3 added zero.
+func TestConsumerDataReadsV2(t *testing.T) {
+	data, err := hex.DecodeString(dataV2)
+	require.NoError(t, err)
+	want := dataConsumer()
+	want.BatchEnd, want.Skipped = "", nil
 	var got Consumer
 	require.NoError(t, got.UnmarshalData(data))
 	require.Equal(t, want, &got)
@@ -104,7 +126,7 @@ func TestConsumerDataCorrupt(t *testing.T) {
 		require.ErrorIs(t, unmarshal(data[:n]), errCorruptData, "truncated to %d bytes", n)
 	}
 	require.ErrorIs(t, unmarshal(append(data, 0)), errCorruptData, "trailing byte")
-	other := append([]byte{consumerDataV2 + 1}, data[1:]...)
+	other := append([]byte{consumerDataV3 + 1}, data[1:]...)
 	require.ErrorIs(t, unmarshal(other), errCorruptData, "unknown version")
 	// A list length larger than the data must not allocate it.
 	huge := []byte{consumerDataV1, 0, 0, 0xff, 0xff, 0xff, 0xff, 0x0f}

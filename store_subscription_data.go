@@ -21,8 +21,8 @@ import (
 // Signature, PreviousSecret, PreviousSecretExpiresAt, Retry and RateLimit;
 // version 4 adds Handler at the end; version 5 adds after it, for event
 // push, the filter's Expression and the Columns; version 6, which
-// MarshalData writes, adds at the end Tenant, then Name, UpdatedAt and
-// Verification.
+// MarshalData writes, adds Tenant at the end, then the retry policy's
+// ClientErrors and OnExhausted, then Name, UpdatedAt and Verification.
 const (
 	subscriptionDataV1 = 1
 	subscriptionDataV2 = 2
@@ -73,11 +73,17 @@ func (s *Subscription) MarshalData() ([]byte, error) {
 	}
 	// Version 6.
 	b = appendString(b, s.Tenant)
+	var retry RetryPolicy
+	if s.Retry != nil {
+		retry = *s.Retry
+	}
+	b = appendString(b, string(retry.ClientErrors))
+	b = appendString(b, string(retry.OnExhausted))
 	return appendVerificationBlock(b, s)
 }
 
-// appendVerificationBlock appends what version 6 added after Tenant:
-// Name, UpdatedAt and Verification.
+// appendVerificationBlock appends what version 6 added after the retry
+// options: Name, UpdatedAt and Verification.
 func appendVerificationBlock(b []byte, s *Subscription) ([]byte, error) {
 	b = appendString(b, s.Name)
 	b, err := appendTime(b, s.UpdatedAt)
@@ -167,6 +173,7 @@ func (s *Subscription) UnmarshalData(data []byte) error {
 			}
 			if version >= subscriptionDataV6 {
 				out.Tenant = d.string()
+				d.retryOptions(out.Retry)
 				d.verificationBlock(&out)
 			}
 		}
@@ -189,6 +196,19 @@ func (d *decoder) retryPolicy() *RetryPolicy {
 	r.MaxAttempts = int(d.varint())
 	r.MaxAge = time.Duration(d.varint())
 	return r
+}
+
+// retryOptions reads the retry policy's version 6 options into r, which
+// must be set if they are.
+func (d *decoder) retryOptions(r *RetryPolicy) {
+	clientErrors, onExhausted := ClientErrorPolicy(d.string()), ExhaustedAction(d.string())
+	if r == nil {
+		if clientErrors != "" || onExhausted != "" {
+			d.err = errCorruptData
+		}
+		return
+	}
+	r.ClientErrors, r.OnExhausted = clientErrors, onExhausted
 }
 
 // eventsOptions reads the options' numbers, which every version begins

@@ -14,7 +14,8 @@ func dataSubscription() *Subscription {
 	return &Subscription{
 		Delivery: DeliveryEvents, Events: dataEvents(), Status: StatusPaused, Signature: SignatureStandard,
 		PreviousSecret: "whsec_old", PreviousSecretExpiresAt: time.Unix(1_800_000_000, 5).UTC(),
-		Retry:     &RetryPolicy{Schedule: []time.Duration{time.Second, time.Minute}, MaxAttempts: 7, MaxAge: time.Hour},
+		Retry: &RetryPolicy{Schedule: []time.Duration{time.Second, time.Minute}, MaxAttempts: 7, MaxAge: time.Hour,
+			ClientErrors: RetryTransientClientErrors, OnExhausted: ExhaustedSkip},
 		RateLimit: 1000, Handler: "inbox", Tenant: "acme",
 		Name: "Production ü", UpdatedAt: time.Unix(1_800_000_100, 7).UTC(),
 		Verification: &Verification{Attempts: 2, NextAttemptAt: time.Unix(1_800_000_200, 0).UTC(),
@@ -62,27 +63,30 @@ func TestSubscriptionDataRoundTrip(t *testing.T) {
 // The released formats never change, and every one of them reads.
 func TestSubscriptionDataKnownAnswers(t *testing.T) {
 	// Version 6 is version 5's fields, then the tenant, "acme", the
-	// name, "Production ü", the time of the last update, and the
+	// retry policy's client_errors, "transient", and on_exhausted, "skip",
+	// then the name, "Production ü", the time of the last update, and the
 	// verification: 2 attempts, the next and expiry times, and the last
 	// error, "status 404".
-	const v6 = "06066576656e747306706175736564087374616e646172640977687365635f6f6c64018a80a0bbd29df1fa31d00f010280a8d6b90780e0ba84bf030e8080c58bc6d10101c8010180bcc1960b80a8d6b907020d417574686f72697a6174696f6e0942656172657220c3bc03582d4201320109646174612e7479706502076f726465722e2a00" + "05696e626f78" + "0b6576656e742e6e203e2031" + "02026964" + "09646174612e74797065" + "0461636d65" +
+	const v5Fields = "066576656e747306706175736564087374616e646172640977687365635f6f6c64018a80a0bbd29df1fa31d00f010280a8d6b90780e0ba84bf030e8080c58bc6d10101c8010180bcc1960b80a8d6b907020d417574686f72697a6174696f6e0942656172657220c3bc03582d4201320109646174612e7479706502076f726465722e2a00" + "05696e626f78" + "0b6576656e742e6e203e2031" + "02026964" + "09646174612e74797065"
+	const v6 = "06" + v5Fields + "0461636d65" + "097472616e7369656e74" + "04736b6970" +
 		"0d50726f64756374696f6e20c3bc" + "01" + "8ea0d7c2bba3f1fa31" + "01" + "04" + "01" + "80c08ecaa4a9f1fa31" + "01" + "808098d0e4c298fb31" + "0a73746174757320343034"
 	require.Equal(t, v6, hex.EncodeToString(marshal(t, dataSubscription())))
 
 	// Version 5 is version 4's fields, then the filter's expression,
 	// "event.n > 1", and the columns, "id" and "data.type".
-	v5, err := hex.DecodeString("05066576656e747306706175736564087374616e646172640977687365635f6f6c64018a80a0bbd29df1fa31d00f010280a8d6b90780e0ba84bf030e8080c58bc6d10101c8010180bcc1960b80a8d6b907020d417574686f72697a6174696f6e0942656172657220c3bc03582d4201320109646174612e7479706502076f726465722e2a00" + "05696e626f78" + "0b6576656e742e6e203e2031" + "02026964" + "09646174612e74797065")
+	v5, err := hex.DecodeString("05" + v5Fields)
 	require.NoError(t, err)
 	s := dataSubscription()
 	require.NoError(t, s.UnmarshalData(v5))
-	require.Equal(t, withoutV6(dataSubscription()), s, "version 5 has no tenant, name, update time or verification")
+	want := withoutV6(dataSubscription())
+	require.Equal(t, want, s, "version 5 has no tenant, no 4xx or exhaustion options, no name, update time or verification")
 
 	// Version 4 is version 3's fields, then the handler's name: "inbox".
 	v4, err := hex.DecodeString("04066576656e747306706175736564087374616e646172640977687365635f6f6c64018a80a0bbd29df1fa31d00f010280a8d6b90780e0ba84bf030e8080c58bc6d10101c8010180bcc1960b80a8d6b907020d417574686f72697a6174696f6e0942656172657220c3bc03582d4201320109646174612e7479706502076f726465722e2a00" + "05696e626f78")
 	require.NoError(t, err)
 	s = dataSubscription()
 	require.NoError(t, s.UnmarshalData(v4))
-	want := withoutSelection(withoutV6(dataSubscription()))
+	want = withoutSelection(withoutV6(dataSubscription()))
 	require.Equal(t, want, s, "version 4 has no expression or columns")
 
 	v3, err := hex.DecodeString("03066576656e747306706175736564087374616e646172640977687365635f6f6c64018a80a0bbd29df1fa31d00f010280a8d6b90780e0ba84bf030e8080c58bc6d10101c8010180bcc1960b80a8d6b907020d417574686f72697a6174696f6e0942656172657220c3bc03582d4201320109646174612e7479706502076f726465722e2a00")
@@ -108,28 +112,39 @@ func TestSubscriptionDataKnownAnswers(t *testing.T) {
 	require.Equal(t, &Subscription{Delivery: DeliveryWake}, s)
 }
 
-// withoutV6 is s without what version 6 added.
-func withoutV6(s *Subscription) *Subscription {
-	s.Tenant, s.Name, s.UpdatedAt, s.Verification = "", "", time.Time{}, nil
-	return s
-}
-
-// withoutSelection is s without what version 5 added: its filter's
-// expression and its columns.
+// withoutSelection is s without what versions 5 and 6 added: its filter's
+// expression, its columns and its tenant.
 func withoutSelection(s *Subscription) *Subscription {
+	s.Tenant = ""
 	s.Events.Filter.Expression = ""
 	s.Events.Columns = nil
 	return s
 }
 
-// Version 5 data that holds an expression without a filter is corrupt.
+// withoutV6 is s without what version 6 added: its tenant, its retry
+// policy's ClientErrors and OnExhausted, its name, update time and
+// verification.
+func withoutV6(s *Subscription) *Subscription {
+	s.Tenant, s.Name, s.UpdatedAt, s.Verification = "", "", time.Time{}, nil
+	s.Retry.ClientErrors, s.Retry.OnExhausted = "", ""
+	return s
+}
+
+// Data that holds an expression without a filter is corrupt.
 func TestSubscriptionDataExpressionWithoutFilter(t *testing.T) {
 	s := &Subscription{Delivery: DeliveryEvents, Events: &EventsOptions{}}
-	// Version 5: version 6's data without its last four bytes, an empty
-	// tenant and name, no update time and no verification.
 	data := marshal(t, s)
-	data = append(data[:len(data)-4-2], 1, 'x', 0)
-	data[0] = subscriptionDataV5
+	// The last 8 bytes: no expression, no columns, then version 6's
+	// empty strings, zero time and no verification.
+	data = append(data[:len(data)-8], 1, 'x', 0, 0, 0, 0, 0, 0, 0)
+	out := &Subscription{ID: "s1"}
+	require.ErrorIs(t, out.UnmarshalData(data), errCorruptSubscriptionData)
+}
+
+// Data that holds retry options without a retry policy is corrupt.
+func TestSubscriptionDataRetryOptionsWithoutPolicy(t *testing.T) {
+	data := marshal(t, &Subscription{Delivery: DeliveryEvents})
+	data = append(data[:len(data)-5], 4, 's', 'k', 'i', 'p', 0, 0, 0, 0)
 	out := &Subscription{ID: "s1"}
 	require.ErrorIs(t, out.UnmarshalData(data), errCorruptSubscriptionData)
 }

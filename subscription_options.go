@@ -1,6 +1,7 @@
 package webhooks
 
 import (
+	"cmp"
 	"math"
 	"slices"
 	"time"
@@ -38,6 +39,10 @@ type retryJSON struct {
 	ScheduleMS  []int64 `json:"schedule_ms,omitempty"`
 	MaxAttempts *int    `json:"max_attempts,omitempty"`
 	MaxAgeMS    *int64  `json:"max_age_ms,omitempty"`
+	// ClientErrors and OnExhausted are RetryPolicy's fields of those
+	// names.
+	ClientErrors ClientErrorPolicy `json:"client_errors,omitempty"`
+	OnExhausted  ExhaustedAction   `json:"on_exhausted,omitempty"`
 }
 
 // optionsJSON holds the mode-independent options of a subscription request
@@ -74,6 +79,12 @@ func (o *optionsJSON) applyTo(s *Subscription) error {
 				return err
 			}
 			p.MaxAge = d
+		}
+		if r.ClientErrors != "" {
+			p.ClientErrors = r.ClientErrors
+		}
+		if r.OnExhausted != "" {
+			p.OnExhausted = r.OnExhausted
 		}
 		s.Retry = &p
 	}
@@ -119,6 +130,21 @@ func validateOptions(s *Subscription) error {
 		if r.MaxAge < 0 || r.MaxAge > maxRetryAge {
 			return invalid("retry.max_age_ms", "retry.max_age_ms must be 0 (no limit) to %d", maxRetryAge.Milliseconds())
 		}
+		switch r.ClientErrors {
+		case "", RetryClientErrors, RetryTransientClientErrors, FailClientErrors:
+		default:
+			return invalid("retry.client_errors", "unknown retry.client_errors %q; use %q, %q or %q",
+				r.ClientErrors, RetryClientErrors, RetryTransientClientErrors, FailClientErrors)
+		}
+		switch r.OnExhausted {
+		case "", ExhaustedStop:
+		case ExhaustedSkip:
+			if !mechanismOf(s).skips() {
+				return invalid("retry.on_exhausted", "retry.on_exhausted %q applies to event push only; a wake consumer stops", ExhaustedSkip)
+			}
+		default:
+			return invalid("retry.on_exhausted", "unknown retry.on_exhausted %q; use %q or %q", r.OnExhausted, ExhaustedStop, ExhaustedSkip)
+		}
 	}
 	if ev := s.Events; ev != nil {
 		return validateEventsOptions(ev)
@@ -129,7 +155,8 @@ func validateOptions(s *Subscription) error {
 // optionsView is how the API shows the options of s, whose retry policy in
 // force, its default included, is p.
 func optionsView(s *Subscription, p RetryPolicy) optionsJSON {
-	r := &retryJSON{MaxAttempts: &p.MaxAttempts}
+	r := &retryJSON{MaxAttempts: &p.MaxAttempts, ClientErrors: cmp.Or(p.ClientErrors, RetryClientErrors),
+		OnExhausted: cmp.Or(p.OnExhausted, ExhaustedStop)}
 	age := p.MaxAge.Milliseconds()
 	r.MaxAgeMS = &age
 	for _, d := range p.Schedule {

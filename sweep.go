@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"maps"
 	"slices"
+	"sync"
 	"time"
 
 	"github.com/benbjohnson/clock"
@@ -21,8 +22,8 @@ import (
 //
 // Every sweep interval (WithSweepInterval) each engine lists the streams
 // its subscriptions match, as Start's recovery does, and keeps a hash of
-// each one's tail. A stream whose tail differs from the one the previous
-// sweep kept (or that it did not see) gets what the missed call would have
+// each one's path and tail, its mark. A stream whose mark the previous
+// sweep did not keep (its tail moved, or it is new) gets what the missed call would have
 // done: its IDLE consumers with pending work are woken, and consumers it
 // lacks are spawned. The first tails come from Start's recovery, which
 // makes up for everything committed before them. So an append committed
@@ -31,12 +32,47 @@ import (
 // engine dies.
 //
 // An idle sweep costs one StreamSource.MatchStreams per distinct pattern
-// and about 40 bytes of memory per stream, and no Store access: only
+// and 8 bytes of memory per stream (the marks, a sorted slice: a map
+// took about 40, the most of an engine's memory that grew with its
+// consumers), and no Store access: only
 // streams that moved are looked up. Streams appended to through the
 // engine are looked at once more, at the sweep after their append.
 
 // sweepPolls is the default sweep interval, in poll intervals.
 const sweepPolls = 60
+
+// sweepWidth is how many streams Start's recovery and a sweep look at at
+// once. Their Store reads overlap, and a Store that merges concurrent
+// reads (pgstore reads many streams' consumers in one query) serves the
+// recovery of a million streams in thousands of round trips, not a
+// million one after another.
+const sweepWidth = 64
+
+// sweepGroup runs a sweep's streams, at most sweepWidth at once.
+type sweepGroup struct {
+	wg    sync.WaitGroup
+	slots chan struct{}
+}
+
+func newSweepGroup() *sweepGroup { return &sweepGroup{slots: make(chan struct{}, sweepWidth)} }
+
+// run runs fn once a slot is free, and reports false, without running it,
+// if ctx ends first.
+func (g *sweepGroup) run(ctx context.Context, fn func()) bool {
+	select {
+	case g.slots <- struct{}{}:
+	case <-ctx.Done():
+		return false
+	}
+	g.wg.Go(func() {
+		defer func() { <-g.slots }()
+		fn()
+	})
+	return true
+}
+
+// wait waits for every fn run has started.
+func (g *sweepGroup) wait() { g.wg.Wait() }
 
 // streamSweep is the engine's part that sweeps the streams. What the
 // previous sweep saw is used only by the goroutine that sweeps.
@@ -56,13 +92,12 @@ type streamSweep struct {
 	// recovery covers only these.
 	stored map[string]*Pattern
 	// spawnAndWake and startIfPending do what StreamAppended would have.
-	spawnAndWake   func(ctx context.Context, path string, subs []string) error
+	spawnAndWake   func(ctx context.Context, path string, subs []string, listed *StreamInfo) error
 	startIfPending func(ctx context.Context, id, subID string) error
 	swept          func()
 
-	// tails maps a stream path's hash to its tail's hash, as last checked;
-	// nil before Start's recovery has run.
-	tails map[uint64]uint64
+	// marks are the marks of the streams as last checked, sorted.
+	marks []uint64
 	// known are the subscriptions of the previous sweep: a stream gets
 	// consumers only of these, as the start-up sweep spawns only those
 	// Start loaded. A subscription created since adopts its streams
@@ -72,9 +107,26 @@ type streamSweep struct {
 
 func (s *streamSweep) hash(v string) uint64 { return maphash.String(s.seed, v) }
 
+// mark hashes a stream's path and tail. A path has no control character,
+// so the NUL between them keeps any two pairs apart.
+func (s *streamSweep) mark(st StreamInfo) uint64 {
+	var h maphash.Hash
+	h.SetSeed(s.seed)
+	_, _ = h.WriteString(st.Path)
+	_ = h.WriteByte(0)
+	_, _ = h.WriteString(st.Tail)
+	return h.Sum64()
+}
+
+// setMarks keeps marks, sorted and without repeats, as the last checked.
+func (s *streamSweep) setMarks(marks []uint64) {
+	slices.Sort(marks)
+	s.marks = slices.Clip(slices.Compact(marks))
+}
+
 // begin readies the sweep for the subscriptions Start loaded.
 func (s *streamSweep) begin() {
-	s.tails = make(map[uint64]uint64)
+	s.marks = nil
 	s.known = make(map[string]bool, len(s.stored))
 	for id := range s.stored {
 		s.known[id] = true
@@ -98,7 +150,9 @@ func (s *streamSweep) Start(ctx context.Context) {
 // then a sweep every sweep interval, until ctx ends.
 func (s *streamSweep) run(ctx context.Context) {
 	s.begin()
-	s.recover(ctx, s.tails)
+	var marks []uint64
+	s.recover(ctx, &marks)
+	s.setMarks(marks)
 	s.swept()
 	t := s.clock.Ticker(s.interval)
 	defer t.Stop()
@@ -121,9 +175,10 @@ func (s *streamSweep) sweep(ctx context.Context) {
 	for _, p := range patterns {
 		distinct[p.String()] = p
 	}
-	prev := s.tails
-	seen := make(map[uint64]uint64, len(prev))
+	prev := s.marks
+	marks := make([]uint64, 0, len(prev))
 	var moved []StreamInfo
+	isMoved := make(map[uint64]bool)
 	for _, key := range slices.Sorted(maps.Keys(distinct)) {
 		streams, err := s.source.MatchStreams(ctx, distinct[key])
 		if err != nil {
@@ -135,28 +190,38 @@ func (s *streamSweep) sweep(ctx context.Context) {
 			return
 		}
 		for _, st := range streams {
-			k := s.hash(st.Path)
-			if _, dup := seen[k]; dup {
-				continue
-			}
-			tail := s.hash(st.Tail)
-			seen[k] = tail
-			if old, ok := prev[k]; (!ok || old != tail) && nameableStreamPath(st.Path) == nil {
+			m := s.mark(st)
+			marks = append(marks, m)
+			if _, kept := slices.BinarySearch(prev, m); !kept && !isMoved[m] && nameableStreamPath(st.Path) == nil {
+				isMoved[m] = true
 				moved = append(moved, st)
 			}
 		}
 	}
+	var (
+		failedMu sync.Mutex
+		failed   = make(map[uint64]bool)
+	)
+	g := newSweepGroup()
 	for _, st := range moved {
-		if err := s.sweepStream(ctx, st); err != nil {
-			if ctx.Err() != nil {
-				return
+		ok := g.run(ctx, func() {
+			if err := s.sweepStream(ctx, st); err != nil && ctx.Err() == nil {
+				// Forgotten, so that the next sweep tries it again.
+				failedMu.Lock()
+				failed[s.mark(st)] = true
+				failedMu.Unlock()
+				s.log.ErrorContext(ctx, "webhooks: stream sweep", "stream", st.Path, "error", err)
 			}
-			// Forgotten, so that the next sweep tries it again.
-			delete(seen, s.hash(st.Path))
-			s.log.ErrorContext(ctx, "webhooks: stream sweep", "stream", st.Path, "error", err)
+		})
+		if !ok {
+			break
 		}
 	}
-	s.tails = seen
+	g.wait()
+	if ctx.Err() != nil {
+		return
+	}
+	s.setMarks(slices.DeleteFunc(marks, func(m uint64) bool { return failed[m] }))
 	known := make(map[string]bool, len(patterns))
 	for id := range patterns {
 		known[id] = true
@@ -175,7 +240,7 @@ func (s *streamSweep) sweepStream(ctx context.Context, st StreamInfo) error {
 	for _, sub := range subs {
 		id := ConsumerID(sub, st.Path)
 		if !slices.ContainsFunc(existing, func(c *Consumer) bool { return c.ID == id }) {
-			return s.spawnAndWake(ctx, st.Path, subs)
+			return s.spawnAndWake(ctx, st.Path, subs, &st)
 		}
 	}
 	// Only consumers that look stranded are woken: the others are in a
@@ -200,12 +265,19 @@ func (s *streamSweep) sweepStream(ctx context.Context, st StreamInfo) error {
 // since adopt their streams themselves, at the tail; spawning them here
 // would race that and replay whole streams. Deadlines of WAKING and LIVE
 // consumers need no sweep: they are in the Store, and the scheduler acts
-// on overdue ones as soon as it starts. If tails is set, it records there
-// each stream's tail as listed, before it looks at its consumers: the
-// stream sweep's first tails (sweep.go).
-func (s *streamSweep) recover(ctx context.Context, tails map[uint64]uint64) {
+// on overdue ones as soon as it starts. If marks is set, it appends there
+// each stream's mark as listed, before it looks at its consumers: the
+// stream sweep's first marks. It looks at sweepWidth streams at once, so
+// that a Store that merges concurrent reads reads the consumers of many
+// streams per round trip.
+func (s *streamSweep) recover(ctx context.Context, marks *[]uint64) {
 	ids := slices.Sorted(maps.Keys(s.stored))
-	seen := make(map[string]bool)
+	// Paths by hash: a million paths would take a hundred megabytes. Two
+	// that collide are told apart by the next stream sweep, which finds
+	// no mark for the second.
+	seen := make(map[uint64]bool)
+	g := newSweepGroup()
+	defer g.wait()
 	for _, id := range ids {
 		streams, err := s.source.MatchStreams(ctx, s.stored[id])
 		if err != nil {
@@ -215,18 +287,21 @@ func (s *streamSweep) recover(ctx context.Context, tails map[uint64]uint64) {
 			continue
 		}
 		for _, st := range streams {
-			if seen[st.Path] {
+			h := s.hash(st.Path)
+			if seen[h] {
 				continue
 			}
-			seen[st.Path] = true
-			if tails != nil {
-				tails[s.hash(st.Path)] = s.hash(st.Tail)
+			seen[h] = true
+			if marks != nil {
+				*marks = append(*marks, s.mark(st))
 			}
 			subs := slices.DeleteFunc(s.match(st.Path), func(sub string) bool { return s.stored[sub] == nil })
-			if err := s.spawnAndWake(ctx, st.Path, subs); err != nil && ctx.Err() == nil {
-				s.log.ErrorContext(ctx, "webhooks: start-up sweep", "stream", st.Path, "error", err)
-			}
-			if ctx.Err() != nil {
+			ok := g.run(ctx, func() {
+				if err := s.spawnAndWake(ctx, st.Path, subs, &st); err != nil && ctx.Err() == nil {
+					s.log.ErrorContext(ctx, "webhooks: start-up sweep", "stream", st.Path, "error", err)
+				}
+			})
+			if !ok {
 				return
 			}
 		}

@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"runtime"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -53,6 +55,22 @@ func idleFleet(tb testing.TB, n int) (*webhooks.Engine, *countingStore, *fakeSou
 	require.NoError(tb, err)
 	require.NoError(tb, webhooks.LoadForBench(ctx, e))
 	return e, store, src
+}
+
+// Start's recovery reads each stream's consumers once, and updates none
+// that is IDLE and has acked its only stream's tail: an update locks the
+// consumer's row, and on PostgreSQL writes it, so a recovery that updated
+// every consumer wrote a million rows at each start of a million.
+func TestRecoveryUpdatesNoConsumerUpToDate(t *testing.T) {
+	ctx := context.Background()
+	e, store, src := idleFleet(t, 100)
+	src.grow("/agents/0000007", 1)
+	webhooks.RecoverForBench(ctx, e)
+	require.EqualValues(t, 100, store.lookups.Load())
+	require.EqualValues(t, 1, store.updates.Load(), "only the consumer with pending work is updated")
+	c, err := store.GetConsumer(ctx, webhooks.ConsumerID("s1", "/agents/0000007"))
+	require.NoError(t, err)
+	require.Equal(t, webhooks.StateWaking, c.State, "the stranded consumer is woken")
 }
 
 // An idle sweep reads no consumer: only the streams' listing. A stream
@@ -115,4 +133,87 @@ func BenchmarkStreamSweep(b *testing.B) {
 	b.ReportMetric(listing.Seconds(), "listing-s")
 	b.ReportMetric(float64(sweep)/float64(recovery), "sweep/recovery")
 	b.ReportMetric(float64(sweep)/float64(60*webhooks.DefaultPollInterval), "sweep/interval")
+}
+
+// overlapStore holds each ConsumersByStream until want of them are in
+// flight at once, or until the caller's context ends.
+type overlapStore struct {
+	webhooks.Store
+	want     int
+	mu       sync.Mutex
+	inFlight int
+	most     int
+	all      chan struct{}
+}
+
+func (s *overlapStore) ConsumersByStream(ctx context.Context, path string) ([]*webhooks.Consumer, error) {
+	s.mu.Lock()
+	s.inFlight++
+	s.most = max(s.most, s.inFlight)
+	if s.inFlight == s.want {
+		close(s.all)
+	}
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.inFlight--
+		s.mu.Unlock()
+	}()
+	select {
+	case <-s.all:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return s.Store.ConsumersByStream(ctx, path)
+}
+
+// Start's recovery and the stream sweep read the consumers of several
+// streams at once, so that a Store that merges concurrent reads (pgstore)
+// serves a million streams in thousands of round trips: read one after
+// another, the recovery of a million consumers took hours on PostgreSQL.
+func TestSweepsReadStreamsAtOnce(t *testing.T) {
+	const n = 8
+	ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+	defer cancel()
+	e, counting, src := idleFleet(t, n)
+	store := &overlapStore{Store: counting.Store, want: n, all: make(chan struct{})}
+	counting.Store = store
+	webhooks.RecoverForBench(ctx, e)
+	require.NoError(t, ctx.Err(), "the recovery read the streams one at a time")
+	require.Equal(t, n, store.most)
+
+	store.all = make(chan struct{})
+	store.most = 0
+	for i := range n {
+		src.grow(fmt.Sprintf("/agents/%07d", i), 1)
+	}
+	webhooks.SweepForBench(ctx, e)
+	require.NoError(t, ctx.Err(), "the sweep read the streams one at a time")
+	require.Equal(t, n, store.most)
+}
+
+// liveHeap returns the live heap after a GC.
+func liveHeap() int64 {
+	runtime.GC()
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return int64(ms.HeapAlloc)
+}
+
+// The stream sweep keeps 8 bytes per stream between sweeps, and what
+// Start's recovery leaves behind is that too: the memory of an engine
+// whose consumers each have a stream of their own otherwise grew with its
+// consumers, by about 40 bytes each in a map.
+func TestSweepKeepsEightBytesPerStream(t *testing.T) {
+	const n = 20_000
+	ctx := context.Background()
+	e, _, _ := idleFleet(t, n)
+	before := liveHeap()
+	webhooks.RecoverForBench(ctx, e)
+	afterRecovery := liveHeap()
+	webhooks.SweepForBench(ctx, e)
+	afterSweep := liveHeap()
+	runtime.KeepAlive(e)
+	require.LessOrEqual(t, float64(afterRecovery-before)/n, 12.0, "bytes per stream kept after the recovery")
+	require.LessOrEqual(t, float64(afterSweep-before)/n, 12.0, "bytes per stream kept after a sweep")
 }

@@ -26,6 +26,9 @@ const (
 	outcomeError     = "error"      // network error, refused dial, ...
 	// outcomeHandlerError is a BatchHandler's error or panic.
 	outcomeHandlerError = "handler_error"
+	// outcomeBadAck is a 2xx that acknowledged up to an offset outside
+	// its batch (AckResponse).
+	outcomeBadAck = "bad_ack"
 )
 
 // telemetry holds the engine's OpenTelemetry instruments.

@@ -41,6 +41,13 @@ func (wakeMechanism) requestTimeout(m *cursorMachine, _ *Subscription) time.Dura
 	return m.requestTimeout
 }
 
+// skips is false: a wake carries no batch to record, and its consumer
+// reads the streams itself, so a skip would move cursors past events no
+// one read. A wake consumer that gives up stops.
+func (wakeMechanism) skips() bool { return false }
+
+func (wakeMechanism) skip(*cursorMachine, *Consumer, time.Time) change { return noChange }
+
 // defaultRetry gives up on a wake-up after the failure GC period (spec
 // 001's three days).
 func (wakeMechanism) defaultRetry(m *cursorMachine) RetryPolicy {

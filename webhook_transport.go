@@ -7,8 +7,10 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"sync"
 	"time"
 
+	"github.com/benbjohnson/clock"
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/propagation"
 	"go.opentelemetry.io/otel/trace"
@@ -98,6 +100,9 @@ type response struct {
 	status  int              // 0 if no response arrived
 	// preview is the start of the response body, for the delivery log.
 	preview string
+	// ack is the offset a 2xx acknowledged up to, AckResponse's; empty
+	// for the whole message.
+	ack     string
 	sentAt  time.Time
 	latency time.Duration
 }
@@ -144,19 +149,85 @@ func (x *executor) post(ctx context.Context, url string, header http.Header, bod
 		r.outcome, r.failure, r.preview = outcomeHTTPError, f, responsePreview(data)
 		return r
 	}
-	if accepted != nil {
-		accepted()
-	}
-	// Only a body read whole can finish the wake: a "done" in a body cut
-	// short or past the limit may not be what the receiver meant, and
-	// auto-acking on it could lose events.
+	receipt := x.receipt(resp, accepted)
+	// Only a body read whole can finish the wake or acknowledge part of a
+	// batch: a "done" or an "offset" in a body cut short or past the limit
+	// may not be what the receiver meant, and acking on it could lose
+	// events.
 	data, err := io.ReadAll(io.LimitReader(resp.Body, MaxWebhookResponseBytes+1))
 	r.preview = responsePreview(data)
-	var d receiver.DoneResponse
-	if err == nil && len(data) <= MaxWebhookResponseBytes && json.Unmarshal(data, &d) == nil && d.Done {
-		r.outcome = outcomeDone
-		return r
+	var d struct {
+		receiver.DoneResponse
+		receiver.AckResponse
 	}
 	r.outcome = outcomeOK
+	if err == nil && len(data) <= MaxWebhookResponseBytes && json.Unmarshal(data, &d) == nil {
+		r.ack = d.Offset
+		if d.Done {
+			r.outcome = outcomeDone
+		}
+	}
+	receipt.bodyRead(r.outcome == outcomeDone)
 	return r
+}
+
+// receiptGrace bounds how long a 2xx whose body is on its way goes
+// unrecorded: the receipt waits for the body so that a {"done": true}
+// records claim, acks and done in one Store write, and is recorded on its
+// own if the body is slower.
+const receiptGrace = time.Second
+
+// receipt records the receipt of a 2xx (accepted) once: at once if the
+// body may be held open, as a receiver that works before it answers does
+// (spec 001, WAKING Timeout), and otherwise when the body has been read,
+// and not at all if the body finishes the wake, whose write records it.
+type receipt struct {
+	accepted func()
+	mu       sync.Mutex
+	recorded bool
+	guard    *clock.Timer
+}
+
+// receipt starts the receipt of resp, a 2xx. A body of a declared length
+// within the limit is on its way: its receipt waits for it, at most
+// receiptGrace and half the WAKING timeout, so that the consumer is LIVE
+// well before the timeout.
+func (x *executor) receipt(resp *http.Response, accepted func()) *receipt {
+	rc := &receipt{accepted: accepted}
+	switch {
+	case accepted == nil:
+		rc.recorded = true
+	case resp.ContentLength < 0 || resp.ContentLength > MaxWebhookResponseBytes:
+		rc.record()
+	default:
+		rc.guard = x.clock.AfterFunc(min(receiptGrace, x.cursors.wakingTimeout/2), rc.record)
+		x.receiptDeferred()
+	}
+	return rc
+}
+
+// record records the receipt unless it has been. It holds mu while it
+// does, so that bodyRead returns only once a receipt under way is stored.
+func (rc *receipt) record() {
+	rc.mu.Lock()
+	defer rc.mu.Unlock()
+	if !rc.recorded {
+		rc.recorded = true
+		rc.accepted()
+	}
+}
+
+// bodyRead records the receipt, now that the body has been read, unless
+// the body finishes the wake.
+func (rc *receipt) bodyRead(done bool) {
+	if rc.guard != nil {
+		rc.guard.Stop()
+	}
+	if done {
+		rc.mu.Lock()
+		rc.recorded = true
+		rc.mu.Unlock()
+		return
+	}
+	rc.record()
 }

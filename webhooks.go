@@ -66,6 +66,8 @@ type Engine struct {
 	outages *outageLog
 	// signals tell a test what the engine did, by purpose.
 	signals signals
+	// ds delivers the subscriptions of the reserved __ds API.
+	ds *dsDelivery
 	// tenantCreate serializes the creates that count against a tenant's
 	// limit (Tenancy.MaxSubscriptions).
 	tenantCreate sync.Mutex
@@ -186,6 +188,7 @@ func New(store Store, source StreamSource, opts ...Option) (*Engine, error) {
 		due:     e.challengeDue,
 		checked: e.signals.challengesChecked.Send,
 	}
+	e.ds = newDSDelivery(e)
 	e.x = &executor{
 		clock:          cfg.clock,
 		keys:           e.keys,
@@ -203,6 +206,7 @@ func New(store Store, source StreamSource, opts ...Option) (*Engine, error) {
 		handlers:        cfg.handlers,
 		log:             cfg.logger,
 		handlerReturned: e.signals.handlerReturned.Send,
+		receiptDeferred: e.signals.receiptDeferred.Send,
 	}
 	e.outcomes = &outcomes{
 		store:        store,
@@ -230,10 +234,11 @@ func New(store Store, source StreamSource, opts ...Option) (*Engine, error) {
 	e.core.started = e.pipeline.sendStarted
 	feed, _ := store.(SubscriptionFeed)
 	e.feed = &subscriptionFeed{
-		feed:  feed,
-		store: store,
-		clock: cfg.clock,
-		log:   cfg.logger,
+		feed:     feed,
+		store:    store,
+		clock:    cfg.clock,
+		log:      cfg.logger,
+		reloadDS: func(ctx context.Context) error { return e.ds.reload(ctx) },
 		reloaded: func() {
 			e.signals.subscriptionsReloaded.Send()
 			e.signals.reloadEnded.Send()
@@ -274,6 +279,7 @@ func (e *Engine) Start(ctx context.Context) error {
 	e.sweep.Start(run)
 	e.feed.Start(run)
 	e.sched.Start(run)
+	e.ds.Start(run)
 	e.verifier.Start(run)
 	return nil
 }
@@ -291,6 +297,9 @@ func (e *Engine) load(ctx context.Context) error {
 		}
 	}
 	if err := e.keys.load(ctx); err != nil {
+		return err
+	}
+	if err := e.ds.reload(ctx); err != nil {
 		return err
 	}
 	subs, err := e.store.ListSubscriptions(ctx)
@@ -337,7 +346,7 @@ func (e *Engine) Stop(ctx context.Context) error {
 	e.stopOnce.Do(func() {
 		go func() {
 			defer close(e.done)
-			startstop.StopAll(e.sched, e.feed, e.sweep, e.pipeline, e.outcomes, e.keys, e.metrics, e.verifier)
+			startstop.StopAll(e.sched, e.ds, e.feed, e.sweep, e.pipeline, e.outcomes, e.keys, e.metrics, e.verifier)
 			// Kept-alive webhook connections would otherwise hold up the
 			// receivers' graceful shutdown.
 			e.x.client.CloseIdleConnections()
@@ -387,7 +396,7 @@ func (e *Engine) streamChanged(ctx context.Context, path string) error {
 	if !e.loaded.Load() {
 		return fmt.Errorf("%w: %s is left to the start-up sweep", ErrNotStarted, path)
 	}
-	err := e.spawnAndWake(ctx, path, e.subs.index.match(path))
+	err := errors.Join(e.spawnAndWake(ctx, path, e.subs.index.match(path), nil), e.ds.streamChanged(ctx, path))
 	if errors.Is(err, ErrStoreUnavailable) {
 		e.missed.add(path)
 	}
@@ -396,7 +405,10 @@ func (e *Engine) streamChanged(ctx context.Context, path string) error {
 
 // spawnAndWake gives path a consumer for each of subs that lacks one, and
 // wakes the IDLE consumers subscribed to path that now have pending work.
-func (e *Engine) spawnAndWake(ctx context.Context, path string, subs []string) error {
+// A sweep passes the stream as it listed it (listed), before it read the
+// consumers: those that cannot be stranded are then left alone (see
+// mayBeStranded) rather than each read and locked again in UpdateConsumer.
+func (e *Engine) spawnAndWake(ctx context.Context, path string, subs []string, listed *StreamInfo) error {
 	if err := ValidateStreamPath(path); err != nil {
 		return fmt.Errorf("webhooks: %w: it gets no consumers", err)
 	}
@@ -411,7 +423,9 @@ func (e *Engine) spawnAndWake(ctx context.Context, path string, subs []string) e
 	type consumerOf struct{ id, sub string }
 	toWake := make([]consumerOf, 0, len(existing))
 	for _, c := range existing {
-		toWake = append(toWake, consumerOf{c.ID, c.SubscriptionID})
+		if listed == nil || mayBeStranded(c, *listed) {
+			toWake = append(toWake, consumerOf{c.ID, c.SubscriptionID})
+		}
 	}
 	var errs []error
 	for _, sub := range subs {
@@ -435,6 +449,25 @@ func (e *Engine) spawnAndWake(ctx context.Context, path string, subs []string) e
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// mayBeStranded reports whether c, read after st was listed, may be IDLE
+// with pending work that no call will wake it for. One in a cycle is not:
+// its return to IDLE reads the tails and wakes it again if work is pending.
+// Nor is one whose only stream is st and that had acked st's listed tail:
+// a later append calls StreamAppended, or moves the tail that the stream
+// sweep compares with this listing. One with other streams is looked at
+// in its update, which reads all its streams' tails.
+func mayBeStranded(c *Consumer, st StreamInfo) bool {
+	if c.State != StateIdle {
+		return false
+	}
+	for _, so := range c.Streams {
+		if so.Path != st.Path {
+			return true
+		}
+	}
+	return len(pendingStreams(c, tails{st.Path: st})) > 0
 }
 
 // startIfPending starts delivering the pending work of consumer id, of
@@ -486,16 +519,21 @@ func (e *Engine) removeStream(ctx context.Context, path string, before time.Time
 	return errors.Join(errs...)
 }
 
-// Handler returns a handler that serves the callback API under
+// Handler returns a handler that serves the reserved `__ds` API under
+// "{stream root}/__ds/" (WithStreamRoot) before anything else, as the
+// Durable Streams protocol requires, the callback API under
 // "{base path}/callback/", the subscription API for requests with a
 // "subscription" or "subscriptions" query parameter, and passes every other
 // request to next.
 func (e *Engine) Handler(next http.Handler) http.Handler {
 	callbacks := e.CallbackHandler()
 	subscriptions := e.SubscriptionHandler()
+	reserved := e.ReservedHandler()
 	prefix := e.cfg.callbackBase.Path + callbackSegment
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch {
+		case e.isReservedRequest(r):
+			reserved.ServeHTTP(w, r)
 		case strings.HasPrefix(r.URL.Path, prefix):
 			callbacks.ServeHTTP(w, r)
 		case isSubscriptionRequest(r):

@@ -2,37 +2,69 @@ package memstore
 
 import (
 	"context"
-	"slices"
+	"encoding/binary"
 
 	webhooks "github.com/streamhooks/webhooks"
 )
+
+// attemptLog is a consumer's delivery log: its attempts, oldest first, each
+// as DeliveryAttempt.MarshalData encodes it, after its length as a uvarint.
+// One byte slice of the exact size costs a consumer woken once about 90
+// bytes, where a slice of DeliveryAttempt in a map by consumer took about
+// 200 (the map's slot, the struct and the response preview).
+type attemptLog struct{ b []byte }
+
+// records splits the log into its attempts' encodings, oldest first.
+func (l *attemptLog) records() [][]byte {
+	var out [][]byte
+	for b := l.b; len(b) > 0; {
+		n, w := binary.Uvarint(b)
+		out = append(out, b[w:w+int(n)])
+		b = b[w+int(n):]
+	}
+	return out
+}
+
+// newAttemptLog encodes records, or returns nil for none.
+func newAttemptLog(records [][]byte) *attemptLog {
+	size := 0
+	for _, r := range records {
+		size += binary.MaxVarintLen64 + len(r)
+	}
+	if size == 0 {
+		return nil
+	}
+	b := make([]byte, 0, size)
+	for _, r := range records {
+		b = binary.AppendUvarint(b, uint64(len(r)))
+		b = append(b, r...)
+	}
+	// The exact size: a log lives as long as its consumer.
+	return &attemptLog{b: append([]byte(nil), b...)}
+}
 
 // AppendAttempts implements webhooks.DeliveryLog.
 func (s *Store) AppendAttempts(_ context.Context, attempts []*webhooks.DeliveryAttempt, keep int) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	trim := make(map[string]struct{})
+	added := make(map[*entry][][]byte)
 	for _, a := range attempts {
-		if _, ok := s.consumers[a.ConsumerID]; !ok {
+		e := s.consumers[a.ConsumerID]
+		if e == nil {
 			continue
 		}
-		s.attempts[a.ConsumerID] = append(s.attempts[a.ConsumerID], *a)
-		trim[a.ConsumerID] = struct{}{}
+		data, err := a.MarshalData()
+		if err != nil {
+			return err
+		}
+		added[e] = append(added[e], data)
 	}
-	for id := range trim {
-		l := s.attempts[id]
-		if n := len(l) - max(keep, 0); n > 0 {
-			l = slices.Delete(l, 0, n)
-			// A big batch must not leave a big array behind.
-			if cap(l) > 2*keep {
-				l = slices.Clip(slices.Clone(l))
-			}
+	for e, records := range added {
+		if e.attempts != nil {
+			records = append(e.attempts.records(), records...)
 		}
-		if len(l) == 0 {
-			delete(s.attempts, id)
-		} else {
-			s.attempts[id] = l
-		}
+		records = records[max(len(records)-max(keep, 0), 0):]
+		e.attempts = newAttemptLog(records)
 	}
 	return nil
 }
@@ -41,11 +73,18 @@ func (s *Store) AppendAttempts(_ context.Context, attempts []*webhooks.DeliveryA
 func (s *Store) ListAttempts(_ context.Context, consumerID string, limit int) ([]*webhooks.DeliveryAttempt, error) {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	l := s.attempts[consumerID]
-	out := make([]*webhooks.DeliveryAttempt, 0, min(max(limit, 0), len(l)))
-	for i := len(l) - 1; i >= 0 && len(out) < limit; i-- {
-		a := l[i]
-		out = append(out, &a)
+	e := s.consumers[consumerID]
+	if e == nil || e.attempts == nil || limit < 1 {
+		return []*webhooks.DeliveryAttempt{}, nil
+	}
+	records := e.attempts.records()
+	out := make([]*webhooks.DeliveryAttempt, 0, min(limit, len(records)))
+	for i := len(records) - 1; i >= 0 && len(out) < limit; i-- {
+		a := &webhooks.DeliveryAttempt{ConsumerID: consumerID}
+		if err := a.UnmarshalData(records[i]); err != nil {
+			return nil, err
+		}
+		out = append(out, a)
 	}
 	return out, nil
 }

@@ -46,9 +46,6 @@ type Store struct {
 	// webhookKeys is the WebhookKeyStore's key set, nil until stored.
 	webhookKeys []byte
 	leases      map[string]heldLease
-	// attempts holds each consumer's delivery log, oldest first; remove
-	// and removeAll drop it with the consumer.
-	attempts map[string][]webhooks.DeliveryAttempt
 	// subsChanged is closed, and replaced, when a subscription is created,
 	// updated or deleted: it wakes every WatchSubscriptions at once.
 	subsChanged chan struct{}
@@ -78,6 +75,9 @@ type entry struct {
 	heapPos int32 // -1 while c.Deadline is zero
 	deleted bool
 	c       webhooks.Consumer
+	// attempts is the consumer's delivery log, nil while empty. It
+	// belongs to Store.mu, and goes with the entry.
+	attempts *attemptLog
 }
 
 // New returns an empty Store.
@@ -87,7 +87,6 @@ func New() *Store {
 		consumers: make(map[string]*entry),
 		byStream:  make(map[string][]*entry),
 		counts:    make(map[webhooks.ConsumerState]int),
-		attempts:  make(map[string][]webhooks.DeliveryAttempt),
 
 		subsChanged: make(chan struct{}),
 	}
@@ -220,7 +219,6 @@ func (s *Store) removeAll(doomed []*entry) {
 		}
 		e.deleted = true
 		delete(s.consumers, e.c.ID)
-		delete(s.attempts, e.c.ID)
 		s.count(e.c.State, -1)
 		if e.heapPos >= 0 {
 			heap.Remove(&s.deadlines, int(e.heapPos))
@@ -510,7 +508,6 @@ func (s *Store) save(e *entry, c *webhooks.Consumer) {
 func (s *Store) remove(e *entry) {
 	e.deleted = true
 	delete(s.consumers, e.c.ID)
-	delete(s.attempts, e.c.ID)
 	s.count(e.c.State, -1)
 	if e.heapPos >= 0 {
 		heap.Remove(&s.deadlines, int(e.heapPos))

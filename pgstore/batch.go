@@ -10,6 +10,7 @@ import (
 
 	webhooks "github.com/streamhooks/webhooks"
 	"github.com/streamhooks/webhooks/internal/combine"
+	"github.com/streamhooks/webhooks/internal/commitstat"
 )
 
 // updateOp is one UpdateConsumer call, queued for a batch.
@@ -129,11 +130,20 @@ func (s *Store) runLocked(ctx context.Context, ops []*updateOp) (dirty map[strin
 	if len(del) > 0 {
 		b.Queue(deleteConsumersQuery, del)
 	}
-	b.Queue("COMMIT")
+	if len(dirty) == 0 {
+		// Nothing changed: the row locks took a transaction ID, and a
+		// COMMIT would wait for a synced WAL flush that keeps nothing.
+		b.Queue("ROLLBACK")
+	} else {
+		b.Queue("COMMIT")
+	}
 	if err := conn.SendBatch(ctx, b).Close(); err != nil {
 		return dirty, err
 	}
 	committed = true
+	if len(dirty) > 0 {
+		commitstat.Committed(len(ops))
+	}
 	return dirty, nil
 }
 

@@ -14,4 +14,9 @@ const (
 	// TimestampHeader carries the Unix time, in seconds, at which the
 	// POST was signed.
 	TimestampHeader = "Webhook-Timestamp"
+	// EventTypeHeader carries, on an event-push POST whose subscription
+	// filters on a field, the string at that field that every event of
+	// the batch shares, such as "order.created" (seed 002's Event-Type).
+	// It is absent when the events' values differ or one has none.
+	EventTypeHeader = "Webhook-Event-Type"
 )

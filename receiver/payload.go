@@ -31,7 +31,8 @@ type DoneResponse struct {
 }
 
 // EventsPayload is the JSON body of an event-push POST: a batch of one
-// stream's events. A 2xx response acknowledges the whole batch.
+// stream's events. A 2xx response acknowledges the whole batch, or with
+// an AckResponse body part of it.
 type EventsPayload struct {
 	SubscriptionID string `json:"subscription_id"`
 	Stream         string `json:"stream"`
@@ -50,4 +51,20 @@ type EventsPayload struct {
 	// began. Every attempt of a batch carries the same body but for the
 	// signature.
 	UpToDate bool `json:"up_to_date"`
+	// Offsets, if the stream's source gives them, holds one offset per
+	// event of Events: the offset just after that event, where a receiver
+	// that has processed it would resume. A receiver checkpoints by them,
+	// and may acknowledge part of a batch with AckResponse.
+	Offsets []string `json:"offsets,omitempty"`
+}
+
+// AckResponse is the 2xx response body with which a receiver acknowledges
+// part of an event-push batch, {"offset": "…"}: the events up to the one
+// whose entry in EventsPayload.Offsets is Offset. The engine moves its
+// cursor there and sends the rest again as a new batch, under a new
+// delivery id. An Offset that is not one of the batch's Offsets, nor its
+// Offset, fails the whole batch, which is retried. An empty Offset, or a
+// body that is not one, acknowledges the whole batch.
+type AckResponse struct {
+	Offset string `json:"offset,omitempty"`
 }

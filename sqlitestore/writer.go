@@ -10,6 +10,7 @@ import (
 	sqlite3 "modernc.org/sqlite/lib"
 
 	webhooks "github.com/streamhooks/webhooks"
+	"github.com/streamhooks/webhooks/internal/commitstat"
 )
 
 // op is one write, run by the writer inside a group's transaction.
@@ -106,7 +107,9 @@ func (s *Store) commit(batch []*op) []*op {
 	if err := s.w.commit(); err != nil {
 		s.w.rollback()
 		fail(batch, fmt.Errorf("sqlitestore: commit: %w", err))
+		return batch
 	}
+	commitstat.Committed(len(batch))
 	return batch
 }
 

@@ -40,10 +40,11 @@ func newSub(id string) *webhooks.Subscription {
 		// A credential, in the data a sealing store seals.
 		PreviousSecret:          "whsec_previous_" + id,
 		PreviousSecretExpiresAt: at(time.Hour + 9*time.Nanosecond),
-		Retry:                   &webhooks.RetryPolicy{Schedule: []time.Duration{time.Second, time.Minute + 1}, MaxAttempts: 5, MaxAge: time.Hour},
-		RateLimit:               600,
-		Handler:                 "handler-" + id,
-		Tenant:                  "tenant-" + id,
+		Retry: &webhooks.RetryPolicy{Schedule: []time.Duration{time.Second, time.Minute + 1}, MaxAttempts: 5, MaxAge: time.Hour,
+			ClientErrors: webhooks.FailClientErrors, OnExhausted: webhooks.ExhaustedSkip},
+		RateLimit: 600,
+		Handler:   "handler-" + id,
+		Tenant:    "tenant-" + id,
 		Events: &webhooks.EventsOptions{
 			MaxBatchEvents: 100,
 			MaxBatchBytes:  1 << 20,
@@ -94,6 +95,11 @@ func fullConsumer(sub, path string) *webhooks.Consumer {
 		UpdatedAt:    at(-time.Second + 7*time.Nanosecond),
 		LastError:    "status_5xx: status 503 ü'\"",
 		Batch:        webhooks.ReadLimit{MaxEvents: 100, MaxBytes: 1 << 20, Until: "0000000000000099_0000000000000002"},
+		BatchEnd:     "0000000000000099_0000000000000001",
+		Skipped: []webhooks.SkippedBatch{{
+			DeliveryID: "msg_skipped", From: "-1", To: "0000000000000001_0000000000000000", Attempts: 3, Failures: 4,
+			FailingSince: at(-2 * time.Hour).UTC(), LastError: "status_4xx: status 422", SkippedAt: at(-time.Minute).UTC(),
+		}},
 	}
 }
 

@@ -16,29 +16,42 @@ import (
 	"github.com/streamhooks/webhooks/memstore"
 )
 
-// countingStore counts the reads that a page or a live read makes.
+// countingStore counts the reads that a page or a live read makes: those
+// made within a context marked by counted, not the engine's own (a feed
+// reload, a delivery), which may run at any time on a loaded machine.
 type countingStore struct {
 	*memstore.Store
 	reads atomic.Int64
 }
 
+type countedKey struct{}
+
+// counted marks ctx as a request whose reads count.
+func counted(ctx context.Context) context.Context { return context.WithValue(ctx, countedKey{}, true) }
+
+func (s *countingStore) count(ctx context.Context) {
+	if ctx.Value(countedKey{}) != nil {
+		s.reads.Add(1)
+	}
+}
+
 func (s *countingStore) GetSubscription(ctx context.Context, id string) (*webhooks.Subscription, error) {
-	s.reads.Add(1)
+	s.count(ctx)
 	return s.Store.GetSubscription(ctx, id)
 }
 
 func (s *countingStore) ListSubscriptions(ctx context.Context) ([]*webhooks.Subscription, error) {
-	s.reads.Add(1)
+	s.count(ctx)
 	return s.Store.ListSubscriptions(ctx)
 }
 
 func (s *countingStore) GetConsumer(ctx context.Context, id string) (*webhooks.Consumer, error) {
-	s.reads.Add(1)
+	s.count(ctx)
 	return s.Store.GetConsumer(ctx, id)
 }
 
 func (s *countingStore) ListConsumers(ctx context.Context, p *webhooks.ListConsumersParams) ([]*webhooks.Consumer, error) {
-	s.reads.Add(1)
+	s.count(ctx)
 	return s.Store.ListConsumers(ctx, p)
 }
 
@@ -62,6 +75,7 @@ func TestLiveReadsAreBounded(t *testing.T) {
 		cs = &countingStore{Store: s}
 		return cs
 	})
+	f.requestCtx = counted(t.Context())
 	reads := func(target string) int64 {
 		t.Helper()
 		before := cs.reads.Load()

@@ -77,6 +77,10 @@ type fixture struct {
 	hook    *httptest.Server
 	// hits counts the requests the webhook received.
 	hits atomic.Int64
+	// requestCtx, if set, is the context of the requests the fixture
+	// sends, so that a Store wrapper can tell their reads from the
+	// engine's own.
+	requestCtx context.Context
 }
 
 func authorize(r *http.Request, op webhooks.Operation, _ string) error {
@@ -198,6 +202,9 @@ func (f *fixture) request(method, target, token string, form url.Values, header 
 		} else {
 			r.Header.Set(k, v)
 		}
+	}
+	if f.requestCtx != nil {
+		r = r.WithContext(f.requestCtx)
 	}
 	w := httptest.NewRecorder()
 	f.handler.ServeHTTP(w, r)

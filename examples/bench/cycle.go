@@ -75,6 +75,8 @@ func wakeCycle(ctx context.Context, b *bench) (_ []result, err error) {
 	r.add("cpu_us_per_cycle", fmt.Sprintf("%.1f", us64(cpuCycle)))
 	r.add("cpu_us_per_bare", fmt.Sprintf("%.1f", us64(cpuBare)))
 	r.add("cpu_fraction", fmt.Sprintf("%.2f", 3*us64(cpuBare)/us64(cpuCycle)))
+	r.add("commits_per_cycle", fmt.Sprintf("%.2f", cycleTotal.commitsPer()))
+	r.add("transitions_per_commit", fmt.Sprintf("%.2f", cycleTotal.transitionsPerCommit()))
 	r.add("allocs_per_cycle", int64(cycleTotal.mallocsPer()))
 	r.add("allocs_per_bare", int64(bareTotal.mallocsPer()))
 	summarize(cycleTotal.took).addTo(&r, "cycle_")

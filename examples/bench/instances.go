@@ -153,6 +153,8 @@ func instances(ctx context.Context, b *bench) (_ []result, err error) {
 		r.add(fmt.Sprintf("cycles_per_s_%d", n), int64(rate))
 		r.add(fmt.Sprintf("ratio_%d", n), fmt.Sprintf("%.2f", rate/one))
 		r.add(fmt.Sprintf("cpu_us_per_cycle_%d", n), fmt.Sprintf("%.1f", us64(totals[n].cpuPer())))
+		r.add(fmt.Sprintf("commits_per_cycle_%d", n), fmt.Sprintf("%.2f", totals[n].commitsPer()))
+		r.add(fmt.Sprintf("transitions_per_commit_%d", n), fmt.Sprintf("%.2f", totals[n].transitionsPerCommit()))
 		parts = append(parts, fmt.Sprintf("%d: %.0f/s (%.2f×)", n, rate, rate/one))
 	}
 	r.value = strings.Join(parts, ", ")

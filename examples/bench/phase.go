@@ -12,6 +12,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/streamhooks/webhooks/internal/commitstat"
 )
 
 // rounds is how many times a throughput figure alternates between the bare
@@ -29,6 +31,9 @@ type phase struct {
 	wall, cpu time.Duration
 	mallocs   uint64
 	took      []time.Duration
+	// commits and transitions are the durable Stores' group commits in
+	// the run and the consumer transitions they carried (commitstat).
+	commits, transitions int64
 }
 
 func (p *phase) add(q phase) {
@@ -37,6 +42,16 @@ func (p *phase) add(q phase) {
 	p.cpu += q.cpu
 	p.mallocs += q.mallocs
 	p.took = append(p.took, q.took...)
+	p.commits += q.commits
+	p.transitions += q.transitions
+}
+
+// commitsPer is the group commits per operation.
+func (p phase) commitsPer() float64 { return float64(p.commits) / float64(max(p.n, 1)) }
+
+// transitionsPerCommit is how many consumer transitions one commit carried.
+func (p phase) transitionsPerCommit() float64 {
+	return float64(p.transitions) / float64(max(p.commits, 1))
 }
 
 func (p phase) mallocsPer() float64 { return float64(p.mallocs) / float64(max(p.n, 1)) }
@@ -58,6 +73,7 @@ func runFor(ctx context.Context, c int, d time.Duration, op func(i int) error) (
 	var m0, m1 runtime.MemStats
 	runtime.ReadMemStats(&m0)
 	cpu0 := cpuTime()
+	commits0, transitions0 := commitstat.Read()
 	start := time.Now()
 	deadline := start.Add(d)
 	err := parallel(ctx, c, c, func(i int) error {
@@ -76,8 +92,10 @@ func runFor(ctx context.Context, c int, d time.Duration, op func(i int) error) (
 		return nil
 	})
 	wall, cpu := time.Since(start), cpuTime()-cpu0
+	commits1, transitions1 := commitstat.Read()
 	runtime.ReadMemStats(&m1)
-	return phase{n: int64(len(took)), wall: wall, cpu: cpu, mallocs: m1.Mallocs - m0.Mallocs, took: took}, err
+	return phase{n: int64(len(took)), wall: wall, cpu: cpu, mallocs: m1.Mallocs - m0.Mallocs, took: took,
+		commits: commits1 - commits0, transitions: transitions1 - transitions0}, err
 }
 
 // alternate runs a and b in turn, each rounds times for d/rounds. On a

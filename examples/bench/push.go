@@ -163,6 +163,8 @@ func pushRate(ctx context.Context, b *bench, size int) (_ result, err error) {
 	r.add("bare_rps", int64(bareRate))
 	r.add("fraction", fmt.Sprintf("%.2f", posts/bareRate))
 	r.add("cpu_us_per_event", fmt.Sprintf("%.2f", us64(pushTotal.cpuPer())/float64(burst)))
+	r.add("commits_per_post", fmt.Sprintf("%.2f", float64(pushTotal.commits)/max(posts*pushTotal.wall.Seconds(), 1)))
+	r.add("transitions_per_commit", fmt.Sprintf("%.2f", pushTotal.transitionsPerCommit()))
 	r.add("cpu_us_per_bare", fmt.Sprintf("%.1f", us64(bareTotal.cpuPer())))
 	r.value = fmt.Sprintf("%.0f events/s in %.0f POSTs/s = %.2f of bare %.0f req/s", events, posts, posts/bareRate, bareRate)
 	switch {

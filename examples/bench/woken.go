@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"runtime"
+	"runtime/pprof"
 	"strconv"
 	"time"
 
@@ -70,6 +72,11 @@ func wokenScale(ctx context.Context, b *bench) (_ []result, err error) {
 	// The engine's webhook connections end when the receiver closes them.
 	e.recv.srv.SetKeepAlivesEnabled(false)
 	heap3, rss3, g3 := quiesce()
+	if b.cfg.heapProfile != "" {
+		if err := writeHeapProfile(b.cfg.heapProfile); err != nil {
+			return nil, err
+		}
+	}
 
 	// Per consumer: its cost at rest after the wake, the appends to the
 	// host's streams taken off.
@@ -127,4 +134,13 @@ func awaitIdle(ctx context.Context, e *env, k int) error {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// writeHeapProfile writes the live heap as of the last GC to path.
+func writeHeapProfile(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	return errors.Join(pprof.WriteHeapProfile(f), f.Close())
 }

@@ -136,6 +136,7 @@ func parseConfig(args []string, getenv func(string) string) (exampleserver.Confi
 	logFormat := fs.String("log-format", "text", "log format: text or json")
 	var logLevel slog.Level
 	fs.TextVar(&logLevel, "log-level", slog.LevelInfo, "lowest level logged: debug, info, warn or error")
+	streamRoot := fs.String("stream-root", "/v1/stream", "path under which the reserved __ds subscription API of the Durable Streams protocol is served, and to which its stream paths are relative")
 	subMetrics := fs.Int("metrics-subscriptions", 0, "label delivery metrics with the first N subscriptions, the rest as \"other\" (0: no subscription label)")
 	fs.VisitAll(func(f *flag.Flag) {
 		f.Usage += " [$" + envName(f.Name) + "]"
@@ -183,6 +184,7 @@ func parseConfig(args []string, getenv func(string) string) (exampleserver.Confi
 		Inbox:                  *inbox,
 		InboxSecrets:           secrets,
 		InboxRetention:         *retention,
+		StreamRoot:             *streamRoot,
 		TenantTokens:           tenantTokens,
 		TenantMaxSubscriptions: *tenantMax,
 		EngineOptions:          []webhooks.Option{webhooks.WithTimeouts(*waking, *liveness, 0)},

@@ -72,6 +72,19 @@ func (v *Validator) route(r *http.Request) (string, map[string]string, error) {
 		return p, nil, nil
 	case p == "/__ds/jwks.json" && r.URL.RawQuery == "" && (r.Method == http.MethodGet || r.Method == http.MethodHead):
 		return p, nil, nil // other requests of it are the stream protocol's
+	case strings.HasPrefix(p, "/__ds/subscriptions/"):
+		// The reserved API at the stream root "" (the root tests' engine).
+		rest := strings.TrimPrefix(r.URL.EscapedPath(), "/__ds/subscriptions/")
+		id, op, _ := strings.Cut(rest, "/")
+		params := map[string]string{"id": id}
+		switch {
+		case op == "":
+			return "/__ds/subscriptions/{id}", params, nil
+		case strings.HasPrefix(op, "streams/"):
+			params["path"] = strings.TrimPrefix(op, "streams/")
+			return "/__ds/subscriptions/{id}/streams/{path}", params, nil
+		}
+		return "/__ds/subscriptions/{id}/" + op, params, nil
 	case strings.HasPrefix(p, "/callback/"):
 		return "/callback/{consumer_id}", map[string]string{"consumer_id": strings.TrimPrefix(p, "/callback/")}, nil
 	case q.Has("subscription") || q.Has("subscriptions"):

@@ -262,6 +262,10 @@ func (s *Server) appendBody(ctx context.Context, path, mt string, body []byte) (
 // hold. The path is the decoded one, so "%2e%2e" is a ".." segment and
 // "%2F" a '/'.
 func (s *Server) checkPath(path string) *httpError {
+	if len(path) > webhooks.MaxStreamPathLength {
+		// The status of a target too long, in every storage.
+		return &httpError{http.StatusRequestURITooLong, fmt.Sprintf("stream path is longer than %d bytes", webhooks.MaxStreamPathLength)}
+	}
 	var ve *webhooks.ValidationError
 	if errors.As(webhooks.ValidateStreamPath(path), &ve) {
 		return &httpError{http.StatusBadRequest, ve.Reason}

@@ -101,6 +101,13 @@ type Config struct {
 	// embeds the server, such as a demo, sets it.
 	InboxHandler inbox.RecordHandler
 
+	// StreamRoot is the path under which the reserved `__ds` API of the
+	// Durable Streams protocol is served, "{StreamRoot}/__ds/", and to
+	// which the stream paths in its bodies are relative
+	// (webhooks.WithStreamRoot); "" is the origin's root. Streams are
+	// served at every path, under it or not.
+	StreamRoot string
+
 	// SubscriptionMetrics, if positive, labels the delivery metrics with
 	// the first SubscriptionMetrics subscriptions, the rest as "other"
 	// (webhooks.WithSubscriptionMetrics).
@@ -188,7 +195,7 @@ func Start(ctx context.Context, cfg Config) (*Running, error) {
 	if base == "" {
 		base = url
 	}
-	opts := []webhooks.Option{webhooks.WithCallbackBaseURL(base), webhooks.WithLogger(log)}
+	opts := []webhooks.Option{webhooks.WithCallbackBaseURL(base), webhooks.WithLogger(log), webhooks.WithStreamRoot(cfg.StreamRoot)}
 	if cfg.Dev {
 		opts = append(opts, webhooks.WithWebhookPolicy(webhooks.WebhookPolicy{AllowLoopback: true}))
 	}

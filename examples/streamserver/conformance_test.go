@@ -1,0 +1,100 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/streamhooks/webhooks/examples/internal/exampleserver"
+)
+
+// conformanceDir holds the npm project pinning the published Durable
+// Streams conformance suite, @durable-streams/server-conformance-tests.
+var conformanceDir = filepath.Join("testdata", "conformance")
+
+// conformanceGroups are the suite's top-level groups the example server
+// claims: the reserved subscription APIs (the suite's opt-in
+// `subscriptions: true` tests) and the core groups it supports. README
+// ("Conformance") lists the core groups it does not.
+var conformanceGroups = []string{
+	"Reserved subscription APIs",
+	"Basic Stream Operations",
+	"Read Operations",
+	"Long-Poll Operations",
+	"Content-Type Validation",
+	"HEAD Metadata",
+	"Chunking and Large Payloads",
+	"Read-Your-Writes Consistency",
+	"JSON Mode",
+}
+
+// TestConformanceSuite runs the published conformance suite, with its
+// subscription tests, against the example server serving the reserved
+// `__ds` API under /v1/stream, where the suite expects it. It needs node
+// and `npm ci` run in testdata/conformance; without them it skips, except
+// under CI.
+func TestConformanceSuite(t *testing.T) {
+	node, err := exec.LookPath("node")
+	vitest := filepath.Join("node_modules", "vitest", "vitest.mjs")
+	if err == nil {
+		_, err = os.Stat(filepath.Join(conformanceDir, vitest))
+	}
+	if err == nil {
+		_, err = os.Stat(filepath.Join(conformanceDir, "node_modules", "@durable-streams", "server-conformance-tests", "package.json"))
+	}
+	if err != nil {
+		msg := "conformance suite unavailable (" + err.Error() + "); run: npm ci --prefix examples/streamserver/testdata/conformance"
+		if os.Getenv("CI") != "" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+
+	ctx := context.Background()
+	srv, err := exampleserver.Start(ctx, exampleserver.Config{
+		Addr:       "127.0.0.1:0",
+		Dev:        true,
+		StreamRoot: "/v1/stream",
+		Logger:     slog.New(slog.NewTextHandler(io.Discard, nil)),
+	})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		shutdown, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		require.NoError(t, srv.Close(shutdown))
+	})
+
+	quoted := make([]string, len(conformanceGroups))
+	for i, g := range conformanceGroups {
+		quoted[i] = regexp.QuoteMeta(g)
+	}
+	run, cancel := context.WithTimeout(ctx, 8*time.Minute)
+	defer cancel()
+	// -t matches a test's full name, its groups' titles and its own joined
+	// by spaces; "HEAD Metadata" is also the start of "HEAD Metadata Edge
+	// Cases", which is not claimed.
+	cmd := exec.CommandContext(run, node, vitest, "run", "--reporter=dot",
+		"-t", "^("+strings.Join(quoted, "|")+")(?! Edge Cases) ")
+	cmd.Dir = conformanceDir
+	cmd.Env = append(os.Environ(), "CONFORMANCE_TEST_URL="+srv.URL, "NO_COLOR=1", "FORCE_COLOR=0")
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	err = cmd.Run()
+	if err != nil || testing.Verbose() {
+		t.Logf("conformance suite output:\n%s", out.String())
+	}
+	require.NoError(t, err, "the conformance suite failed")
+	// A filter that matched nothing would pass with no test run.
+	require.Regexp(t, `Tests\s+\d+ passed`, out.String())
+	require.NotRegexp(t, `Tests\s+.*failed`, out.String())
+}
