@@ -76,6 +76,20 @@ func (s *subscriptionSet) get(id string) *Subscription {
 	return s.entries[id].sub
 }
 
+// pending returns the subscriptions of the set that are pending
+// verification. The caller must not change them.
+func (s *subscriptionSet) pending() []*Subscription {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	var out []*Subscription
+	for _, e := range s.entries {
+		if e.sub.status() == StatusPending {
+			out = append(out, e.sub)
+		}
+	}
+	return out
+}
+
 // patterns returns the pattern of every subscription in the set, by id.
 func (s *subscriptionSet) patterns() map[string]*Pattern {
 	s.mu.RLock()

@@ -132,7 +132,7 @@ func (o *outcomes) disable(ctx context.Context, id, reason string) {
 	sub, err := o.store.UpdateSubscription(ctx, id, func(s *Subscription) error {
 		changed = s.status() == StatusActive
 		if changed {
-			s.Status = StatusDisabled
+			s.Status, s.UpdatedAt = StatusDisabled, o.clock.Now()
 		}
 		return nil
 	})

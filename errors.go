@@ -206,6 +206,12 @@ func httpError(err error) *wireError {
 	case errors.Is(err, errNotDeadLetter):
 		w.code, w.message = receiver.CodeInvalidRequest, message("consumer is not a dead letter")
 		w.status = http.StatusConflict
+	case errors.Is(err, ErrPendingVerification):
+		w.code, w.message = receiver.CodeInvalidRequest, message("the subscription is pending verification")
+		w.status = http.StatusConflict
+	case errors.Is(err, ErrNotPending):
+		w.code, w.message = receiver.CodeInvalidRequest, message("the subscription is not pending verification")
+		w.status = http.StatusConflict
 	case errors.Is(err, ErrSubscriptionNotFound):
 		w.code, w.message = codeSubscriptionNotFound, message("no such subscription")
 	case errors.Is(err, ErrSubscriptionExists):

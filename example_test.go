@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/benbjohnson/clock"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -69,8 +70,11 @@ func exampleRequest(handler http.Handler, method, target, body string) *httptest
 func ExampleNew() {
 	ctx := context.Background()
 	source := &exampleSource{streams: map[string]int{"/orders/41": 3}}
+	// A fixed clock, so that the times shown below do not change.
+	clk := clock.NewMock()
+	clk.Set(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
 	e, err := webhooks.New(memstore.New(), source,
-		webhooks.WithCallbackBaseURL("https://streams.example.com"))
+		webhooks.WithCallbackBaseURL("https://streams.example.com"), webhooks.WithClock(clk))
 	if err != nil {
 		fmt.Println(err)
 		return
@@ -124,7 +128,7 @@ func ExampleNew() {
 	// before start: 503
 	// create: 201 orders /orders/* true
 	// again: 200
-	// list: 200 {"subscriptions":[{"subscription_id":"orders","pattern":"/orders/*","webhook":"https://hooks.example.com/orders","description":"order events","delivery":"wake","status":"active","signature":"streamhooks","retry":{"max_attempts":0,"max_age_ms":259200000,"client_errors":"retry","on_exhausted":"stop"},"max_deliveries_per_minute":0,"consecutive_failures":0,"failing_since":null,"last_success_at":null,"last_failure_at":null}]}
+	// list: 200 {"subscriptions":[{"subscription_id":"orders","pattern":"/orders/*","webhook":"https://hooks.example.com/orders","description":"order events","delivery":"wake","status":"active","created_at":"2026-01-02T03:04:05Z","updated_at":"2026-01-02T03:04:05Z","signature":"streamhooks","retry":{"max_attempts":0,"max_age_ms":259200000,"client_errors":"retry","on_exhausted":"stop"},"max_deliveries_per_minute":0,"consecutive_failures":0,"failing_since":null,"last_success_at":null,"last_failure_at":null}]}
 	// host: 200 stream /orders/41
 	// delete: 204
 }

@@ -13,6 +13,6 @@ type Part interface {
 func Parts(e *Engine) map[string]Part {
 	return map[string]Part{
 		"scheduler": e.sched, "sweep": e.sweep, "feed": e.feed, "pipeline": e.pipeline,
-		"outcomes": e.outcomes, "keys": e.keys, "metrics": e.metrics,
+		"outcomes": e.outcomes, "keys": e.keys, "metrics": e.metrics, "verifier": e.verifier,
 	}
 }

@@ -303,6 +303,8 @@ func TestPushSubscriptionAPI(t *testing.T) {
 		"webhook":                   h.recv.url(),
 		"delivery":                  "events",
 		"status":                    "active",
+		"created_at":                "2026-01-02T03:04:05Z",
+		"updated_at":                "2026-01-02T03:04:05Z",
 		"batch":                     map[string]any{"max_size": 10.0, "max_bytes": 1048576.0, "max_wait_ms": 1000.0},
 		"headers":                   map[string]any{"X-Api-Key": "[redacted]"},
 		"timeout_ms":                1500.0,

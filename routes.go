@@ -76,6 +76,10 @@ var routes = []route{
 	{shapeSubscription, "test", http.MethodPost, OpOperate, onSubscription((*Engine).testRequest), nil},
 	// POST  {pattern}?subscription={id}&rotate                      {"overlap_ms": n}: a new secret
 	{shapeSubscription, "rotate", http.MethodPost, OpOperate, onSubscription((*Engine).rotateRequest), nil},
+	// POST  {pattern}?subscription={id}&verify                      verify a pending subscription by hand
+	{shapeSubscription, "verify", http.MethodPost, OpOperate, onSubscription((*Engine).verifyRequest), nil},
+	// POST  {pattern}?subscription={id}&challenge                   restart a pending subscription's challenge
+	{shapeSubscription, "challenge", http.MethodPost, OpOperate, onSubscription((*Engine).challengeRequest), nil},
 	// GET   {pattern}?subscription={id}&consumer={cid}              get one consumer
 	{shapeSubscription, "consumer", http.MethodGet, OpRead, onSubscription((*Engine).getConsumer), nil},
 

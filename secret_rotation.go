@@ -41,7 +41,7 @@ func (e *Engine) RotateSecret(ctx context.Context, id string, overlap time.Durat
 		} else {
 			s.PreviousSecret, s.PreviousSecretExpiresAt = "", time.Time{}
 		}
-		s.Secret = secret
+		s.Secret, s.UpdatedAt = secret, now
 		return nil
 	})
 	if err != nil {

@@ -32,6 +32,8 @@ type signals struct {
 	// webhookKeysReread: the periodic reread of the webhook signing keys
 	// ended.
 	webhookKeysReread testsignal.Signal
+	// challengesChecked: the verifier sent the challenges that were due.
+	challengesChecked testsignal.Signal
 	// dsSchedulerParked: the __ds scheduler waits for its timer or a
 	// poke.
 	dsSchedulerParked testsignal.Signal

@@ -175,10 +175,19 @@ type Subscription struct {
 	Pattern     string
 	Webhook     string
 	Description string
+	// Name labels the subscription for people, as Description describes
+	// it; at most MaxNameLength bytes.
+	Name string
 	// Secret signs webhook notifications. It is returned to the client only
-	// when the subscription is created.
+	// when the subscription is created. A client may give its own at
+	// creation (ValidateSecret); otherwise the engine makes one.
 	Secret    string
 	CreatedAt time.Time
+	// UpdatedAt is when the engine last changed the subscription's
+	// configuration, secret or status (see Engine.UpdateSubscription).
+	// Zero for one stored before it was kept; the API then shows
+	// CreatedAt.
+	UpdatedAt time.Time
 	// Delivery is how the engine delivers to the webhook. The zero value
 	// is DeliveryWake.
 	Delivery DeliveryMode
@@ -208,6 +217,9 @@ type Subscription struct {
 	// RateLimit bounds the deliveries started per minute; zero means no
 	// bound. Deliveries beyond it wait their turn.
 	RateLimit int
+	// Verification is the progress of the challenge of a StatusPending
+	// subscription, and nil for every other status.
+	Verification *Verification
 	// Health is the webhook's recent record of deliveries. Stores keep it
 	// apart (Store.UpdateHealth): GetSubscription, ListSubscriptions and
 	// UpdateSubscription return it, and CreateSubscription and
@@ -269,6 +281,12 @@ const (
 	// failures trip its circuit breaker (WithCircuitBreaker).
 	// Engine.ResumeSubscription resumes it from its cursors.
 	StatusDisabled SubscriptionStatus = "disabled"
+	// StatusPending subscriptions deliver nothing either, and keep the
+	// events that arrive meanwhile, until their endpoint is verified: it
+	// echoes the engine's challenge, or an operator verifies it
+	// (Engine.VerifySubscription). They then become active and deliver
+	// from their cursors. Pausing and resuming do not apply to them.
+	StatusPending SubscriptionStatus = "pending"
 )
 
 // status is s's status, StatusActive for the zero value.
@@ -463,6 +481,10 @@ func (s *Subscription) Clone() *Subscription {
 		r := *s.Retry
 		r.Schedule = slices.Clone(s.Retry.Schedule)
 		out.Retry = &r
+	}
+	if s.Verification != nil {
+		v := *s.Verification
+		out.Verification = &v
 	}
 	return &out
 }

@@ -22,8 +22,8 @@ import (
 // version 4 adds Handler at the end; version 5 adds after it, for event
 // push, the filter's Expression and the Columns; version 6, which
 // MarshalData writes, adds Tenant at the end, then the retry policy's
-// ClientErrors and OnExhausted, then whether the subscription's existing
-// streams were adopted.
+// ClientErrors and OnExhausted, then Name, UpdatedAt and Verification,
+// then whether the subscription's existing streams were adopted.
 const (
 	subscriptionDataV1 = 1
 	subscriptionDataV2 = 2
@@ -37,7 +37,7 @@ var errCorruptSubscriptionData = errors.New("webhooks: corrupt subscription data
 
 // MarshalData encodes the fields of s that a Store keeps no column for:
 // every field but ID, Pattern, Webhook, Description, Secret, CreatedAt and
-// Health. It fails for a time outside the years 1678 to 2262.
+// Health. Name and UpdatedAt need no column, as no Store queries them. It fails for a time outside the years 1678 to 2262.
 // Only Store implementations call it; applications never need to.
 func (s *Subscription) MarshalData() ([]byte, error) {
 	b := []byte{subscriptionDataV6}
@@ -80,7 +80,31 @@ func (s *Subscription) MarshalData() ([]byte, error) {
 	}
 	b = appendString(b, string(retry.ClientErrors))
 	b = appendString(b, string(retry.OnExhausted))
-	b = appendBool(b, s.adopted)
+	b, err = appendVerificationBlock(b, s)
+	if err != nil {
+		return nil, err
+	}
+	return appendBool(b, s.adopted), nil
+}
+
+// appendVerificationBlock appends what version 6 added after the retry
+// options: Name, UpdatedAt and Verification.
+func appendVerificationBlock(b []byte, s *Subscription) ([]byte, error) {
+	b = appendString(b, s.Name)
+	b, err := appendTime(b, s.UpdatedAt)
+	if err != nil {
+		return nil, err
+	}
+	b = appendBool(b, s.Verification != nil)
+	if v := s.Verification; v != nil {
+		b = binary.AppendVarint(b, int64(v.Attempts))
+		for _, t := range []time.Time{v.NextAttemptAt, v.ExpiresAt} {
+			if b, err = appendTime(b, t); err != nil {
+				return nil, err
+			}
+		}
+		b = appendString(b, v.LastError)
+	}
 	return b, nil
 }
 
@@ -155,6 +179,7 @@ func (s *Subscription) UnmarshalData(data []byte) error {
 			if version >= subscriptionDataV6 {
 				out.Tenant = d.string()
 				d.retryOptions(out.Retry)
+				d.verificationBlock(&out)
 				out.adopted = d.byte() == 1
 			}
 		}
@@ -237,5 +262,14 @@ func (d *decoder) eventsSelection(ev *EventsOptions) {
 		for i := range ev.Columns {
 			ev.Columns[i] = d.string()
 		}
+	}
+}
+
+// verificationBlock reads what version 6 added into s.
+func (d *decoder) verificationBlock(s *Subscription) {
+	s.Name = d.string()
+	s.UpdatedAt = d.time()
+	if d.byte() == 1 {
+		s.Verification = &Verification{Attempts: int(d.varint()), NextAttemptAt: d.time(), ExpiresAt: d.time(), LastError: d.string()}
 	}
 }

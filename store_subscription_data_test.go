@@ -17,6 +17,9 @@ func dataSubscription() *Subscription {
 		Retry: &RetryPolicy{Schedule: []time.Duration{time.Second, time.Minute}, MaxAttempts: 7, MaxAge: time.Hour,
 			ClientErrors: RetryTransientClientErrors, OnExhausted: ExhaustedSkip},
 		RateLimit: 1000, Handler: "inbox", Tenant: "acme", adopted: true,
+		Name: "Production ü", UpdatedAt: time.Unix(1_800_000_100, 7).UTC(),
+		Verification: &Verification{Attempts: 2, NextAttemptAt: time.Unix(1_800_000_200, 0).UTC(),
+			ExpiresAt: time.Unix(1_800_086_400, 0).UTC(), LastError: "status 404"},
 	}
 }
 
@@ -59,11 +62,14 @@ func TestSubscriptionDataRoundTrip(t *testing.T) {
 
 // The released formats never change, and every one of them reads.
 func TestSubscriptionDataKnownAnswers(t *testing.T) {
-	// Version 6 is version 5's fields, then the tenant, "acme", and the
-	// retry policy's client_errors, "transient", and on_exhausted, "skip", and that
-	// the existing streams are adopted.
+	// Version 6 is version 5's fields, then the tenant, "acme", the
+	// retry policy's client_errors, "transient", and on_exhausted, "skip",
+	// then the name, "Production ü", the time of the last update, and the
+	// verification: 2 attempts, the next and expiry times, and the last
+	// error, "status 404", and that the existing streams are adopted.
 	const v5Fields = "066576656e747306706175736564087374616e646172640977687365635f6f6c64018a80a0bbd29df1fa31d00f010280a8d6b90780e0ba84bf030e8080c58bc6d10101c8010180bcc1960b80a8d6b907020d417574686f72697a6174696f6e0942656172657220c3bc03582d4201320109646174612e7479706502076f726465722e2a00" + "05696e626f78" + "0b6576656e742e6e203e2031" + "02026964" + "09646174612e74797065"
-	const v6 = "06" + v5Fields + "0461636d65" + "097472616e7369656e74" + "04736b6970" + "01"
+	const v6 = "06" + v5Fields + "0461636d65" + "097472616e7369656e74" + "04736b6970" +
+		"0d50726f64756374696f6e20c3bc" + "01" + "8ea0d7c2bba3f1fa31" + "01" + "04" + "01" + "80c08ecaa4a9f1fa31" + "01" + "808098d0e4c298fb31" + "0a73746174757320343034" + "01"
 	require.Equal(t, v6, hex.EncodeToString(marshal(t, dataSubscription())))
 
 	// Version 5 is version 4's fields, then the filter's expression,
@@ -72,23 +78,22 @@ func TestSubscriptionDataKnownAnswers(t *testing.T) {
 	require.NoError(t, err)
 	s := dataSubscription()
 	require.NoError(t, s.UnmarshalData(v5))
-	want := withoutRetryOptions(dataSubscription())
-	want.Tenant, want.adopted = "", false
-	require.Equal(t, want, s, "version 5 has no tenant, no 4xx or exhaustion options, no adoption mark")
+	want := withoutV6(dataSubscription())
+	require.Equal(t, want, s, "version 5 has no tenant, no 4xx or exhaustion options, no name, update time or verification")
 
 	// Version 4 is version 3's fields, then the handler's name: "inbox".
 	v4, err := hex.DecodeString("04066576656e747306706175736564087374616e646172640977687365635f6f6c64018a80a0bbd29df1fa31d00f010280a8d6b90780e0ba84bf030e8080c58bc6d10101c8010180bcc1960b80a8d6b907020d417574686f72697a6174696f6e0942656172657220c3bc03582d4201320109646174612e7479706502076f726465722e2a00" + "05696e626f78")
 	require.NoError(t, err)
 	s = dataSubscription()
 	require.NoError(t, s.UnmarshalData(v4))
-	want = withoutRetryOptions(withoutSelection(dataSubscription()))
+	want = withoutSelection(withoutV6(dataSubscription()))
 	require.Equal(t, want, s, "version 4 has no expression or columns")
 
 	v3, err := hex.DecodeString("03066576656e747306706175736564087374616e646172640977687365635f6f6c64018a80a0bbd29df1fa31d00f010280a8d6b90780e0ba84bf030e8080c58bc6d10101c8010180bcc1960b80a8d6b907020d417574686f72697a6174696f6e0942656172657220c3bc03582d4201320109646174612e7479706502076f726465722e2a00")
 	require.NoError(t, err)
 	s = dataSubscription()
 	require.NoError(t, s.UnmarshalData(v3))
-	want = withoutRetryOptions(withoutSelection(dataSubscription()))
+	want = withoutSelection(withoutV6(dataSubscription()))
 	want.Handler = ""
 	require.Equal(t, want, s, "version 3 has no handler")
 
@@ -116,9 +121,11 @@ func withoutSelection(s *Subscription) *Subscription {
 	return s
 }
 
-// withoutRetryOptions is s without what version 6 added: its retry
-// policy's ClientErrors and OnExhausted.
-func withoutRetryOptions(s *Subscription) *Subscription {
+// withoutV6 is s without what version 6 added: its tenant, its retry
+// policy's ClientErrors and OnExhausted, its name, update time and
+// verification, and the adoption mark.
+func withoutV6(s *Subscription) *Subscription {
+	s.Tenant, s.Name, s.UpdatedAt, s.Verification, s.adopted = "", "", time.Time{}, nil, false
 	s.Retry.ClientErrors, s.Retry.OnExhausted = "", ""
 	return s
 }
@@ -127,7 +134,9 @@ func withoutRetryOptions(s *Subscription) *Subscription {
 func TestSubscriptionDataExpressionWithoutFilter(t *testing.T) {
 	s := &Subscription{Delivery: DeliveryEvents, Events: &EventsOptions{}}
 	data := marshal(t, s)
-	data = append(data[:len(data)-5], 1, 'x', 0, 0, 0, 0)
+	// The last 8 bytes: no expression, no columns, then version 6's
+	// empty strings, zero time and no verification.
+	data = append(data[:len(data)-8], 1, 'x', 0, 0, 0, 0, 0, 0, 0)
 	out := &Subscription{ID: "s1"}
 	require.ErrorIs(t, out.UnmarshalData(data), errCorruptSubscriptionData)
 }
@@ -135,7 +144,7 @@ func TestSubscriptionDataExpressionWithoutFilter(t *testing.T) {
 // Data that holds retry options without a retry policy is corrupt.
 func TestSubscriptionDataRetryOptionsWithoutPolicy(t *testing.T) {
 	data := marshal(t, &Subscription{Delivery: DeliveryEvents})
-	data = append(data[:len(data)-2], 4, 's', 'k', 'i', 'p', 0)
+	data = append(data[:len(data)-5], 4, 's', 'k', 'i', 'p', 0, 0, 0, 0)
 	out := &Subscription{ID: "s1"}
 	require.ErrorIs(t, out.UnmarshalData(data), errCorruptSubscriptionData)
 }

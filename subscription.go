@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"time"
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
@@ -47,6 +48,8 @@ const (
 	MaxSubscriptionBodyBytes = 16 << 10
 	// MaxDescriptionLength bounds a subscription's description, in bytes.
 	MaxDescriptionLength = 1024
+	// MaxNameLength bounds a subscription's name, in bytes.
+	MaxNameLength = 256
 	// MaxWebhookURLLength bounds a webhook URL, in bytes.
 	MaxWebhookURLLength = 2048
 )
@@ -61,9 +64,13 @@ type subscriptionJSON struct {
 	Handler        string             `json:"handler,omitempty"`
 	Tenant         string             `json:"tenant,omitempty"`
 	WebhookSecret  string             `json:"webhook_secret,omitempty"`
+	Name           string             `json:"name,omitempty"`
 	Description    string             `json:"description,omitempty"`
 	Delivery       DeliveryMode       `json:"delivery"`
 	Status         SubscriptionStatus `json:"status"`
+	Verification   *verificationJSON  `json:"verification,omitempty"`
+	CreatedAt      *time.Time         `json:"created_at,omitempty"`
+	UpdatedAt      *time.Time         `json:"updated_at,omitempty"`
 	optionsJSON
 	pushJSON
 	healthJSON
@@ -75,16 +82,30 @@ func (e *Engine) view(s *Subscription) subscriptionJSON {
 		SubscriptionID: s.ID, Pattern: s.Pattern, Webhook: s.Webhook, Handler: s.Handler, Tenant: s.Tenant, Description: s.Description,
 		Delivery: s.Delivery.orDefault(), Status: s.status(),
 		optionsJSON: optionsView(s, e.core.rules.retryPolicy(s)), healthJSON: healthView(s.Health),
-		pushJSON: mechanismOf(s).options(s),
+		pushJSON: mechanismOf(s).options(s), Name: s.Name, Verification: verificationView(s.Verification),
+	}
+	// A subscription stored before UpdatedAt was kept shows CreatedAt.
+	if created, updated := s.CreatedAt, s.UpdatedAt; !created.IsZero() {
+		if updated.IsZero() {
+			updated = created
+		}
+		created, updated = created.UTC(), updated.UTC()
+		out.CreatedAt, out.UpdatedAt = &created, &updated
 	}
 	return out
 }
 
 // createRequest is the body of a create request.
 type createRequest struct {
-	Webhook     string       `json:"webhook"`
-	Description string       `json:"description"`
-	Delivery    DeliveryMode `json:"delivery"`
+	Webhook     string `json:"webhook"`
+	Name        string `json:"name"`
+	Description string `json:"description"`
+	// Secret, if set, is the client's own signing secret (ValidateSecret).
+	Secret string `json:"secret"`
+	// Verify creates the subscription pending until its endpoint is
+	// verified.
+	Verify   bool         `json:"verify"`
+	Delivery DeliveryMode `json:"delivery"`
 	// DeliverPolicy says where the consumers of existing streams start:
 	// "new" (the default) at their tails, "all" before their first
 	// events, "from_offset" at Offset.
@@ -183,6 +204,7 @@ func (e *Engine) getSubscription(ctx context.Context, _ *http.Request, at target
 type patchRequest struct {
 	Status      *SubscriptionStatus `json:"status"`
 	Webhook     *string             `json:"webhook"`
+	Name        *string             `json:"name"`
 	Description *string             `json:"description"`
 	optionsJSON
 	pushJSON
@@ -197,6 +219,7 @@ func (e *Engine) patchSubscription(ctx context.Context, r *http.Request, at targ
 	if err := readRequest(r.Body, &req); err != nil {
 		return 0, nil, err
 	}
+	// Pending is entered only at creation, and left only by verification.
 	if req.Status != nil && *req.Status != StatusActive && *req.Status != StatusPaused {
 		return 0, nil, invalid("status", "status must be %q or %q", StatusActive, StatusPaused)
 	}
@@ -216,10 +239,16 @@ func (e *Engine) patchSubscription(ctx context.Context, r *http.Request, at targ
 		return 0, nil, invalid(req.pushJSON.field(),
 			"batch, headers, timeout_ms, filter and columns apply only to delivery %q", DeliveryEvents)
 	}
-	if req.Webhook != nil || req.Description != nil || req.Retry != nil || req.MaxDeliveriesPerMinute != nil || !req.pushJSON.empty() {
+	if req.Status != nil && sub.status() == StatusPending {
+		return 0, nil, detail(ErrPendingVerification, "subscription %s is pending verification; verify it first", id)
+	}
+	if req.Webhook != nil || req.Name != nil || req.Description != nil || req.Retry != nil || req.MaxDeliveriesPerMinute != nil || !req.pushJSON.empty() {
 		sub, err = e.UpdateSubscription(ctx, id, func(s *Subscription) error {
 			if req.Webhook != nil {
 				s.Webhook = *req.Webhook
+			}
+			if req.Name != nil {
+				s.Name = *req.Name
 			}
 			if req.Description != nil {
 				s.Description = *req.Description
@@ -263,9 +292,17 @@ func (e *Engine) createSubscription(ctx context.Context, r *http.Request, at tar
 	if req.Webhook == "" {
 		return 0, nil, invalid("webhook", "webhook is required")
 	}
+	if req.Secret != "" {
+		if err := ValidateSecret(req.Secret); err != nil {
+			return 0, nil, err
+		}
+	}
 	tenant, _ := TenantFromContext(ctx)
-	sub := &Subscription{ID: id, Pattern: pattern.String(), Webhook: req.Webhook, Description: req.Description,
-		Delivery: req.Delivery.orDefault(), Signature: req.Signature, Tenant: tenant}
+	sub := &Subscription{ID: id, Pattern: pattern.String(), Webhook: req.Webhook, Name: req.Name, Description: req.Description,
+		Delivery: req.Delivery.orDefault(), Signature: req.Signature, Secret: req.Secret, Tenant: tenant}
+	if req.Verify {
+		sub.Status = StatusPending
+	}
 	mech, ok := mechanismFor(sub.Delivery)
 	if !ok || !mech.transport().offeredOverHTTP() {
 		return 0, nil, invalid("delivery", "unknown delivery %q; use %q or %q", req.Delivery, DeliveryWake, DeliveryEvents)
@@ -300,8 +337,11 @@ func (e *Engine) createSubscription(ctx context.Context, r *http.Request, at tar
 // DeliveryHandler subscription is created only this way. sub needs ID,
 // Pattern, and Webhook or, for DeliveryHandler, Handler. A nil Events of a
 // batching mode takes the API's defaults, a nil Retry the mode's default
-// policy, and an empty Secret a new one; RateLimit is as given, zero for
-// no limit. The subscription starts active. Consumers of existing streams
+// policy, and an empty Secret a new one (a Secret given is taken as it
+// is: ValidateSecret checks one that a client chose); RateLimit is as
+// given, zero for no limit. The subscription starts active, or, if its
+// Status is StatusPending, pending verification: a challenge goes to its
+// webhook at once (see Verification). Consumers of existing streams
 // start at from: "" for each stream's tail, OffsetNone before its first
 // event, or an offset.
 //
@@ -331,7 +371,11 @@ func (e *Engine) CreateSubscription(ctx context.Context, sub *Subscription, from
 		}
 	}
 	s := sub.Clone()
-	s.Pattern, s.Delivery, s.Status, s.Health = pattern.String(), s.Delivery.orDefault(), "", SubscriptionHealth{}
+	status := SubscriptionStatus("")
+	if s.Status == StatusPending {
+		status = StatusPending
+	}
+	s.Pattern, s.Delivery, s.Status, s.Health = pattern.String(), s.Delivery.orDefault(), status, SubscriptionHealth{}
 	if tenant, ok := TenantFromContext(ctx); ok {
 		s.Tenant = tenant
 	}
@@ -381,6 +425,10 @@ func (e *Engine) create(ctx context.Context, s *Subscription, pattern *Pattern, 
 		s.Secret = newSecret(s.Signature)
 	}
 	s.CreatedAt = e.clock.Now()
+	s.UpdatedAt, s.Verification = s.CreatedAt, nil
+	if s.status() == StatusPending {
+		s.Verification = newVerification(s.CreatedAt)
+	}
 	if err := e.store.CreateSubscription(ctx, s); err != nil {
 		if errors.Is(err, ErrSubscriptionExists) {
 			if have, err := e.existing(ctx, s); have != nil || err != nil {
@@ -404,6 +452,9 @@ func (e *Engine) create(ctx context.Context, s *Subscription, pattern *Pattern, 
 		return nil
 	}); err != nil {
 		e.log.ErrorContext(ctx, "webhooks: marking a subscription's streams adopted", "subscription_id", s.ID, "error", err)
+	}
+	if s.Verification != nil {
+		e.verifier.kickNow()
 	}
 	return s, true, nil
 }
@@ -438,6 +489,12 @@ func decodeRequest(body io.Reader, v any, optional bool) error {
 func (e *Engine) validate(sub *Subscription) error {
 	if len(sub.Description) > MaxDescriptionLength {
 		return invalid("description", "description is longer than %d characters", MaxDescriptionLength)
+	}
+	if len(sub.Name) > MaxNameLength {
+		return invalid("name", "name is longer than %d characters", MaxNameLength)
+	}
+	if sub.status() == StatusPending && !mechanismOf(sub).transport().offeredOverHTTP() {
+		return invalid("verify", "only a webhook's endpoint can be verified")
 	}
 	if err := ValidateTenant(sub.Tenant); err != nil {
 		return err
@@ -500,7 +557,7 @@ func (e *Engine) existing(ctx context.Context, want *Subscription) (*Subscriptio
 }
 
 // sameConfiguration reports whether a and b are configured alike: the
-// same pattern, webhook or handler, description, mode and options, whatever their
+// same pattern, webhook or handler, name, description, mode and options, whatever their
 // secrets, status and health. It compares their encodings, which are
 // canonical.
 func sameConfiguration(a, b *Subscription) bool {
@@ -509,7 +566,7 @@ func sameConfiguration(a, b *Subscription) bool {
 		data, _ := c.MarshalData() // no times, so no error
 		return data
 	}
-	return a.Pattern == b.Pattern && a.Webhook == b.Webhook && a.Description == b.Description && bytes.Equal(config(a), config(b))
+	return a.Pattern == b.Pattern && a.Webhook == b.Webhook && a.Name == b.Name && a.Description == b.Description && bytes.Equal(config(a), config(b))
 }
 
 // adoptExistingStreams gives each existing stream that matches a new

@@ -18,8 +18,10 @@ const immutable = "id, pattern, delivery, signature, secret, tenant and status c
 
 // PauseSubscription pauses subscription id: its consumers start no new
 // delivery until ResumeSubscription. It returns the subscription as
-// stored, or ErrSubscriptionNotFound, also for another tenant's than
-// ctx's (WithTenant), as every call on a subscription does.
+// stored, ErrSubscriptionNotFound, also for another tenant's than ctx's
+// (WithTenant), as every call on a subscription does, or, for a
+// subscription pending verification, an error wrapping
+// ErrPendingVerification.
 func (e *Engine) PauseSubscription(ctx context.Context, id string) (*Subscription, error) {
 	if err := e.checkLoaded(); err != nil {
 		return nil, err
@@ -28,7 +30,12 @@ func (e *Engine) PauseSubscription(ctx context.Context, id string) (*Subscriptio
 		return nil, err
 	}
 	sub, err := e.store.UpdateSubscription(ctx, id, func(s *Subscription) error {
-		s.Status = StatusPaused
+		if s.status() == StatusPending {
+			return detail(ErrPendingVerification, "subscription %s is pending verification; verify it first", id)
+		}
+		if s.status() != StatusPaused {
+			s.Status, s.UpdatedAt = StatusPaused, e.clock.Now()
+		}
 		return nil
 	})
 	if err != nil {
@@ -44,7 +51,9 @@ func (e *Engine) PauseSubscription(ctx context.Context, id string) (*Subscriptio
 // waited is sent, and pending work starts. Dead letters stay dead
 // (ResumeConsumer). Resuming also ends the subscription's failure run, so
 // that the circuit breaker gives it a fresh count. It returns the
-// subscription as stored, or ErrSubscriptionNotFound.
+// subscription as stored, ErrSubscriptionNotFound, or, for a subscription
+// pending verification, an error wrapping ErrPendingVerification
+// (VerifySubscription activates that one).
 func (e *Engine) ResumeSubscription(ctx context.Context, id string) (*Subscription, error) {
 	if err := e.checkLoaded(); err != nil {
 		return nil, err
@@ -58,7 +67,12 @@ func (e *Engine) ResumeSubscription(ctx context.Context, id string) (*Subscripti
 		return nil, err
 	}
 	sub, err := e.store.UpdateSubscription(ctx, id, func(s *Subscription) error {
-		s.Status = StatusActive
+		if s.status() == StatusPending {
+			return detail(ErrPendingVerification, "subscription %s is pending verification; verify it first", id)
+		}
+		if s.status() != StatusActive {
+			s.Status, s.UpdatedAt = StatusActive, e.clock.Now()
+		}
 		return nil
 	})
 	if err != nil {
@@ -66,7 +80,13 @@ func (e *Engine) ResumeSubscription(ctx context.Context, id string) (*Subscripti
 	}
 	e.subs.update(sub)
 	e.tel.operated(ctx, "resume")
-	return sub, e.eachConsumer(ctx, id, "", func(c *Consumer) error {
+	return sub, e.resumeConsumers(ctx, sub)
+}
+
+// resumeConsumers resumes each consumer of sub, just made active, from its
+// cursor.
+func (e *Engine) resumeConsumers(ctx context.Context, sub *Subscription) error {
+	return e.eachConsumer(ctx, sub.ID, "", func(c *Consumer) error {
 		_, err := e.core.update(ctx, c.ID, func(c *Consumer) (change, error) {
 			var t tails
 			if c.State == StateIdle { // only a start reads the tails
@@ -82,17 +102,20 @@ func (e *Engine) ResumeSubscription(ctx context.Context, id string) (*Subscripti
 }
 
 // UpdateSubscription changes subscription id by fn, which may change its
-// webhook, description and options, and returns it as stored. The result
+// webhook, name, description and options, and returns it as stored, with
+// UpdatedAt the time of the change. The result
 // is checked as a create's is, the webhook URL by the engine's policy too;
 // an invalid one changes nothing and returns the error, as does an fn that
 // changes the ID, pattern, delivery mode, signature scheme, secrets,
-// tenant or status. Cursors
+// tenant, status or verification. A pending subscription whose webhook
+// changes starts its verification again, at the new one. Cursors
 // are kept; a batch in flight keeps the limits it started with. It returns
 // ErrSubscriptionNotFound if there is no such subscription.
 func (e *Engine) UpdateSubscription(ctx context.Context, id string, fn func(s *Subscription) error) (*Subscription, error) {
 	if err := e.checkLoaded(); err != nil {
 		return nil, err
 	}
+	rechallenge := false
 	sub, err := e.store.UpdateSubscription(ctx, id, func(s *Subscription) error {
 		if !visible(ctx, s) {
 			return ErrSubscriptionNotFound
@@ -104,6 +127,12 @@ func (e *Engine) UpdateSubscription(ctx context.Context, id string, fn func(s *S
 		if field := immutableField(before, s); field != "" {
 			return invalid(field, "%s", immutable)
 		}
+		s.UpdatedAt = e.clock.Now()
+		// A pending subscription's new webhook is the one to verify.
+		rechallenge = s.status() == StatusPending && s.Webhook != before.Webhook
+		if rechallenge {
+			s.Verification = newVerification(s.UpdatedAt)
+		}
 		return e.validate(s)
 	})
 	if err != nil {
@@ -111,6 +140,9 @@ func (e *Engine) UpdateSubscription(ctx context.Context, id string, fn func(s *S
 	}
 	e.subs.update(sub)
 	e.tel.operated(ctx, "update")
+	if rechallenge {
+		e.verifier.kickNow()
+	}
 	return sub, nil
 }
 
@@ -172,7 +204,7 @@ func immutableField(before, after *Subscription) string {
 		return "delivery"
 	case after.signature() != before.signature():
 		return "signature"
-	case after.status() != before.status():
+	case after.status() != before.status() || !sameVerification(after.Verification, before.Verification):
 		return "status"
 	case after.Tenant != before.Tenant:
 		return "tenant"
@@ -182,4 +214,10 @@ func immutableField(before, after *Subscription) string {
 	default:
 		return ""
 	}
+}
+
+// sameVerification reports whether a and b are the same verification.
+func sameVerification(a, b *Verification) bool {
+	return (a == nil) == (b == nil) && (a == nil || (a.Attempts == b.Attempts && a.NextAttemptAt.Equal(b.NextAttemptAt) &&
+		a.ExpiresAt.Equal(b.ExpiresAt) && a.LastError == b.LastError))
 }

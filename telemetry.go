@@ -226,7 +226,7 @@ func newTelemetry(tp trace.TracerProvider, mp metric.MeterProvider, store Store,
 		}
 		if count := t.subscriptionsByStatus.Load(); count != nil {
 			counts := (*count)()
-			for _, status := range []SubscriptionStatus{StatusActive, StatusPaused, StatusDisabled} {
+			for _, status := range []SubscriptionStatus{StatusActive, StatusPaused, StatusDisabled, StatusPending} {
 				o.ObserveInt64(t.subscriptions, int64(counts[status]), metric.WithAttributes(attribute.String("status", string(status))))
 			}
 		}
@@ -332,7 +332,7 @@ func (t *telemetry) operated(ctx context.Context, op string) {
 func (s *subscriptionSet) countByStatus() map[SubscriptionStatus]int {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
-	counts := make(map[SubscriptionStatus]int, 3)
+	counts := make(map[SubscriptionStatus]int, 4)
 	for _, e := range s.entries {
 		counts[e.sub.status()]++
 	}

@@ -62,7 +62,7 @@ func TestTelemetrySubscriptionLabels(t *testing.T) {
 		require.Equal(t, uint64(1), p.Count, "a batch is counted at its first attempt only")
 	}
 	require.Equal(t, map[string]int64{"s1": 3, "other": 2}, sizes)
-	require.Equal(t, map[string]int64{"active": 1, "paused": 1, "disabled": 0},
+	require.Equal(t, map[string]int64{"active": 1, "paused": 1, "disabled": 0, "pending": 0},
 		telInt64Points(t, m["webhooks.subscriptions"], "status"))
 	age, ok := m["webhooks.pending.oldest_age"].Data.(metricdata.Gauge[float64])
 	require.True(t, ok, "%T", m["webhooks.pending.oldest_age"].Data)

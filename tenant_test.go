@@ -297,3 +297,49 @@ func TestTenantSurvivesRestart(t *testing.T) {
 	require.Equal(t, []string{"a1@a"}, h.listIDs("a"))
 	h.tenantDo("b", http.MethodGet, "/**?subscription=a1", "", http.StatusNotFound)
 }
+
+// Another tenant's pending subscription is not found: it can neither
+// verify it, restart its challenge, pause, resume nor change it, over the
+// API or in Go, and it stays pending.
+func TestTenantScopesVerification(t *testing.T) {
+	h, _ := newTenantHarness(t, 0)
+	e := h.engine
+	h.tenantDo("a", http.MethodPut, "/tenants/a/*?subscription=a2",
+		fmt.Sprintf(`{"webhook":%q,"verify":true}`, h.recv.url()), http.StatusCreated)
+	for _, rt := range []struct{ method, query, body string }{
+		{http.MethodPost, "&verify", ""},
+		{http.MethodPost, "&challenge", ""},
+		{http.MethodPatch, "", `{"status":"active"}`},
+		{http.MethodPatch, "", `{"name":"b's"}`},
+	} {
+		body := h.tenantDo("b", rt.method, "/**?subscription=a2"+rt.query, rt.body, http.StatusNotFound)
+		code, _ := apiError(t, body)
+		require.Equal(t, "SUBSCRIPTION_NOT_FOUND", code, "%s %s", rt.method, rt.query)
+	}
+
+	b := webhooks.WithTenant(context.Background(), "b")
+	_, err := e.VerifySubscription(b, "a2")
+	require.ErrorIs(t, err, webhooks.ErrSubscriptionNotFound)
+	_, err = e.RestartVerification(b, "a2")
+	require.ErrorIs(t, err, webhooks.ErrSubscriptionNotFound)
+	_, err = e.PauseSubscription(b, "a2")
+	require.ErrorIs(t, err, webhooks.ErrSubscriptionNotFound)
+	_, err = e.ResumeSubscription(b, "a2")
+	require.ErrorIs(t, err, webhooks.ErrSubscriptionNotFound)
+	_, err = e.UpdateSubscription(b, "a2", func(s *webhooks.Subscription) error {
+		s.Name = "b's"
+		return nil
+	})
+	require.ErrorIs(t, err, webhooks.ErrSubscriptionNotFound)
+
+	a := webhooks.WithTenant(context.Background(), "a")
+	sub, err := e.Subscription(a, "a2")
+	require.NoError(t, err)
+	require.Equal(t, webhooks.StatusPending, sub.Status, "tenant b changed nothing")
+	require.Empty(t, sub.Name)
+	_, err = e.RestartVerification(a, "a2")
+	require.NoError(t, err, "its own tenant restarts it")
+	sub, err = e.VerifySubscription(a, "a2")
+	require.NoError(t, err, "and verifies it")
+	require.Equal(t, webhooks.StatusActive, sub.Status)
+}

@@ -50,7 +50,8 @@ type Engine struct {
 	// outcomes reports what they came to; sched runs the deadlines; sweep
 	// finds the appends no StreamAppended told of; feed follows the
 	// Store's subscriptions; metrics is this instance's claim to report
-	// the Store-wide gauge; keys are the Ed25519 webhook signing keys.
+	// the Store-wide gauge; keys are the Ed25519 webhook signing keys;
+	// verifier sends pending subscriptions' challenges.
 	core     cursorCore
 	x        *executor
 	pipeline *pipeline
@@ -60,6 +61,7 @@ type Engine struct {
 	feed     *subscriptionFeed
 	metrics  *lease
 	keys     *webhookKeyring
+	verifier *verifier
 	// outages logs API requests failed by a Store outage, sampled.
 	outages *outageLog
 	// signals tell a test what the engine did, by purpose.
@@ -180,6 +182,12 @@ func New(store Store, source StreamSource, opts ...Option) (*Engine, error) {
 		swept:          e.signals.streamsSwept.Send,
 	}
 	e.keys = newWebhookKeyring(store, &cfg, e.signals.webhookKeysReread.Send)
+	e.verifier = &verifier{
+		clock:   cfg.clock,
+		kick:    make(chan struct{}, 1),
+		due:     e.challengeDue,
+		checked: e.signals.challengesChecked.Send,
+	}
 	e.ds = newDSDelivery(e)
 	e.x = &executor{
 		clock:          cfg.clock,
@@ -272,6 +280,7 @@ func (e *Engine) Start(ctx context.Context) error {
 	e.feed.Start(run)
 	e.sched.Start(run)
 	e.ds.Start(run)
+	e.verifier.Start(run)
 	return nil
 }
 
@@ -337,7 +346,7 @@ func (e *Engine) Stop(ctx context.Context) error {
 	e.stopOnce.Do(func() {
 		go func() {
 			defer close(e.done)
-			startstop.StopAll(e.sched, e.ds, e.feed, e.sweep, e.pipeline, e.outcomes, e.keys, e.metrics)
+			startstop.StopAll(e.sched, e.ds, e.feed, e.sweep, e.pipeline, e.outcomes, e.keys, e.metrics, e.verifier)
 			// Kept-alive webhook connections would otherwise hold up the
 			// receivers' graceful shutdown.
 			e.x.client.CloseIdleConnections()

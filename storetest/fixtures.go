@@ -28,11 +28,15 @@ func newSub(id string) *webhooks.Subscription {
 		Pattern:     "/**",
 		Webhook:     "https://example.com/hooks/" + id,
 		Description: "subscription " + id,
+		Name:        "name ü'\" " + id,
 		Secret:      "whsec_" + id,
 		CreatedAt:   at(-time.Hour),
-		Status:      webhooks.StatusActive,
-		Delivery:    webhooks.DeliveryEvents,
-		Signature:   webhooks.SignatureStandard,
+		UpdatedAt:   at(-time.Minute + 3*time.Nanosecond),
+		Verification: &webhooks.Verification{Attempts: 3, NextAttemptAt: at(time.Minute + 5*time.Nanosecond),
+			ExpiresAt: at(24 * time.Hour), LastError: "status 404 ü'\""},
+		Status:    webhooks.StatusActive,
+		Delivery:  webhooks.DeliveryEvents,
+		Signature: webhooks.SignatureStandard,
 		// A credential, in the data a sealing store seals.
 		PreviousSecret:          "whsec_previous_" + id,
 		PreviousSecretExpiresAt: at(time.Hour + 9*time.Nanosecond),
@@ -173,6 +177,10 @@ func normSub(s *webhooks.Subscription) *webhooks.Subscription {
 	n := s.Clone()
 	n.CreatedAt = n.CreatedAt.UTC()
 	n.PreviousSecretExpiresAt = n.PreviousSecretExpiresAt.UTC()
+	n.UpdatedAt = n.UpdatedAt.UTC()
+	if v := n.Verification; v != nil {
+		v.NextAttemptAt, v.ExpiresAt = v.NextAttemptAt.UTC(), v.ExpiresAt.UTC()
+	}
 	n.Health = normHealth(n.Health)
 	return n
 }

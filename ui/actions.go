@@ -14,7 +14,7 @@ import (
 // The actions are POSTs of forms from the screen. Each is authorized as
 // the subscription API authorizes the request that does the same:
 // pausing and resuming as an update (PATCH status), the others as an
-// operation (POST &rewind, &revive, &test, &rotate).
+// operation (POST &rewind, &revive, &test, &rotate, &verify, &challenge).
 
 // actionOn reads the subscription id of an action's form and authorizes
 // op on it.
@@ -50,6 +50,34 @@ func (h *Handler) resume(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	h.back(w, r, "/subscription", id, "resumed")
+}
+
+// verify activates a pending subscription by hand, as an operator who
+// knows its endpoint does.
+func (h *Handler) verify(w http.ResponseWriter, r *http.Request) {
+	id, ok := h.actionOn(w, r, webhooks.OpOperate)
+	if !ok {
+		return
+	}
+	if _, err := h.engine.VerifySubscription(r.Context(), id); err != nil {
+		h.failed(w, r, err)
+		return
+	}
+	h.back(w, r, "/subscription", id, "verified")
+}
+
+// challenge restarts a pending subscription's verification: a challenge
+// goes to its endpoint at once.
+func (h *Handler) challenge(w http.ResponseWriter, r *http.Request) {
+	id, ok := h.actionOn(w, r, webhooks.OpOperate)
+	if !ok {
+		return
+	}
+	if _, err := h.engine.RestartVerification(r.Context(), id); err != nil {
+		h.failed(w, r, err)
+		return
+	}
+	h.back(w, r, "/subscription", id, "challenged")
 }
 
 // testData is the outcome of a test delivery.

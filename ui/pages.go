@@ -68,6 +68,10 @@ func (h *Handler) failed(w http.ResponseWriter, r *http.Request, err error) {
 		h.fail(w, r, http.StatusNotFound, "There is no such subscription.")
 	case errors.Is(err, webhooks.ErrConsumerNotFound):
 		h.fail(w, r, http.StatusNotFound, "There is no such consumer.")
+	case errors.Is(err, webhooks.ErrPendingVerification):
+		h.fail(w, r, http.StatusConflict, "The subscription is pending verification: verify it first.")
+	case errors.Is(err, webhooks.ErrNotPending):
+		h.fail(w, r, http.StatusConflict, "The subscription is not pending verification.")
 	case errors.Is(err, webhooks.ErrNotStarted):
 		w.Header().Set("Retry-After", "1")
 		h.fail(w, r, http.StatusServiceUnavailable, "The engine is starting; retry shortly.")
@@ -85,11 +89,13 @@ func (h *Handler) failed(w http.ResponseWriter, r *http.Request, err error) {
 
 // doneMessages are what an action that redirects says it did.
 var doneMessages = map[string]string{
-	"paused":  "Paused: no delivery starts until it is resumed.",
-	"resumed": "Resumed from its cursors.",
-	"revived": "Revived: it delivers again from its cursor.",
-	"rewound": "Rewound.",
-	"replay":  "Replayed: the record is appended to the inbox again.",
+	"paused":     "Paused: no delivery starts until it is resumed.",
+	"resumed":    "Resumed from its cursors.",
+	"revived":    "Revived: it delivers again from its cursor.",
+	"rewound":    "Rewound.",
+	"verified":   "Verified: it delivers from its cursors.",
+	"challenged": "A new challenge is sent to its endpoint, and retried for 24 hours.",
+	"replay":     "Replayed: the record is appended to the inbox again.",
 }
 
 // subscriptionsData is the subscriptions page.

@@ -3,7 +3,7 @@
 // It shows subscriptions with their health and consumers, one consumer's
 // streams and delivery log, the dead letters of every subscription and,
 // when the host mounts one, the inbox; and it pauses, resumes, tests,
-// rotates, rewinds, revives and replays.
+// rotates, rewinds, revives, replays, and verifies pending subscriptions.
 //
 // Pages are rendered on the server; every asset is embedded, so the screen
 // needs no network beyond its host. Its one script polls the subscription
@@ -141,6 +141,8 @@ func (h *Handler) routes() {
 	m.HandleFunc("POST "+p+"/subscription/test", h.test)
 	m.HandleFunc("POST "+p+"/subscription/rotate", h.rotate)
 	m.HandleFunc("POST "+p+"/subscription/rewind", h.rewind)
+	m.HandleFunc("POST "+p+"/subscription/verify", h.verify)
+	m.HandleFunc("POST "+p+"/subscription/challenge", h.challenge)
 	m.HandleFunc("POST "+p+"/consumer/revive", h.revive)
 	m.Handle("GET "+p+"/inbox", h.inboxRead(http.HandlerFunc(h.inboxPage)))
 	m.Handle("POST "+p+"/inbox/replay", h.inboxOperate(http.HandlerFunc(h.replay)))

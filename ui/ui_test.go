@@ -149,6 +149,12 @@ func newFixtureOn(t testing.TB, wrap func(*memstore.Store) webhooks.Store, opts 
 			f.subs = append(f.subs, sub)
 		}
 	}
+	// A subscription pending verification, whose next challenge is not
+	// due while the test runs.
+	require.NoError(t, f.store.CreateSubscription(ctx, &webhooks.Subscription{ID: "wake-pending", Pattern: "/wake-pending/*",
+		Webhook: f.hook.URL, Secret: "whsec_pending", CreatedAt: time.Unix(1_700_000_000, 0), Delivery: webhooks.DeliveryWake,
+		Status: webhooks.StatusPending, Verification: &webhooks.Verification{Attempts: 1,
+			NextAttemptAt: time.Unix(4_000_000_000, 0), ExpiresAt: time.Unix(4_000_000_000, 0)}}))
 	var store webhooks.Store = f.store
 	if wrap != nil {
 		store = wrap(f.store)
@@ -351,6 +357,12 @@ func actions() []action {
 			return c.State != webhooks.StateFailed
 		}},
 		{"test", "/ui/subscription/test", url.Values{"id": {"wake-active"}}, nil},
+		{"verify", "/ui/subscription/verify", url.Values{"id": {"wake-pending"}}, subStatus("wake-pending", webhooks.StatusActive)},
+		{"challenge", "/ui/subscription/challenge", url.Values{"id": {"wake-pending"}}, func(t *testing.T, f *fixture) bool {
+			s, err := f.store.GetSubscription(t.Context(), "wake-pending")
+			require.NoError(t, err)
+			return !s.Verification.ExpiresAt.Equal(time.Unix(4_000_000_000, 0))
+		}},
 	}
 }
 
@@ -467,4 +479,28 @@ func TestTenantSeesOnlyItsOwn(t *testing.T) {
 	}
 	assert.Zero(t, f.hits.Load(), "a test delivery to another tenant's")
 	assert.Contains(t, f.get("/ui/"), ">t-sub</a>", "the operator sees every tenant")
+}
+
+// A pending subscription's page offers to verify it or challenge its
+// endpoint again, not to pause or resume it; verifying one that is not
+// pending is a 409 that says so, and changes nothing.
+func TestPendingSubscriptionActions(t *testing.T) {
+	f := newFixture(t)
+	page := f.get("/ui/subscription?id=wake-pending")
+	assert.Contains(t, page, `data-value="pending"`)
+	assert.Contains(t, page, `id="verify"`)
+	assert.Contains(t, page, `id="challenge"`)
+	assert.NotContains(t, page, `id="resume"`)
+	assert.NotContains(t, page, `id="pause"`)
+	assert.NotContains(t, f.get("/ui/subscription?id=wake-active"), `id="verify"`)
+
+	w := f.request(http.MethodPost, "/ui/subscription/verify", operatorToken, url.Values{"id": {"wake-active"}}, nil)
+	assert.Equal(t, http.StatusConflict, w.Code, w.Body.String())
+	assert.Contains(t, w.Body.String(), "not pending verification")
+	w = f.request(http.MethodPost, "/ui/subscription/resume", operatorToken, url.Values{"id": {"wake-pending"}}, nil)
+	assert.Equal(t, http.StatusConflict, w.Code, w.Body.String())
+	assert.Contains(t, w.Body.String(), "verify it first")
+	s, err := f.store.GetSubscription(t.Context(), "wake-pending")
+	require.NoError(t, err)
+	assert.Equal(t, webhooks.StatusPending, s.Status)
 }

@@ -84,7 +84,7 @@ func on(id string, op ...string) url.Values {
 
 func (c *cli) subscriptions(ctx context.Context, args []string) error {
 	if len(args) == 0 {
-		return usageError("subscriptions: want list, get, create, update, pause, resume or delete")
+		return usageError("subscriptions: want list, get, create, update, pause, resume, verify, challenge or delete")
 	}
 	verb, args := args[0], args[1:]
 	fs := flag.NewFlagSet("subscriptions "+verb, flag.ContinueOnError)
@@ -101,17 +101,20 @@ func (c *cli) subscriptions(ctx context.Context, args []string) error {
 			return err
 		}
 		return c.print(out, subscriptionColumns, out.Subscriptions...)
-	case "get", "delete", "pause", "resume":
+	case "get", "delete", "pause", "resume", "verify", "challenge":
 		pos, err := flags(fs, args, 1)
 		if err != nil {
 			return err
 		}
-		method, body := map[string]string{"get": http.MethodGet, "delete": http.MethodDelete}[verb], any(nil)
-		if method == "" {
+		method, body, query := map[string]string{"get": http.MethodGet, "delete": http.MethodDelete}[verb], any(nil), on(pos[0])
+		switch verb {
+		case "pause", "resume":
 			method, body = http.MethodPatch, object{"status": map[string]string{"pause": "paused", "resume": "active"}[verb]}
+		case "verify", "challenge": // a pending subscription's endpoint verification
+			method, query = http.MethodPost, on(pos[0], verb)
 		}
 		var out object
-		if err := c.api.do(ctx, method, *pattern, on(pos[0]), body, &out); err != nil {
+		if err := c.api.do(ctx, method, *pattern, query, body, &out); err != nil {
 			return err
 		}
 		if out == nil {
@@ -122,6 +125,7 @@ func (c *cli) subscriptions(ctx context.Context, args []string) error {
 		webhook := fs.String("webhook", "", "webhook URL")
 		description := fs.String("description", "", "description")
 		events := fs.Bool("events", false, "event push: POST batches of events rather than wake-ups")
+		verify := fs.Bool("verify", false, "create it pending until its endpoint is verified")
 		file := fs.String("file", "", "JSON file with the request body; flags given override its fields")
 		pos, err := flags(fs, args, 1)
 		if err != nil {
@@ -146,6 +150,10 @@ func (c *cli) subscriptions(ctx context.Context, args []string) error {
 			case "events":
 				if *events {
 					body["delivery"] = "events"
+				}
+			case "verify":
+				if *verify {
+					body["verify"] = true
 				}
 			}
 		})

@@ -36,10 +36,12 @@ const usage = `streamhooks [--url URL] [--token TOKEN] [-o table|json] COMMAND .
 Commands:
   subscriptions list [--pattern P]
   subscriptions get ID
-  subscriptions create ID --pattern P (--webhook URL [--events] [--description D] | --file FILE.json)
+  subscriptions create ID --pattern P (--webhook URL [--events] [--verify] [--description D] | --file FILE.json)
   subscriptions update ID [--webhook URL] [--description D] [--file FILE.json]
   subscriptions pause ID
   subscriptions resume ID
+  subscriptions verify ID      (a pending subscription: verify it by hand)
+  subscriptions challenge ID   (a pending subscription: challenge its endpoint again)
   subscriptions delete ID
   consumers SUB [--state IDLE|WAKING|LIVE|FAILED] [--limit N] [--cursor C]
   deliveries SUB CONSUMER

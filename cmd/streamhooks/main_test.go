@@ -227,3 +227,27 @@ func TestCLIVerify(t *testing.T) {
 		require.Equal(t, 1, code, "%s: signed long ago", name)
 	}
 }
+
+// A subscription created --verify is pending while its endpoint does not
+// echo the challenge; challenge sends another, verify activates it by
+// hand, and verifying an active one is refused with the API's code.
+func TestCLIVerifiesAPendingSubscription(t *testing.T) {
+	challenges := make(chan string, 16)
+	hook := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		challenges <- r.Header.Get(receiver.ChallengeHeader)
+	}))
+	defer hook.Close()
+	base := startServer(t)
+
+	out := mustRun(t, base, "-o", "json", "subscriptions", "create", "orders", "--pattern", "/orders/*", "--webhook", hook.URL, "--verify")
+	var sub map[string]any
+	require.NoError(t, json.Unmarshal([]byte(out), &sub), out)
+	require.Equal(t, "pending", sub["status"])
+	require.NotEmpty(t, <-challenges, "the first challenge goes out at once")
+	require.Contains(t, mustRun(t, base, "subscriptions", "challenge", "orders"), "pending")
+	require.NotEmpty(t, <-challenges, "challenge sends another at once")
+	require.Contains(t, mustRun(t, base, "subscriptions", "verify", "orders"), "active")
+	code, _, errOut := cliRun(t, base, "subscriptions", "verify", "orders")
+	require.Equal(t, 1, code)
+	require.Contains(t, errOut, "not pending")
+}

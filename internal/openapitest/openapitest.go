@@ -61,7 +61,7 @@ var errNotAPI = errors.New("not an engine route")
 
 // operators are the query parameters that pick an operator route, in the
 // order the engine looks for them.
-var operators = []string{"consumers", "deliveries", "rewind", "dead", "revive", "test", "rotate"}
+var operators = []string{"consumers", "deliveries", "rewind", "dead", "revive", "test", "rotate", "verify", "challenge"}
 
 // route returns the document's key of the route r is for, and its path
 // parameters, classifying r as the engine and the example server route it.
