@@ -108,7 +108,7 @@ func (e *Engine) retryMissed(ctx context.Context) bool {
 	for i, p := range slices.Concat(gone, paths) {
 		var err error
 		if i < len(gone) {
-			err = e.removeStream(ctx, p, deleted[p])
+			err = errors.Join(e.removeStream(ctx, p, deleted[p]), e.ds.streamDeleted(ctx, p, true))
 		} else {
 			err = e.spawnAndWake(ctx, p, e.subs.index.match(p), nil)
 		}

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -239,6 +240,32 @@ func (d *dsDelivery) streamChanged(ctx context.Context, path string) error {
 	return errors.Join(errs...)
 }
 
+// streamDeleted drops every subscription's link of the deleted stream at
+// path, glob and explicit: a stream created again there is new, and is
+// linked afresh, before its first event, by its creation or first append.
+// A deletion replayed after a Store outage (late) may find a stream
+// created again meanwhile: that one is linked again now, from before its
+// first event, since its whole history came after the deletion.
+func (d *dsDelivery) streamDeleted(ctx context.Context, path string, late bool) error {
+	if d.store == nil {
+		return nil
+	}
+	rel, ok := d.relative(path)
+	if !ok {
+		return nil
+	}
+	if err := d.store.DropDSStream(ctx, rel); err != nil {
+		return fmt.Errorf("webhooks: dropping the __ds links of %s: %w", path, err)
+	}
+	if !late {
+		return nil
+	}
+	if _, err := d.e.source.Stream(ctx, path); errors.Is(err, ErrStreamNotFound) {
+		return nil
+	}
+	return d.streamChanged(ctx, path)
+}
+
 // Start runs the scheduler in ctx until Stop; without a DSStore it does
 // nothing.
 func (d *dsDelivery) Start(ctx context.Context) {
@@ -360,7 +387,7 @@ func (d *dsDelivery) deliver(ctx context.Context, sub *DSSubscription, mech dsMe
 	defer d.e.signals.dsAttemptEnded.Send()
 	now := d.e.clock.Now()
 	if out.done {
-		cur, err := d.store.AckDS(ctx, &AckDSParams{ID: sub.ID, Generation: w.generation, WakeID: w.wakeID, Acks: out.acks, Done: true, Now: now})
+		cur, err := d.autoAck(ctx, sub.ID, w, out.acks, now)
 		if err != nil && !errors.Is(err, ErrDSFenced) && !errors.Is(err, ErrDSSubscriptionNotFound) {
 			d.e.log.ErrorContext(ctx, "webhooks: __ds auto-ack failed", "subscription", sub.ID, "error", err)
 		}
@@ -396,6 +423,31 @@ func (d *dsDelivery) deliver(ctx context.Context, sub *DSSubscription, mech dsMe
 		d.e.log.WarnContext(ctx, "webhooks: __ds delivery failed; retrying", "subscription", sub.ID, "generation", w.generation, "attempt", w.attempt, "error", out.err)
 	}
 	d.poke()
+}
+
+// autoAck acks the snapshot of wake w, which the webhook answered
+// {"done": true}, and ends the wake. A stream deleted since the snapshot
+// is no longer linked: its ack is left out, not the whole ack refused.
+func (d *dsDelivery) autoAck(ctx context.Context, id string, w dsWake, acks []DSAck, now time.Time) (*DSCursor, error) {
+	p := &AckDSParams{ID: id, Generation: w.generation, WakeID: w.wakeID, Acks: acks, Done: true, Now: now}
+	cur, err := d.store.AckDS(ctx, p)
+	if !errors.Is(err, ErrDSNotLinked) {
+		return cur, err
+	}
+	paths := make([]string, len(acks))
+	for i, a := range acks {
+		paths[i] = a.Path
+	}
+	links, err := d.store.ListDSLinks(ctx, &ListDSLinksParams{ID: id, Paths: paths})
+	if err != nil {
+		return nil, err
+	}
+	linked := make(map[string]bool, len(links))
+	for _, l := range links {
+		linked[l.Path] = true
+	}
+	p.Acks = slices.DeleteFunc(slices.Clone(acks), func(a DSAck) bool { return !linked[a.Path] })
+	return d.store.AckDS(ctx, p)
 }
 
 // pendingLinks are up to dsLinkPage of sub's links with pending work.

@@ -62,8 +62,14 @@ func (s *appendingSource) wakeEvents(path string) []map[string]any {
 // newDSHarness is a harness whose source can append wake events.
 func newDSHarness(t *testing.T, opts ...webhooks.Option) (*harness, *appendingSource) {
 	t.Helper()
+	return newDSHarnessStore(t, memstore.New(), opts...)
+}
+
+// newDSHarnessStore is newDSHarness over store, which the caller closes.
+func newDSHarnessStore(t *testing.T, store webhooks.Store, opts ...webhooks.Option) (*harness, *appendingSource) {
+	t.Helper()
 	var src *appendingSource
-	h := &harness{t: t, clock: newMockClock(), store: memstore.New(), source: newFakeSource(), recv: newReceiver(t), dsSignals: true}
+	h := &harness{t: t, clock: newMockClock(), store: store, source: newFakeSource(), recv: newReceiver(t), dsSignals: true}
 	h.wrap = func(f *fakeSource) webhooks.StreamSource {
 		src = &appendingSource{fakeSource: f, events: map[string][][]byte{},
 			notify: func(ctx context.Context, path string) error { return h.engine.StreamAppended(ctx, path) }}

@@ -77,6 +77,12 @@ type DSStore interface {
 	// set; otherwise it is dropped. An absent link is no error. It returns
 	// ErrDSSubscriptionNotFound if there is no live subscription p.ID.
 	UnlinkDSStream(ctx context.Context, p *UnlinkDSStreamParams) error
+	// DropDSStream removes every link of stream path, glob and explicit,
+	// from every live subscription: the stream was deleted, so a stream
+	// created again at path is linked afresh, before its first event, and
+	// no wake lists the deleted one. It is no error if nothing links path.
+	// Its cost grows with the subscriptions that link path.
+	DropDSStream(ctx context.Context, path string) error
 	// ListDSLinks returns links of subscription p.ID: those of p.Paths
 	// that are linked, ordered by path, if p.Paths is set; otherwise a
 	// page of up to p.Limit whose paths sort after p.After, ordered by

@@ -485,14 +485,16 @@ func (e *Engine) startIfPending(ctx context.Context, id, subID string) error {
 
 // StreamDeleted tells the engine that the stream at path was deleted. The
 // consumers whose primary stream it was are removed; others drop it from
-// their streams, and are removed if it was their last. It works before
+// their streams, and are removed if it was their last. Every `__ds`
+// subscription drops its link of the stream, glob or explicit, so that a
+// stream created again at path is linked afresh. It works before
 // Start too: no sweep looks for deleted streams. An error that wraps
 // ErrStoreUnavailable needs no retry: once the Store answers again the
 // scheduler removes the stream from the consumers that existed at the
 // deletion, and not from those a new stream at path has since.
 func (e *Engine) StreamDeleted(ctx context.Context, path string) error {
 	at := e.clock.Now()
-	err := e.removeStream(ctx, path, time.Time{})
+	err := errors.Join(e.removeStream(ctx, path, time.Time{}), e.ds.streamDeleted(ctx, path, false))
 	if errors.Is(err, ErrStoreUnavailable) {
 		e.missed.addDeleted(path, at)
 	}

@@ -195,6 +195,19 @@ func (s *Store) UnlinkDSStream(_ context.Context, p *webhooks.UnlinkDSStreamPara
 	return nil
 }
 
+// DropDSStream implements webhooks.DSStore.
+func (s *Store) DropDSStream(_ context.Context, path string) error {
+	s.ds.mu.Lock()
+	defer s.ds.mu.Unlock()
+	for _, d := range s.ds.byPath[path] {
+		delete(d.links, path)
+		d.order.remove(path)
+		d.pending.remove(path)
+	}
+	delete(s.ds.byPath, path)
+	return nil
+}
+
 // ListDSLinks implements webhooks.DSStore.
 func (s *Store) ListDSLinks(_ context.Context, p *webhooks.ListDSLinksParams) ([]webhooks.DSLink, error) {
 	s.ds.mu.Lock()

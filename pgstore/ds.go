@@ -338,6 +338,20 @@ func (s *Store) UnlinkDSStream(ctx context.Context, p *webhooks.UnlinkDSStreamPa
 	})
 }
 
+// DropDSStream implements webhooks.DSStore. It locks the subscriptions
+// that link path in ID order, as NoteDSAppend does, so that it waits for
+// their cursors' updates rather than deadlock with them.
+func (s *Store) DropDSStream(ctx context.Context, path string) error {
+	return s.dsTx(ctx, "drop __ds stream", func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT FROM streamhooks_ds_subscriptions
+			WHERE id IN (SELECT subscription_id FROM streamhooks_ds_links WHERE path = $1) ORDER BY id FOR UPDATE`, path); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, "DELETE FROM streamhooks_ds_links WHERE path = $1", path)
+		return err
+	})
+}
+
 // ListDSLinks implements webhooks.DSStore.
 func (s *Store) ListDSLinks(ctx context.Context, p *webhooks.ListDSLinksParams) ([]webhooks.DSLink, error) {
 	var live bool

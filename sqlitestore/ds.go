@@ -295,6 +295,15 @@ func (s *Store) UnlinkDSStream(ctx context.Context, p *webhooks.UnlinkDSStreamPa
 	})
 }
 
+// DropDSStream implements webhooks.DSStore. A deleted subscription has
+// no links left to drop.
+func (s *Store) DropDSStream(ctx context.Context, path string) error {
+	return s.dsWrite(ctx, "drop __ds stream", func(tx *wtx) error {
+		_, err := tx.exec("DELETE FROM ds_links WHERE path = ?", path)
+		return err
+	})
+}
+
 // ListDSLinks implements webhooks.DSStore.
 func (s *Store) ListDSLinks(ctx context.Context, p *webhooks.ListDSLinksParams) ([]webhooks.DSLink, error) {
 	var live bool

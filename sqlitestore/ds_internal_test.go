@@ -56,6 +56,7 @@ func TestDSStatementsUseIndexes(t *testing.T) {
 	require.NoError(t, err)
 	_, _, err = s.NextDSDeadline(ctx)
 	require.NoError(t, err)
+	require.NoError(t, s.DropDSStream(ctx, "a"))
 	require.NoError(t, s.DeleteDSSubscription(ctx, "s"))
 
 	var queries []string

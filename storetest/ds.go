@@ -265,6 +265,36 @@ func testDSExplicitGlob(t *testing.T, s webhooks.Store) {
 	require.Empty(t, cs, "an unlinked stream's appends concern no subscription")
 }
 
+// A deleted stream loses every link, glob and explicit, in every
+// subscription, pending or not, and takes its pending work with it; other
+// streams' links stay. A stream created again at the path is linked
+// afresh.
+func testDSDropStream(t *testing.T, s webhooks.Store) {
+	d := dsStore(t, s)
+	ctx := t.Context()
+	mustPutDS(t, d, newDSSub("s"), glob("events/gone", 1), explicit("events/gone", 1), glob("events/kept", 1))
+	mustPutDS(t, d, newDSSub("t"), explicit("events/gone", 1))
+	note(t, d, "events/gone", 9, at(0))
+	require.True(t, cursor(t, d, "s").Pending)
+
+	require.NoError(t, d.DropDSStream(ctx, "events/gone"))
+	for _, id := range []string{"s", "t"} {
+		require.NotContains(t, links(t, d, id, "events/gone"), "events/gone", "%s still links the deleted stream", id)
+		require.False(t, cursor(t, d, id).Pending, "%s keeps the deleted stream's pending work", id)
+		pend, err := d.ListDSLinks(ctx, &webhooks.ListDSLinksParams{ID: id, Limit: 10, PendingOnly: true})
+		require.NoError(t, err)
+		require.Empty(t, pend, "a wake of %s would list the deleted stream", id)
+	}
+	require.Contains(t, links(t, d, "s", "events/kept"), "events/kept", "another stream's link stays")
+	require.Empty(t, note(t, d, "events/gone", 10, at(time.Second)), "a deleted stream's append concerns no subscription")
+	require.NoError(t, d.DropDSStream(ctx, "events/gone"), "dropping an unlinked stream is no error")
+
+	mustLink(t, d, "s", webhooks.DSLinkSpec{Path: "events/gone", Type: webhooks.DSLinkGlob, Offset: webhooks.OffsetNone})
+	l := links(t, d, "s", "events/gone")["events/gone"]
+	require.Equal(t, webhooks.OffsetNone, l.AckedOffset, "the stream created again starts fresh")
+	require.Equal(t, webhooks.DSLinkGlob, l.Type, "its old explicit link is gone")
+}
+
 func testDSPending(t *testing.T, s webhooks.Store) {
 	d := dsStore(t, s)
 	mustPutDS(t, d, newDSSub("s"), glob("events/a", 1), glob("events/b", 1))

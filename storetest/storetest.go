@@ -140,6 +140,7 @@ var contractTests = []contractTest{
 	{"DS/Tombstone", testDSTombstone},
 	{"DS/LinkIdempotent", testDSLinkIdempotent},
 	{"DS/ExplicitGlob", testDSExplicitGlob},
+	{"DS/DropStream", testDSDropStream},
 	{"DS/Pending", testDSPending},
 	{"DS/Fencing", testDSFencing},
 	{"DS/Release", testDSRelease},

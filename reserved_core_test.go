@@ -1,0 +1,76 @@
+package webhooks_test
+
+import (
+	"context"
+	"net/http"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	webhooks "github.com/streamhooks/webhooks"
+	"github.com/streamhooks/webhooks/memstore"
+)
+
+// forEachDSBackend runs fn for the memory Store and each shared backend
+// (SQLite, PostgreSQL), as a subtest.
+func forEachDSBackend(t *testing.T, fn func(t *testing.T, store webhooks.Store)) {
+	t.Run("memory", func(t *testing.T) { fn(t, memstore.New()) })
+	forEachBackend(t, func(t *testing.T, b instanceBackend) { fn(t, b.open(t, 1)[0].Store) })
+}
+
+// dsLinks are the link types of subscription id's links, by path.
+func (h *harness) dsLinks(id string) map[string]string {
+	h.t.Helper()
+	r := h.ds(http.MethodGet, "subscriptions/"+id, nil, "")
+	require.Equal(h.t, http.StatusOK, r.status, r.raw)
+	out := map[string]string{}
+	for _, s := range r.body["streams"].([]any) {
+		l := s.(map[string]any)
+		out[l["path"].(string)] = l["link_type"].(string)
+	}
+	return out
+}
+
+// A deleted stream loses its __ds links, glob and explicit: a wake in
+// flight that listed it is acked without it, no later wake lists it, and a
+// stream created again at its path starts fresh, from before its first
+// event, although its offsets are below those acked on the deleted one.
+func TestDSStreamDeletedUnlinks(t *testing.T) {
+	forEachDSBackend(t, func(t *testing.T, store webhooks.Store) {
+		h, _ := newDSHarnessStore(t, store)
+		ctx := context.Background()
+		h.create("/events/a", 10)
+		h.dsPut("s1", map[string]any{"type": "webhook", "pattern": "events/*", "streams": []string{"events/a"},
+			"webhook": map[string]string{"url": h.recv.url()}, "lease_ttl_ms": 1000})
+		require.Equal(t, map[string]string{"events/a": "explicit"}, h.dsLinks("s1"))
+
+		hold := make(chan struct{})
+		h.recv.queue(reply{status: http.StatusOK, body: `{"done":true}`, hold: hold}, reply{status: http.StatusOK, body: `{"done":true}`})
+		h.create("/events/b", 4)
+		w1, _ := h.nextDSWake()
+		require.Len(t, w1.Streams, 1)
+		require.Equal(t, "events/b", w1.Streams[0].Path)
+		h.appendTo("/events/a", 5) // pending on a while b's wake is in flight
+		h.source.remove("/events/b")
+		require.NoError(t, h.engine.StreamDeleted(ctx, "/events/b"))
+		h.source.remove("/events/a")
+		require.NoError(t, h.engine.StreamDeleted(ctx, "/events/a"))
+		require.Empty(t, h.dsLinks("s1"), "the deleted streams are still linked")
+		close(hold) // done: the snapshot's ack names a stream no longer linked
+		require.True(t, h.waitProgress(func() bool {
+			sub, err := store.(webhooks.DSStore).GetDSSubscription(ctx, "s1")
+			require.NoError(t, err)
+			return sub.Cursor.WakeID == ""
+		}), "the wake whose snapshot listed a deleted stream never ended")
+
+		h.create("/events/a", 3) // offsets below the 15 acked before
+		w2, _ := h.nextDSWake()
+		require.Greater(t, w2.Generation, w1.Generation)
+		require.Len(t, w2.Streams, 1, "a wake lists a deleted stream")
+		require.Equal(t, "events/a", w2.Streams[0].Path)
+		require.Equal(t, "glob", w2.Streams[0].LinkType, "the explicit link went with the stream")
+		require.Equal(t, webhooks.OffsetNone, w2.Streams[0].AckedOffset, "the new stream starts fresh")
+		require.Equal(t, offset(3), w2.Streams[0].TailOffset)
+		require.True(t, h.waitProgress(func() bool { return h.dsAcked("s1", "events/a") == offset(3) }))
+	})
+}
