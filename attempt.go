@@ -91,24 +91,41 @@ func (p *pipeline) abandonAttempts() {
 
 // sendStarted sends the attempt of c that a transition has just started
 // and stored: a delivery's first, which needs no further write, or a retry
-// come due. The attempt runs in the pipeline's context, not the caller's,
-// which may be a request's. A pipeline not running leaves the attempt to
-// time out and be retried, as after a crash.
+// come due.
 func (p *pipeline) sendStarted(c *Consumer) {
 	if c.State != stateDelivering || !c.InFlight {
 		return
 	}
+	p.admit(func(ctx context.Context) { p.send(ctx, c) })
+}
+
+// submit hands attempt a, which a transition has just started and
+// stored, to lane, as sendStarted does; a `__ds` subscription's attempt
+// comes this way. It reports whether the pipeline took it.
+func (p *pipeline) submit(lane string, a *attempt) bool {
+	return p.admit(func(ctx context.Context) {
+		a.ctx = ctx
+		p.lanes.enqueue(lane, a)
+	})
+}
+
+// admit calls hand, which hands a stored attempt over to its lane, with
+// the pipeline's context, not the caller's, which may be a request's, and
+// reports whether it did. A pipeline not running leaves the attempt to
+// time out and be retried, as after a crash.
+func (p *pipeline) admit(hand func(ctx context.Context)) bool {
 	p.mu.Lock()
 	ctx := p.accept
 	if ctx == nil || ctx.Err() != nil {
 		p.mu.Unlock()
-		return
+		return false
 	}
 	// Counted before Stop can begin to wait.
 	p.inFlight.Add(1)
 	p.mu.Unlock()
 	defer p.inFlight.Done()
-	p.send(ctx, c)
+	hand(ctx)
+	return true
 }
 
 // send hands the attempt of c, just marked as sent, to the lane of its
@@ -130,7 +147,10 @@ func (p *pipeline) send(ctx context.Context, c *Consumer) {
 		return
 	}
 	mech := mechanismOf(sub)
-	p.lanes.enqueue(ctx, mech.transport().lane(sub), c, sub, mech)
+	p.lanes.enqueue(mech.transport().lane(sub), &attempt{
+		ctx: ctx, key: c.ID, deadline: c.Deadline, ended: p.ended,
+		run: func(ctx context.Context, answered func(string)) { p.deliver(ctx, c, sub, mech, answered) },
+	})
 }
 
 // startDelivery runs attempt a, started by its lane, in a goroutine that
@@ -155,7 +175,7 @@ func (p *pipeline) runDelivery(a *attempt) {
 	ctx := p.sending
 	p.mu.Unlock()
 	answered := false
-	p.deliver(ctx, a.c, a.sub, a.mech, func(outcome string) {
+	a.run(ctx, func(outcome string) {
 		answered = true
 		p.lanes.finish(a, laneOutcomeOf(outcome))
 	})
@@ -163,7 +183,7 @@ func (p *pipeline) runDelivery(a *attempt) {
 		p.lanes.finish(a, laneOutcomeOf(""))
 	}
 	p.attempts.Add(-1)
-	p.ended()
+	a.ended()
 }
 
 // deliver makes the attempt of c, of sub delivered by mech, that a

@@ -54,6 +54,14 @@ func (o *outcomes) Start(ctx context.Context) {
 // attempt goes in the delivery log and the subscription's health, which
 // may trip its circuit breaker; a failure is logged and counted.
 func (o *outcomes) attemptEnded(ctx context.Context, c *Consumer, sub *Subscription, resp response, stored *Consumer) {
+	at := o.logAttempt(ctx, c, resp, stored)
+	o.recordHealth(ctx, sub, resp.failure, at.Add(resp.latency))
+}
+
+// logAttempt puts the attempt that c was sent for in the delivery log,
+// logs and counts it if it failed, and returns when it was made. A `__ds`
+// attempt comes here alone: its subscription has no health or breaker.
+func (o *outcomes) logAttempt(ctx context.Context, c *Consumer, resp response, stored *Consumer) time.Time {
 	at := resp.sentAt
 	if at.IsZero() {
 		at = o.clock.Now() // a timeout found by the scheduler
@@ -70,7 +78,7 @@ func (o *outcomes) attemptEnded(ctx context.Context, c *Consumer, sub *Subscript
 		o.failures.succeeded(ctx, c, resp)
 	}
 	o.attemptLog.add(ctx, a)
-	o.recordHealth(ctx, sub, resp.failure, at.Add(resp.latency))
+	return at
 }
 
 // retryAfter is how long a 429 or 503 response asks the client to wait,

@@ -68,19 +68,29 @@ func laneKey(webhook string) string {
 	return net.JoinHostPort(strings.ToLower(u.Hostname()), port)
 }
 
-// attempt is a delivery attempt of consumer c, marked as sent in the Store,
-// waiting in or started from its lane.
+// attempt is a delivery attempt, marked as sent in the Store, waiting in
+// or started from its lane. The lanes know it by its key and deadline
+// only: what it delivers, and how, is run's.
 type attempt struct {
-	ctx  context.Context
-	c    *Consumer
-	sub  *Subscription
-	mech mechanism // sub's, resolved once per attempt
-	lane *lane
-	seq  uint64 // its lane's count of POSTs started, this one included
+	ctx context.Context
+	// key names what the attempt delivers for: a consumer's ID, or a
+	// `__ds` subscription's attempt key (dsAttemptKey). A lane keeps one
+	// waiting attempt per key.
+	key string
+	// deadline is when a waiting attempt is no longer worth starting;
+	// zero for never.
+	deadline time.Time
+	// run makes the attempt, in ctx, and calls answered with the
+	// transport's outcome as soon as it has one, and not at all if
+	// nothing was sent; ended is called once it has ended.
+	run   func(ctx context.Context, answered func(outcome string))
+	ended func()
+	lane  *lane
+	seq   uint64 // its lane's count of POSTs started, this one included
 }
 
 // lane is one destination's FIFO of waiting attempts, at most one per
-// consumer, and its adaptive concurrency limit.
+// attempt key, and its adaptive concurrency limit.
 type lane struct {
 	key      string
 	limit    int
@@ -91,11 +101,11 @@ type lane struct {
 	started, cutAt uint64
 	// healthy is set while the last success has had no failure after it;
 	// such a lane may start one POST past the global cap.
-	healthy    bool
-	waiting    []*attempt
-	byConsumer map[string]*attempt
-	ready      bool // in lanes.ready
-	idleSince  time.Time
+	healthy   bool
+	waiting   []*attempt
+	byKey     map[string]*attempt
+	ready     bool // in lanes.ready
+	idleSince time.Time
 }
 
 func (l *lane) idle() bool { return l.inFlight == 0 && len(l.waiting) == 0 }
@@ -141,10 +151,9 @@ func newLanes(clk clock.Clock, maxTotal, maxPerHost int, start func(*attempt)) *
 	}
 }
 
-// enqueue queues the attempt of c, of sub delivered by mech, just marked
-// as sent, in lane key, replacing an attempt of c still waiting there, and
-// starts what may start.
-func (ls *lanes) enqueue(ctx context.Context, key string, c *Consumer, sub *Subscription, mech mechanism) {
+// enqueue queues attempt a, just marked as sent, in lane key, replacing
+// an attempt of a's key still waiting there, and starts what may start.
+func (ls *lanes) enqueue(key string, a *attempt) {
 	ls.mu.Lock()
 	now := ls.clock.Now()
 	if now.Sub(ls.swept) >= laneIdleTTL {
@@ -152,15 +161,15 @@ func (ls *lanes) enqueue(ctx context.Context, key string, c *Consumer, sub *Subs
 	}
 	l := ls.byKey[key]
 	if l == nil {
-		l = &lane{key: key, limit: min(laneStartLimit, ls.maxPerHost), byConsumer: make(map[string]*attempt)}
+		l = &lane{key: key, limit: min(laneStartLimit, ls.maxPerHost), byKey: make(map[string]*attempt)}
 		ls.byKey[key] = l
 	}
-	if a := l.byConsumer[c.ID]; a != nil {
-		a.ctx, a.c, a.sub, a.mech = ctx, c, sub, mech
+	if w := l.byKey[a.key]; w != nil {
+		w.ctx, w.deadline, w.run, w.ended = a.ctx, a.deadline, a.run, a.ended
 	} else {
-		a = &attempt{ctx: ctx, c: c, sub: sub, mech: mech, lane: l}
+		a.lane = l
 		l.waiting = append(l.waiting, a)
-		l.byConsumer[c.ID] = a
+		l.byKey[a.key] = a
 	}
 	started := ls.fill(l, now, nil)
 	ls.mu.Unlock()
@@ -283,8 +292,8 @@ func (ls *lanes) next(l *lane, now time.Time) *attempt {
 		a := l.waiting[0]
 		l.waiting[0] = nil
 		l.waiting = l.waiting[1:]
-		delete(l.byConsumer, a.c.ID)
-		if !now.Before(a.c.Deadline) || a.ctx.Err() != nil {
+		delete(l.byKey, a.key)
+		if (!a.deadline.IsZero() && !now.Before(a.deadline)) || a.ctx.Err() != nil {
 			continue
 		}
 		l.inFlight++

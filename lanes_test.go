@@ -17,6 +17,7 @@ type laneRig struct {
 	ls      *lanes
 	started []*attempt
 	n       int
+	ran     int // the attempt number of the attempt run last
 }
 
 func newLaneRig(t *testing.T, maxTotal, maxPerHost int) *laneRig {
@@ -38,9 +39,11 @@ func (r *laneRig) enqueue(host string) string {
 	return id
 }
 
+// enqueueAttempt queues attempt attemptNo of consumer id on host; running
+// it sets r.ran to attemptNo.
 func (r *laneRig) enqueueAttempt(host, id string, attemptNo int) {
-	c := &Consumer{ID: id, Attempt: attemptNo, Deadline: r.clock.Now().Add(DefaultWakingTimeout)}
-	r.ls.enqueue(context.Background(), host, c, nil, nil)
+	r.ls.enqueue(host, &attempt{ctx: context.Background(), key: id, deadline: r.clock.Now().Add(DefaultWakingTimeout),
+		run: func(context.Context, func(string)) { r.ran = attemptNo }})
 }
 
 // take returns the attempts started since the last take.
@@ -195,10 +198,11 @@ func TestLaneOneWaitingAttemptPerConsumer(t *testing.T) {
 	r.ls.finish(first[0], laneAnswered)
 	next := r.take()
 	require.Len(t, next, 1)
-	require.Equal(t, "x", next[0].c.ID)
-	require.Equal(t, 2, next[0].c.Attempt, "the newer attempt replaced the older")
+	require.Equal(t, "x", next[0].key)
+	next[0].run(context.Background(), nil)
+	require.Equal(t, 2, r.ran, "the newer attempt replaced the older")
 	r.ls.finish(next[0], laneAnswered)
-	require.Equal(t, "y", r.take()[0].c.ID)
+	require.Equal(t, "y", r.take()[0].key)
 }
 
 // A waiting attempt whose WAKING timeout has passed is dropped when its
@@ -213,7 +217,7 @@ func TestLaneDropsTimedOutAttempts(t *testing.T) {
 	r.ls.finish(first[0], laneAnswered)
 	next := r.take()
 	require.Len(t, next, 1)
-	require.Equal(t, fresh, next[0].c.ID, "%s timed out while it waited", stale)
+	require.Equal(t, fresh, next[0].key, "%s timed out while it waited", stale)
 	r.ls.finish(next[0], laneAnswered)
 	require.Equal(t, 0, r.ls.pending())
 }

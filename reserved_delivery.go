@@ -6,11 +6,12 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
-	"net/http"
 	"slices"
 	"strings"
 	"sync"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/streamhooks/webhooks/internal/startstop"
 )
@@ -60,10 +61,18 @@ type StreamAppender interface {
 }
 
 // dsMechanism is how a `__ds` subscription's wake goes out: the webhook
-// POST of section 7.1 or the wake event of section 7.2.
+// POST of section 7.1 or the wake event of section 7.2. It is all that
+// differs between them: both go through the engine's pipeline (lanes,
+// spans, metrics, the delivery log, Stop), and the webhook through the
+// webhook transport.
 type dsMechanism interface {
-	// send delivers wake w of sub, and reports the outcome.
-	send(ctx context.Context, d *dsDelivery, sub *DSSubscription, w dsWake) dsOutcome
+	// send delivers wake w of sub, seen by the shared core as view, and
+	// reports the outcome.
+	send(ctx context.Context, d *dsDelivery, sub *DSSubscription, view *Subscription, w dsWake) dsOutcome
+	// lane is the lane of sub's attempts.
+	lane(d *dsDelivery, sub *DSSubscription) string
+	// spanName names an attempt's trace span.
+	spanName() string
 	// leaseAtSend is the lease the wake holds while it is being sent;
 	// zero for none.
 	leaseAtSend(d *dsDelivery, sub *DSSubscription) time.Duration
@@ -90,21 +99,24 @@ type dsWake struct {
 
 // dsOutcome is what sending a wake came to.
 type dsOutcome struct {
-	err error
+	// resp is the transport's outcome, for the lanes, the telemetry and
+	// the delivery log; sent is unset if nothing was sent.
+	resp response
+	sent bool
+	err  error
 	// done is set when a webhook answered {"done": true}, and acks are
 	// the tails of the wake's snapshot to ack then.
 	done bool
 	acks []DSAck
 }
 
-// dsDelivery runs the `__ds` subscriptions' deliveries on one engine.
+// dsDelivery runs the `__ds` subscriptions' deliveries on one engine: its
+// scheduler starts them, and hands each attempt to the engine's pipeline.
 type dsDelivery struct {
 	startstop.Base
 	e     *Engine
 	store DSStore
 	kick  chan struct{}
-	// sends are the wakes being sent, which Stop waits for.
-	sends sync.WaitGroup
 
 	mu sync.RWMutex
 	// subs are the live subscriptions, for glob matching on appends.
@@ -278,7 +290,6 @@ func (d *dsDelivery) Start(ctx context.Context) {
 	}
 	go func() {
 		defer stopped()
-		defer d.sends.Wait()
 		d.run(run)
 	}()
 }
@@ -339,7 +350,10 @@ func (d *dsDelivery) step(ctx context.Context, id string) error {
 		return err
 	}
 	mech := dsMechanismOf(sub)
-	var send *dsWake
+	var (
+		send     *dsWake
+		deadline time.Time
+	)
 	_, err = d.store.UpdateDSCursor(ctx, id, func(c *DSCursor) error {
 		send = nil
 		now := d.e.clock.Now()
@@ -367,24 +381,58 @@ func (d *dsDelivery) step(ctx context.Context, id string) error {
 			c.DueAt = now.Add(t)
 		}
 		send = &dsWake{generation: c.Generation, wakeID: c.WakeID, attempt: c.Attempt}
+		deadline = c.DueAt
 		return nil
 	})
 	if err != nil || send == nil {
 		return err
 	}
+	// The attempt waits in its lane no later than another engine may send
+	// it again; one not taken, as at Stop, waits for its due time.
 	w := *send
-	d.sends.Add(1)
-	go func() {
-		defer d.sends.Done()
-		d.deliver(ctx, sub, mech, w)
-	}()
+	d.e.pipeline.submit(mech.lane(d, sub), &attempt{
+		key: dsAttemptKey(sub.ID), deadline: deadline, ended: d.e.signals.dsAttemptEnded.Send,
+		run: func(ctx context.Context, answered func(string)) { d.deliver(ctx, sub, mech, w, answered) },
+	})
 	return nil
 }
 
-// deliver sends wake w of sub and applies the outcome, fenced on w.
-func (d *dsDelivery) deliver(ctx context.Context, sub *DSSubscription, mech dsMechanism, w dsWake) {
-	out := mech.send(ctx, d, sub, w)
-	defer d.e.signals.dsAttemptEnded.Send()
+// dsAttemptKey is the key of subscription id's attempts in the shared
+// core: its lanes, its telemetry, the failure log and the delivery log.
+// No consumer ID and no seed-001 subscription ID has a "/".
+func dsAttemptKey(id string) string { return dsTokenSubject(id) }
+
+// dsAttemptView is attempt w of sub as the shared core sees an attempt:
+// a consumer and a subscription named by its attempt key, which carry the
+// attempt's identity (generation, wake id, number) and destination, and
+// none of its cursors, which stay in the DSStore.
+func dsAttemptView(sub *DSSubscription, w dsWake) (*Consumer, *Subscription) {
+	key := dsAttemptKey(sub.ID)
+	return &Consumer{ID: key, SubscriptionID: key, Epoch: w.generation, WakeID: w.wakeID, Attempt: w.attempt},
+		&Subscription{ID: key, Webhook: sub.WebhookURL, Signature: SignatureEd25519}
+}
+
+// deliver sends wake w of sub, reports the transport's outcome to its
+// lane (answered), its span, the metrics and the delivery log, as every
+// attempt does, and applies it, fenced on w. An attempt cut short by the
+// engine's Stop is left to its due time.
+func (d *dsDelivery) deliver(ctx context.Context, sub *DSSubscription, mech dsMechanism, w dsWake, answered func(string)) {
+	c, view := dsAttemptView(sub, w)
+	tel := d.e.tel
+	ctx, span := tel.tracer.Start(ctx, mech.spanName(), trace.WithAttributes(deliveryAttrs(c, view)...))
+	defer span.End()
+	if w.attempt == 1 {
+		tel.started(ctx, c)
+	}
+	out := mech.send(ctx, d, sub, view, w)
+	if ctx.Err() != nil {
+		return
+	}
+	if out.sent {
+		answered(out.resp.outcome)
+		tel.delivered(ctx, span, c, view, out.resp.outcome, out.resp.failure, out.resp.latency)
+		d.e.outcomes.logAttempt(ctx, c, out.resp, nil)
+	}
 	now := d.e.clock.Now()
 	if out.done {
 		cur, err := d.autoAck(ctx, sub.ID, w, out.acks, now)
@@ -500,7 +548,15 @@ func (dsWebhook) leaseAtSend(d *dsDelivery, sub *DSSubscription) time.Duration {
 // has surely ended.
 func (dsWebhook) dueAtSend(d *dsDelivery) time.Duration { return 2 * d.e.cfg.requestTimeout }
 
-func (dsWebhook) send(ctx context.Context, d *dsDelivery, sub *DSSubscription, w dsWake) dsOutcome {
+// The webhook's lane is its host's, shared with every subscription that
+// posts there.
+func (dsWebhook) lane(_ *dsDelivery, sub *DSSubscription) string { return laneKey(sub.WebhookURL) }
+
+func (dsWebhook) spanName() string { return "webhooks.ds.webhook" }
+
+// send POSTs the wake through the webhook transport, signed with Ed25519
+// as view's scheme says.
+func (dsWebhook) send(ctx context.Context, d *dsDelivery, sub *DSSubscription, view *Subscription, w dsWake) dsOutcome {
 	links, err := d.pendingLinks(ctx, sub.ID)
 	if err != nil {
 		return dsOutcome{err: err}
@@ -516,23 +572,24 @@ func (dsWebhook) send(ctx context.Context, d *dsDelivery, sub *DSSubscription, w
 	if err != nil {
 		return dsOutcome{err: err}
 	}
-	h := http.Header{"Content-Type": {"application/json"}}
-	d.e.keys.signEd25519(h, w.wakeID, d.e.clock.Now(), body)
-	r := d.e.x.post(ctx, sub.WebhookURL, h, body, d.e.cfg.requestTimeout, nil)
-	if r.failure != nil {
-		if r.failure.err != nil {
-			return dsOutcome{err: r.failure.err}
+	r, err := webhookTransport{}.send(ctx, d.e.x, view, &message{id: w.wakeID, body: body, timeout: d.e.cfg.requestTimeout}, nil)
+	if err != nil {
+		return dsOutcome{err: err}
+	}
+	out := dsOutcome{resp: r, sent: true}
+	switch {
+	case r.failure != nil && r.failure.err != nil:
+		out.err = r.failure.err
+	case r.failure != nil:
+		out.err = fmt.Errorf("the webhook answered %d", r.failure.status)
+	case r.outcome == outcomeDone:
+		out.done = true
+		out.acks = make([]DSAck, len(links))
+		for i, l := range links {
+			out.acks[i] = DSAck{Path: l.Path, Offset: l.TailOffset}
 		}
-		return dsOutcome{err: fmt.Errorf("the webhook answered %d", r.failure.status)}
 	}
-	if r.outcome != outcomeDone {
-		return dsOutcome{}
-	}
-	acks := make([]DSAck, len(links))
-	for i, l := range links {
-		acks[i] = DSAck{Path: l.Path, Offset: l.TailOffset}
-	}
-	return dsOutcome{done: true, acks: acks}
+	return out
 }
 
 // dsPullWake is pull-wake delivery (section 7.2).
@@ -554,7 +611,15 @@ func (dsPullWake) leaseAtSend(*dsDelivery, *DSSubscription) time.Duration { retu
 // mid-append leaves the wake to a claim, never to a second event.
 func (dsPullWake) dueAtSend(*dsDelivery) time.Duration { return 0 }
 
-func (dsPullWake) send(ctx context.Context, d *dsDelivery, sub *DSSubscription, w dsWake) dsOutcome {
+// The wake stream is the lane: its appends, of every subscription that
+// shares it, are its destination's load.
+func (dsPullWake) lane(d *dsDelivery, sub *DSSubscription) string {
+	return "append:" + d.absolute(sub.WakeStream)
+}
+
+func (dsPullWake) spanName() string { return "webhooks.ds.pull_wake" }
+
+func (dsPullWake) send(ctx context.Context, d *dsDelivery, sub *DSSubscription, _ *Subscription, w dsWake) dsOutcome {
 	appender, ok := d.e.source.(StreamAppender)
 	if !ok {
 		return dsOutcome{err: errors.New("the StreamSource cannot append wake events (StreamAppender)")}
@@ -571,8 +636,11 @@ func (dsPullWake) send(ctx context.Context, d *dsDelivery, sub *DSSubscription, 
 	if err != nil {
 		return dsOutcome{err: err}
 	}
-	if err := appender.Append(ctx, d.absolute(sub.WakeStream), body); err != nil {
-		return dsOutcome{err: err}
+	sentAt := d.e.clock.Now()
+	err = appender.Append(ctx, d.absolute(sub.WakeStream), body)
+	out := dsOutcome{resp: response{outcome: outcomeOK, sentAt: sentAt, latency: d.e.clock.Since(sentAt)}, sent: true, err: err}
+	if err != nil {
+		out.resp.outcome, out.resp.failure = outcomeError, &deliveryFailure{class: failOther, err: err}
 	}
-	return dsOutcome{}
+	return out
 }
