@@ -222,6 +222,20 @@ func TestLaneDropsTimedOutAttempts(t *testing.T) {
 	require.Equal(t, 0, r.ls.pending())
 }
 
+// A waiting attempt without a deadline, a pull-wake's wake event, which
+// is sent at most once, is never dropped, however long it waits.
+func TestLaneKeepsAttemptsWithoutDeadline(t *testing.T) {
+	r := newLaneRig(t, 1000, 1)
+	r.enqueue("a")
+	first := r.take()
+	r.ls.enqueue("a", &attempt{ctx: context.Background(), key: "__ds/s"})
+	r.clock.Add(365 * 24 * time.Hour)
+	r.ls.finish(first[0], laneAnswered)
+	next := r.take()
+	require.Len(t, next, 1, "the attempt without a deadline was dropped")
+	require.Equal(t, "__ds/s", next[0].key)
+}
+
 // Lanes with nothing waiting or in flight are forgotten once idle for
 // laneIdleTTL, and only then.
 func TestLanesForgetIdleLanes(t *testing.T) {

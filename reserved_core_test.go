@@ -6,6 +6,9 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"go.opentelemetry.io/otel/attribute"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/sdk/trace/tracetest"
 
 	webhooks "github.com/streamhooks/webhooks"
 	"github.com/streamhooks/webhooks/memstore"
@@ -73,4 +76,83 @@ func TestDSStreamDeletedUnlinks(t *testing.T) {
 		require.Equal(t, offset(3), w2.Streams[0].TailOffset)
 		require.True(t, h.waitProgress(func() bool { return h.dsAcked("s1", "events/a") == offset(3) }))
 	})
+}
+
+// A __ds webhook attempt takes its host's lane, as every attempt does:
+// with one POST per host, it waits for a seed-001 wake-up's POST to the
+// same host, and goes once that one is answered. Its span is the
+// pipeline's, named for its mechanism, with the attempt's identity.
+func TestDSWebhookSharesTheHostLane(t *testing.T) {
+	spans := tracetest.NewSpanRecorder()
+	tp := sdktrace.NewTracerProvider(sdktrace.WithSpanProcessor(spans))
+	t.Cleanup(func() { require.NoError(t, tp.Shutdown(context.Background())) })
+	h, _ := newDSHarness(t, webhooks.WithMaxDeliveriesPerHost(1), webhooks.WithTracerProvider(tp))
+	hold := make(chan struct{})
+	h.recv.queue(reply{status: http.StatusOK, hold: hold}, reply{status: http.StatusOK, body: `{"done":true}`})
+	h.subscribe("seed", "/agents/*")
+	h.create("/agents/a", 1)
+	seed := h.nextDelivery()
+	require.NotEmpty(t, seed.n.ConsumerID, "the seed-001 wake-up goes first")
+
+	h.dsPut("s1", webhookSub(h, "events/*"))
+	h.create("/events/a", 10)
+	require.True(t, h.waitProgress(func() bool { return webhooks.LanesPending(h.engine) == 2 }),
+		"the __ds attempt does not wait in the host's lane")
+	select {
+	case d := <-h.recv.deliveries:
+		t.Fatalf("a second POST to the host while one is in flight: %s", d.body)
+	default:
+	}
+	close(hold)
+	w, _ := h.nextDSWake()
+	require.Equal(t, "s1", w.SubscriptionID)
+	require.True(t, h.waitProgress(func() bool { return h.dsAcked("s1", "events/a") == offset(10) }))
+
+	require.True(t, h.waitProgress(func() bool {
+		for _, s := range spans.Ended() {
+			if s.Name() == "webhooks.ds.webhook" {
+				attrs := attribute.NewSet(s.Attributes()...)
+				id, _ := attrs.Value("webhooks.consumer_id")
+				wake, _ := attrs.Value("webhooks.wake_id")
+				outcome, _ := attrs.Value("webhooks.outcome")
+				return id.AsString() == "__ds/s1" && wake.AsString() == w.WakeID && outcome.AsString() == "done"
+			}
+		}
+		return false
+	}), "no span of the __ds attempt")
+}
+
+// Stop lets a __ds POST in flight end and applies its answer, as it does
+// for every attempt: a {"done": true} that arrives while the engine stops
+// acks the wake's snapshot, so no other engine sends the wake again.
+func TestDSStopRecordsAttemptsInFlight(t *testing.T) {
+	h, _ := newDSHarness(t)
+	stopping := make(chan struct{}, 1)
+	hold := make(chan struct{})
+	h.recv.queue(reply{status: http.StatusOK, body: `{"done":true}`, hold: hold})
+	h.dsPut("s1", webhookSub(h, "events/*"))
+	// A second engine on the Store, whose Stop is the test's, sends the wake.
+	e, err := webhooks.New(h.store, h.source, webhooks.WithClock(h.clock), webhooks.WithCallbackBaseURL(callbackBase),
+		webhooks.WithWebhookPolicy(webhooks.WebhookPolicy{AllowLoopback: true}), webhooks.WithPollInterval(testPollInterval))
+	require.NoError(t, err)
+	webhooks.SignalStopping(e, stopping)
+	require.NoError(t, e.Start(context.Background()))
+	h.source.set("/events/a", 10)
+	require.NoError(t, e.StreamCreated(context.Background(), "/events/a"))
+	w, d := h.nextDSWake()
+
+	stopped := make(chan error, 1)
+	go func() {
+		ctx, cancel := context.WithTimeout(context.Background(), waitFor)
+		defer cancel()
+		stopped <- e.Stop(ctx)
+	}()
+	awaitSignal(t, stopping, "Stop")
+	require.NoError(t, d.ctx.Err(), "the POST in flight goes on")
+	close(hold)
+	require.NoError(t, <-stopped)
+	sub, err := h.store.(webhooks.DSStore).GetDSSubscription(context.Background(), "s1")
+	require.NoError(t, err)
+	require.Empty(t, sub.Cursor.WakeID, "the done answer did not end wake %s", w.WakeID)
+	require.Equal(t, offset(10), h.dsAcked("s1", "events/a"), "the done answer did not ack the snapshot")
 }

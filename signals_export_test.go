@@ -118,3 +118,6 @@ func MarkAdopted(ctx context.Context, store Store, id string) error {
 	})
 	return err
 }
+
+// LanesPending counts e's attempts in flight and waiting in its lanes.
+func LanesPending(e *Engine) int { return e.pipeline.lanes.pending() }
