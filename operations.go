@@ -216,6 +216,27 @@ func (e *Engine) DeliveryLog(ctx context.Context, id string, limit int) ([]*Deli
 	return e.outcomes.attemptLog.store.ListAttempts(ctx, id, limit)
 }
 
+// DSDeliveryLog returns up to limit of the latest delivery attempts of
+// the reserved `__ds` subscription id, newest first: its webhook POSTs or
+// its wake events' appends, kept under DSDeliveryLogKey(id). It returns
+// none if the Store keeps no DeliveryLog, and ErrDSSubscriptionNotFound
+// if there is no such subscription.
+func (e *Engine) DSDeliveryLog(ctx context.Context, id string, limit int) ([]*DeliveryAttempt, error) {
+	if err := e.checkLoaded(); err != nil {
+		return nil, err
+	}
+	if !e.ds.enabled() {
+		return nil, ErrDSSubscriptionNotFound
+	}
+	if _, err := e.ds.store.GetDSSubscription(ctx, id); err != nil {
+		return nil, err
+	}
+	if e.outcomes.attemptLog.store == nil {
+		return nil, nil
+	}
+	return e.outcomes.attemptLog.store.ListAttempts(ctx, DSDeliveryLogKey(id), limit)
+}
+
 // attemptJSON is a delivery attempt as the API shows it.
 type attemptJSON struct {
 	At           time.Time `json:"at"`

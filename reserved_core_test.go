@@ -156,3 +156,45 @@ func TestDSStopRecordsAttemptsInFlight(t *testing.T) {
 	require.Empty(t, sub.Cursor.WakeID, "the done answer did not end wake %s", w.WakeID)
 	require.Equal(t, offset(10), h.dsAcked("s1", "events/a"), "the done answer did not ack the snapshot")
 }
+
+// Each __ds attempt goes in the delivery log, under the subscription's
+// DSDeliveryLogKey, as every attempt does: operators read it with
+// DSDeliveryLog.
+func TestDSDeliveryLog(t *testing.T) {
+	h, _ := newDSHarness(t)
+	ctx := context.Background()
+	h.recv.queue(reply{status: http.StatusInternalServerError, body: "busy"}, reply{status: http.StatusOK, body: `{"done":true}`})
+	h.dsPut("s1", webhookSub(h, "events/*"))
+	h.create("/events/a", 10)
+	w1, _ := h.nextDSWake()
+	ds := h.store.(webhooks.DSStore)
+	var sub *webhooks.DSSubscription
+	require.True(t, h.waitProgress(func() bool {
+		var err error
+		sub, err = ds.GetDSSubscription(ctx, "s1")
+		require.NoError(t, err)
+		return sub.Cursor.Status == webhooks.DSFailed
+	}))
+	h.flushLog()
+	h.clock.Set(sub.Cursor.DueAt)
+	h.nextDSWake()
+	require.True(t, h.waitProgress(func() bool { return h.dsAcked("s1", "events/a") == offset(10) }))
+	h.flushLog()
+	var log []*webhooks.DeliveryAttempt
+	require.True(t, h.waitProgress(func() bool {
+		var err error
+		log, err = h.engine.DSDeliveryLog(ctx, "s1", 10)
+		require.NoError(t, err)
+		return len(log) == 2
+	}), "log: %v", log)
+	require.Equal(t, webhooks.DSDeliveryLogKey("s1"), log[0].ConsumerID)
+	require.Equal(t, 200, log[0].StatusCode)
+	require.Equal(t, 2, log[0].Attempt, "newest first")
+	require.Equal(t, w1.WakeID, log[0].DeliveryID)
+	require.Equal(t, 500, log[1].StatusCode)
+	require.Equal(t, "status_5xx", log[1].ErrorClass)
+	require.Equal(t, "busy", log[1].ResponseBody)
+
+	_, err := h.engine.DSDeliveryLog(ctx, "absent", 10)
+	require.ErrorIs(t, err, webhooks.ErrDSSubscriptionNotFound)
+}

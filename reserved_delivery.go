@@ -400,7 +400,7 @@ func (d *dsDelivery) step(ctx context.Context, id string) error {
 // dsAttemptKey is the key of subscription id's attempts in the shared
 // core: its lanes, its telemetry, the failure log and the delivery log.
 // No consumer ID and no seed-001 subscription ID has a "/".
-func dsAttemptKey(id string) string { return dsTokenSubject(id) }
+func dsAttemptKey(id string) string { return DSDeliveryLogKey(id) }
 
 // dsAttemptView is attempt w of sub as the shared core sees an attempt:
 // a consumer and a subscription named by its attempt key, which carry the

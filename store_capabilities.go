@@ -2,6 +2,7 @@ package webhooks
 
 import (
 	"context"
+	"strings"
 	"time"
 )
 
@@ -74,11 +75,25 @@ type DeliveryLog interface {
 	// AppendAttempts adds attempts to their consumers' logs, keeping only
 	// the newest keep of each consumer's, so that a log never grows past
 	// keep. Attempts of a consumer that no longer exists are dropped.
-	// Deleting a consumer deletes its log.
+	// Deleting a consumer deletes its log. A Store that is a DSStore keeps
+	// the attempts of its DS subscriptions too (DSDeliveryLogKey).
 	AppendAttempts(ctx context.Context, attempts []*DeliveryAttempt, keep int) error
 	// ListAttempts returns up to limit of the newest attempts of consumer
 	// id, newest first; none if it has no log.
 	ListAttempts(ctx context.Context, consumerID string, limit int) ([]*DeliveryAttempt, error)
+}
+
+// DSDeliveryLogKey is the DeliveryAttempt.ConsumerID under which a
+// DeliveryLog that is also a DSStore keeps the attempts of DS subscription
+// id: "__ds/" + id, which no consumer ID is. The log is kept while the
+// subscription is live; deleting it deletes its log, and one created
+// again under its ID starts with none.
+func DSDeliveryLogKey(id string) string { return dsReservedSegment + "/" + id }
+
+// DSDeliveryLogSubscription returns the DS subscription ID of DeliveryLog
+// key, and false for a consumer's ID.
+func DSDeliveryLogSubscription(key string) (string, bool) {
+	return strings.CutPrefix(key, dsReservedSegment+"/")
 }
 
 // DeliveryAttempt is one delivery attempt in a DeliveryLog.

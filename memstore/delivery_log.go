@@ -45,10 +45,35 @@ func newAttemptLog(records [][]byte) *attemptLog {
 
 // AppendAttempts implements webhooks.DeliveryLog.
 func (s *Store) AppendAttempts(_ context.Context, attempts []*webhooks.DeliveryAttempt, keep int) error {
+	var consumers []*webhooks.DeliveryAttempt
+	ds := make(map[*dsSub][][]byte)
+	s.ds.mu.Lock()
+	for _, a := range attempts {
+		id, ok := webhooks.DSDeliveryLogSubscription(a.ConsumerID)
+		if !ok {
+			consumers = append(consumers, a)
+			continue
+		}
+		d, err := s.dsLive(id)
+		if err != nil {
+			continue
+		}
+		data, err := a.MarshalData()
+		if err != nil {
+			s.ds.mu.Unlock()
+			return err
+		}
+		ds[d] = append(ds[d], data)
+	}
+	for d, records := range ds {
+		d.attempts = appendRecords(d.attempts, records, keep)
+	}
+	s.ds.mu.Unlock()
+
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	added := make(map[*entry][][]byte)
-	for _, a := range attempts {
+	for _, a := range consumers {
 		e := s.consumers[a.ConsumerID]
 		if e == nil {
 			continue
@@ -60,24 +85,40 @@ func (s *Store) AppendAttempts(_ context.Context, attempts []*webhooks.DeliveryA
 		added[e] = append(added[e], data)
 	}
 	for e, records := range added {
-		if e.attempts != nil {
-			records = append(e.attempts.records(), records...)
-		}
-		records = records[max(len(records)-max(keep, 0), 0):]
-		e.attempts = newAttemptLog(records)
+		e.attempts = appendRecords(e.attempts, records, keep)
 	}
 	return nil
 }
 
+// appendRecords returns log with records appended, trimmed to the newest
+// keep.
+func appendRecords(log *attemptLog, records [][]byte, keep int) *attemptLog {
+	if log != nil {
+		records = append(log.records(), records...)
+	}
+	return newAttemptLog(records[max(len(records)-max(keep, 0), 0):])
+}
+
 // ListAttempts implements webhooks.DeliveryLog.
 func (s *Store) ListAttempts(_ context.Context, consumerID string, limit int) ([]*webhooks.DeliveryAttempt, error) {
-	s.mu.RLock()
-	defer s.mu.RUnlock()
-	e := s.consumers[consumerID]
-	if e == nil || e.attempts == nil || limit < 1 {
+	var log *attemptLog
+	if id, ok := webhooks.DSDeliveryLogSubscription(consumerID); ok {
+		s.ds.mu.Lock()
+		if d, err := s.dsLive(id); err == nil {
+			log = d.attempts
+		}
+		s.ds.mu.Unlock()
+	} else {
+		s.mu.RLock()
+		if e := s.consumers[consumerID]; e != nil {
+			log = e.attempts
+		}
+		s.mu.RUnlock()
+	}
+	if log == nil || limit < 1 {
 		return []*webhooks.DeliveryAttempt{}, nil
 	}
-	records := e.attempts.records()
+	records := log.records()
 	out := make([]*webhooks.DeliveryAttempt, 0, min(limit, len(records)))
 	for i := len(records) - 1; i >= 0 && len(out) < limit; i-- {
 		a := &webhooks.DeliveryAttempt{ConsumerID: consumerID}

@@ -31,6 +31,8 @@ type dsSub struct {
 	links   map[string]*webhooks.DSLink
 	order   pathList // every linked path
 	pending pathList // the paths of pending links
+	// attempts is its delivery log (webhooks.DSDeliveryLogKey).
+	attempts *attemptLog
 }
 
 func (d *dsSub) cursor() webhooks.DSCursor {

@@ -294,6 +294,9 @@ func (s *Store) DeleteDSSubscription(ctx context.Context, id string) error {
 		if _, err := tx.Exec(ctx, "DELETE FROM streamhooks_ds_links WHERE subscription_id = $1", id); err != nil {
 			return err
 		}
+		if _, err := tx.Exec(ctx, "DELETE FROM streamhooks_ds_delivery_attempts WHERE subscription_id = $1", id); err != nil {
+			return err
+		}
 		_, err = tx.Exec(ctx, "SELECT "+notifySubscriptions)
 		return err
 	})

@@ -132,6 +132,17 @@ CREATE TABLE streamhooks_ds_links (
 CREATE INDEX streamhooks_ds_links_by_path ON streamhooks_ds_links (path, subscription_id);
 CREATE INDEX streamhooks_ds_links_pending ON streamhooks_ds_links (subscription_id, path) WHERE pending;
 `,
+	// The delivery log of the __ds subscriptions (webhooks.DSDeliveryLogKey),
+	// beside the consumers' log, whose rows reference a consumer. A
+	// subscription's delete drops its rows.
+	`
+CREATE TABLE streamhooks_ds_delivery_attempts (
+	seq             bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
+	subscription_id text COLLATE "C" NOT NULL REFERENCES streamhooks_ds_subscriptions (id),
+	data            bytea NOT NULL -- webhooks.DeliveryAttempt.MarshalData
+);
+CREATE INDEX streamhooks_ds_delivery_attempts_by_subscription ON streamhooks_ds_delivery_attempts (subscription_id, seq);
+`,
 }
 
 // migrationLock is the first key of the advisory lock that serializes

@@ -24,13 +24,21 @@ func (s *Store) AppendAttempts(ctx context.Context, attempts []*webhooks.Deliver
 	}
 	return s.write(ctx, func(tx *wtx) error {
 		for i, a := range attempts {
-			// A consumer deleted meanwhile keeps no log.
-			if _, err := tx.exec(appendAttemptQuery, a.ConsumerID, data[i]); err != nil {
+			// A consumer or __ds subscription deleted meanwhile keeps no log.
+			q, key := appendAttemptQuery, a.ConsumerID
+			if id, ok := webhooks.DSDeliveryLogSubscription(key); ok {
+				q, key = appendDSAttemptQuery, id
+			}
+			if _, err := tx.exec(q, key, data[i]); err != nil {
 				return fmt.Errorf("sqlitestore: append attempts: %w", err)
 			}
 		}
-		for id := range kept {
-			if _, err := tx.exec(trimAttemptsQuery, id, keep); err != nil {
+		for key := range kept {
+			q := trimAttemptsQuery
+			if id, ok := webhooks.DSDeliveryLogSubscription(key); ok {
+				q, key = trimDSAttemptsQuery, id
+			}
+			if _, err := tx.exec(q, key, keep); err != nil {
 				return fmt.Errorf("sqlitestore: append attempts: %w", err)
 			}
 		}
@@ -44,7 +52,11 @@ func (s *Store) ListAttempts(ctx context.Context, consumerID string, limit int) 
 	if limit < 1 {
 		return nil, nil
 	}
-	rows, err := s.r.query(ctx, listAttemptsQuery, consumerID, limit)
+	q, key := listAttemptsQuery, consumerID
+	if id, ok := webhooks.DSDeliveryLogSubscription(consumerID); ok {
+		q, key = listDSAttemptsQuery, id
+	}
+	rows, err := s.r.query(ctx, q, key, limit)
 	if err != nil {
 		return nil, fmt.Errorf("sqlitestore: list attempts: %w", err)
 	}
@@ -80,4 +92,11 @@ const (
 	trimAttemptsQuery = `DELETE FROM delivery_attempts WHERE consumer_id = ?1 AND seq <= (
 		SELECT seq FROM delivery_attempts WHERE consumer_id = ?1 ORDER BY seq DESC LIMIT 1 OFFSET ?2)`
 	listAttemptsQuery = "SELECT data FROM delivery_attempts WHERE consumer_id = ?1 ORDER BY seq DESC LIMIT ?2"
+
+	// The same for a __ds subscription's log.
+	appendDSAttemptQuery = `INSERT INTO ds_delivery_attempts (subscription_id, data)
+		SELECT ?1, ?2 WHERE EXISTS (SELECT 1 FROM ds_subscriptions WHERE id = ?1 AND deleted = 0)`
+	trimDSAttemptsQuery = `DELETE FROM ds_delivery_attempts WHERE subscription_id = ?1 AND seq <= (
+		SELECT seq FROM ds_delivery_attempts WHERE subscription_id = ?1 ORDER BY seq DESC LIMIT 1 OFFSET ?2)`
+	listDSAttemptsQuery = "SELECT data FROM ds_delivery_attempts WHERE subscription_id = ?1 ORDER BY seq DESC LIMIT ?2"
 )

@@ -243,7 +243,10 @@ func (s *Store) DeleteDSSubscription(ctx context.Context, id string) error {
 		} else if n == 0 {
 			return webhooks.ErrDSSubscriptionNotFound
 		}
-		_, err = tx.exec("DELETE FROM ds_links WHERE subscription_id = ?", id)
+		if _, err = tx.exec("DELETE FROM ds_links WHERE subscription_id = ?", id); err != nil {
+			return err
+		}
+		_, err = tx.exec("DELETE FROM ds_delivery_attempts WHERE subscription_id = ?", id)
 		return err
 	})
 }

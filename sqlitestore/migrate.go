@@ -181,6 +181,17 @@ CREATE TRIGGER ds_subscriptions_version_update AFTER UPDATE OF deleted ON ds_sub
 	UPDATE subscriptions_version SET version = version + 1;
 END;
 `,
+	// The delivery log of the __ds subscriptions (webhooks.DSDeliveryLogKey),
+	// beside the consumers' log, whose rows reference a consumer. A
+	// subscription's delete drops its rows.
+	`
+CREATE TABLE ds_delivery_attempts (
+	seq             INTEGER PRIMARY KEY,
+	subscription_id TEXT NOT NULL,
+	data            BLOB NOT NULL -- webhooks.DeliveryAttempt.MarshalData
+);
+CREATE INDEX ds_delivery_attempts_by_subscription ON ds_delivery_attempts (subscription_id, seq);
+`,
 }
 
 // migrate brings the schema to the latest version and checks the

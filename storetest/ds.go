@@ -676,3 +676,37 @@ func testDSDue(t *testing.T, s webhooks.Store) {
 	require.NoError(t, err)
 	require.True(t, next.Equal(at(2*time.Second)), "an unset due time leaves the index")
 }
+
+// A DSStore that is a DeliveryLog keeps each live DS subscription's
+// attempts under its DSDeliveryLogKey, bounded like a consumer's, apart
+// from a consumer of the same ID; the attempts of a subscription deleted
+// or never created are dropped, and its delete deletes its log.
+func testDSDeliveryLog(t *testing.T, s webhooks.Store) {
+	d := dsStore(t, s)
+	l := deliveryLog(t, s)
+	ctx := t.Context()
+	mustPutDS(t, d, newDSSub("s"))
+	key := webhooks.DSDeliveryLogKey("s")
+	id, ok := webhooks.DSDeliveryLogSubscription(key)
+	require.True(t, ok)
+	require.Equal(t, "s", id)
+	_, ok = webhooks.DSDeliveryLogSubscription("s")
+	require.False(t, ok, "a consumer's ID is no DS key")
+
+	require.NoError(t, l.AppendAttempts(ctx, []*webhooks.DeliveryAttempt{
+		fullAttempt(key, 1), fullAttempt(key, 2), fullAttempt(webhooks.DSDeliveryLogKey("absent"), 3), fullAttempt(key, 4),
+	}, 2))
+	got, err := l.ListAttempts(ctx, key, 10)
+	require.NoError(t, err)
+	require.Equal(t, normAttempts([]*webhooks.DeliveryAttempt{fullAttempt(key, 4), fullAttempt(key, 2)}), normAttempts(got), "the newest 2, newest first")
+	got, err = l.ListAttempts(ctx, webhooks.DSDeliveryLogKey("absent"), 10)
+	require.NoError(t, err)
+	require.Empty(t, got, "a subscription that does not exist keeps no log")
+
+	require.NoError(t, d.DeleteDSSubscription(ctx, "s"))
+	require.NoError(t, l.AppendAttempts(ctx, []*webhooks.DeliveryAttempt{fullAttempt(key, 5)}, 2))
+	mustPutDS(t, d, newDSSub("s"))
+	got, err = l.ListAttempts(ctx, key, 10)
+	require.NoError(t, err)
+	require.Empty(t, got, "the delete deleted the log, and kept none after it")
+}

@@ -141,6 +141,7 @@ var contractTests = []contractTest{
 	{"DS/LinkIdempotent", testDSLinkIdempotent},
 	{"DS/ExplicitGlob", testDSExplicitGlob},
 	{"DS/DropStream", testDSDropStream},
+	{"DS/DeliveryLog", testDSDeliveryLog},
 	{"DS/Pending", testDSPending},
 	{"DS/Fencing", testDSFencing},
 	{"DS/Release", testDSRelease},
