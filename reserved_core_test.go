@@ -131,7 +131,9 @@ func TestDSStopRecordsAttemptsInFlight(t *testing.T) {
 	hold := make(chan struct{})
 	h.recv.queue(reply{status: http.StatusOK, body: `{"done":true}`, hold: hold})
 	h.dsPut("s1", webhookSub(h, "events/*"))
-	// A second engine on the Store, whose Stop is the test's, sends the wake.
+	// Another engine on the Store, whose Stop is the test's, sends the
+	// wake: the harness's stops, so that it sends none.
+	require.NoError(t, h.engine.Stop(context.Background()))
 	e, err := webhooks.New(h.store, h.source, webhooks.WithClock(h.clock), webhooks.WithCallbackBaseURL(callbackBase),
 		webhooks.WithWebhookPolicy(webhooks.WebhookPolicy{AllowLoopback: true}), webhooks.WithPollInterval(testPollInterval))
 	require.NoError(t, err)
@@ -151,10 +153,14 @@ func TestDSStopRecordsAttemptsInFlight(t *testing.T) {
 	require.NoError(t, d.ctx.Err(), "the POST in flight goes on")
 	close(hold)
 	require.NoError(t, <-stopped)
-	sub, err := h.store.(webhooks.DSStore).GetDSSubscription(context.Background(), "s1")
+	ds := h.store.(webhooks.DSStore)
+	sub, err := ds.GetDSSubscription(context.Background(), "s1")
 	require.NoError(t, err)
 	require.Empty(t, sub.Cursor.WakeID, "the done answer did not end wake %s", w.WakeID)
-	require.Equal(t, offset(10), h.dsAcked("s1", "events/a"), "the done answer did not ack the snapshot")
+	links, err := ds.ListDSLinks(context.Background(), &webhooks.ListDSLinksParams{ID: "s1", Paths: []string{"events/a"}})
+	require.NoError(t, err)
+	require.Len(t, links, 1)
+	require.Equal(t, offset(10), links[0].AckedOffset, "the done answer did not ack the snapshot")
 }
 
 // Each __ds attempt goes in the delivery log, under the subscription's
