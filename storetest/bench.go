@@ -147,8 +147,9 @@ func BenchmarkDSCost(b *testing.B, s webhooks.Store) {
 // operation's fastest batch per count is kept, so that load that comes
 // and goes weighs on every count alike. A batch touches dsRatioBatch
 // distinct links, at every count the same work: the appends make idle
-// links pending, the acks that follow ack the same links at their tails,
-// which makes them idle again, and the links add new streams. The paths
+// links pending, the pages list the pending links as a wake does, the
+// acks that follow ack the same links at their tails, which makes them
+// idle again, and the links add new streams. The paths
 // and offsets are made before a batch is timed. It reports, per
 // operation, the fastest batch's time per call at each count (ns/ack@10,
 // …) and the ratio of the largest count's to the smallest's (ack-ratio,
@@ -177,7 +178,7 @@ func BenchmarkDSCostRatio(b *testing.B, s webhooks.Store) {
 	}
 	// At most the smallest count, so that a batch's links are distinct.
 	const batch = dsRatioBatch
-	ops := []string{"append", "ack", "link"}
+	ops := []string{"append", "page", "ack", "link"}
 	best := map[string]time.Duration{}
 	seq := 1
 	paths, offsets := make([]string, batch), make([]string, batch)
@@ -202,6 +203,12 @@ func BenchmarkDSCostRatio(b *testing.B, s webhooks.Store) {
 					switch op {
 					case "append":
 						_, err = d.NoteDSAppend(b.Context(), &webhooks.NoteDSAppendParams{Path: paths[j], Tail: offsets[j], Now: at(0)})
+					case "page":
+						var ls []webhooks.DSLink
+						ls, err = d.ListDSLinks(b.Context(), &webhooks.ListDSLinksParams{ID: sb.id, Limit: 1000, PendingOnly: true})
+						if err == nil && len(ls) != batch {
+							err = fmt.Errorf("%d links pending, want %d", len(ls), batch)
+						}
 					case "ack":
 						_, err = d.AckDS(b.Context(), &webhooks.AckDSParams{ID: sb.id, Generation: sb.gen, WakeID: "w1", Now: at(0),
 							Acks: []webhooks.DSAck{{Path: paths[j], Offset: offsets[j]}}})
@@ -227,6 +234,12 @@ func BenchmarkDSCostRatio(b *testing.B, s webhooks.Store) {
 		}
 		b.ReportMetric(float64(best[fmt.Sprintf("%s@%d", op, hi)])/float64(best[fmt.Sprintf("%s@%d", op, lo)]), op+"-ratio")
 	}
+	// The calls of one link's wake together: which of them first loads a
+	// link that is not in the cache depends on their order.
+	cycle := func(n int) time.Duration {
+		return best[fmt.Sprintf("append@%d", n)] + best[fmt.Sprintf("page@%d", n)] + best[fmt.Sprintf("ack@%d", n)]
+	}
+	b.ReportMetric(float64(cycle(hi))/float64(cycle(lo)), "append+page+ack-ratio")
 }
 
 // dsRatioBatch is the calls of a batch of BenchmarkDSCostRatio: the
