@@ -282,13 +282,13 @@ type (
 		LeaseTTLMS int64             `json:"lease_ttl_ms"`
 	}
 	dsBenchAck struct {
-		WakeID     string `json:"wake_id"`
-		Generation int64  `json:"generation"`
-		Acks       []struct {
-			Stream string `json:"stream"`
-			Offset string `json:"offset"`
-		} `json:"acks,omitempty"`
-		Done bool `json:"done,omitempty"`
+		WakeID     string             `json:"wake_id"`
+		Generation int64              `json:"generation"`
+		Acks       []dsBenchStreamAck `json:"acks,omitempty"`
+	}
+	dsBenchStreamAck struct {
+		Stream string `json:"stream"`
+		Offset string `json:"offset"`
 	}
 	dsBenchAcked struct {
 		OK       bool `json:"ok"`
@@ -375,11 +375,7 @@ func (c *dsBenchClient) cycle(prefix, id, rel, offset string) (cycle, ack time.D
 	start := time.Now()
 	var claimed dsBenchClaimed
 	c.post(prefix+id+"/claim", "", dsBenchClaim{Worker: "worker-1"}, http.StatusOK, &claimed)
-	a := dsBenchAck{WakeID: claimed.WakeID, Generation: claimed.Generation}
-	a.Acks = append(a.Acks, struct {
-		Stream string `json:"stream"`
-		Offset string `json:"offset"`
-	}{rel, offset})
+	a := dsBenchAck{WakeID: claimed.WakeID, Generation: claimed.Generation, Acks: []dsBenchStreamAck{{Stream: rel, Offset: offset}}}
 	ackStart := time.Now()
 	c.post(prefix+id+"/ack", claimed.Token, a, http.StatusOK, &dsBenchAcked{})
 	ack = time.Since(ackStart)
