@@ -116,6 +116,9 @@ func openEnv(ctx context.Context, c config, schema string) (*env, error) {
 	for i := range hotStreams {
 		e.source.put(hotPath(i), seedTail)
 	}
+	for j := range c.pad {
+		e.source.put("/pad/"+strconv.Itoa(j), seedTail)
+	}
 	if e.hook, err = newHookServer(); err != nil {
 		pool.Close()
 		return nil, err
