@@ -35,16 +35,22 @@ type entry struct {
 
 // withWakeRoom returns c's first data, data, in a slice with room for c
 // woken: with a wake ID, the tails of its streams and the streams that
-// triggered the wake. Its wakes then rewrite the slice in place.
+// triggered the wake. Its wakes then rewrite the slice in place. Offsets
+// are fixed-width for a stream; one not known yet (OffsetNone) is given
+// the room of a wide one.
 func withWakeRoom(c *webhooks.Consumer, data []byte) []byte {
 	w := *c
 	w.Epoch++
 	w.WakeID = "w_" + strings.Repeat("0", 32)
-	w.WakeTails = c.Streams
+	w.Streams = make([]webhooks.StreamOffset, len(c.Streams))
 	w.TriggeredBy = make([]string, len(c.Streams))
 	for i, so := range c.Streams {
-		w.TriggeredBy[i] = so.Path
+		if so.Offset == webhooks.OffsetNone {
+			so.Offset = strings.Repeat("0", wideOffset)
+		}
+		w.Streams[i], w.TriggeredBy[i] = so, so.Path
 	}
+	w.WakeTails = w.Streams
 	w.Attempt, w.InFlight = 1, true
 	woken, err := w.MarshalData()
 	if err != nil {
@@ -52,6 +58,10 @@ func withWakeRoom(c *webhooks.Consumer, data []byte) []byte {
 	}
 	return append(make([]byte, 0, max(len(woken), len(data))), data...)
 }
+
+// wideOffset is the length of a wide offset: a Durable Streams offset of
+// two 16-digit parts.
+const wideOffset = 33
 
 // set stores c, which MarshalData encoded as data, as e's value, but for
 // the fields that never change. data becomes e's unless e's slice holds it.
