@@ -5,6 +5,7 @@
 //
 //	capacity seed -schema big -subs 10000 -consumers 1000000   # -deadlines: every consumer WAKING, due in a year
 //	capacity run -schema big -baseline small                    # RSS, Start, sweep, scheduler, append → wake
+//	capacity run -schema small -pad 1000000                     # the same, with as many streams in the process as big's
 //	capacity notify -schema big -instances 3                    # subscription changes seen by 3 engines
 //	capacity drop -schema big
 //
