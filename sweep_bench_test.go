@@ -208,7 +208,8 @@ func liveHeap() int64 {
 // leaves behind, does not grow with the streams: a mark per stream, 8
 // bytes in a sorted slice, was the most of the memory of an engine whose
 // consumers each have a stream of their own (8 MB a million). The sums by
-// bucket take about half a byte a stream, up to 512 KiB.
+// bucket take about half a byte a stream, up to 512 KiB (the limit of 4
+// leaves room for the noise of a GC under load).
 func TestSweepKeepsNoMarkPerStream(t *testing.T) {
 	const n = 20_000
 	ctx := context.Background()
@@ -219,8 +220,8 @@ func TestSweepKeepsNoMarkPerStream(t *testing.T) {
 	webhooks.SweepForBench(ctx, e)
 	afterSweep := liveHeap()
 	runtime.KeepAlive(e)
-	require.LessOrEqual(t, float64(afterRecovery-before)/n, 2.0, "bytes per stream kept after the recovery")
-	require.LessOrEqual(t, float64(afterSweep-before)/n, 2.0, "bytes per stream kept after a sweep")
+	require.LessOrEqual(t, float64(afterRecovery-before)/n, 4.0, "bytes per stream kept after the recovery")
+	require.LessOrEqual(t, float64(afterSweep-before)/n, 4.0, "bytes per stream kept after a sweep")
 }
 
 // failingStore fails ConsumersByStream of the path in fail, while set.
