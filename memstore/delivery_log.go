@@ -25,14 +25,14 @@ func (l *attemptLog) records() [][]byte {
 	return out
 }
 
-// newAttemptLog encodes records, or returns nil for none.
-func newAttemptLog(records [][]byte) *attemptLog {
+// newAttemptLog encodes records, or returns an empty log for none.
+func newAttemptLog(records [][]byte) attemptLog {
 	size := 0
 	for _, r := range records {
 		size += binary.MaxVarintLen64 + len(r)
 	}
 	if size == 0 {
-		return nil
+		return attemptLog{}
 	}
 	b := make([]byte, 0, size)
 	for _, r := range records {
@@ -40,7 +40,7 @@ func newAttemptLog(records [][]byte) *attemptLog {
 		b = append(b, r...)
 	}
 	// The exact size: a log lives as long as its consumer.
-	return &attemptLog{b: append([]byte(nil), b...)}
+	return attemptLog{b: append([]byte(nil), b...)}
 }
 
 // AppendAttempts implements webhooks.DeliveryLog.
@@ -60,9 +60,7 @@ func (s *Store) AppendAttempts(_ context.Context, attempts []*webhooks.DeliveryA
 		added[e] = append(added[e], data)
 	}
 	for e, records := range added {
-		if e.attempts != nil {
-			records = append(e.attempts.records(), records...)
-		}
+		records = append(e.attempts.records(), records...)
 		records = records[max(len(records)-max(keep, 0), 0):]
 		e.attempts = newAttemptLog(records)
 	}
@@ -74,7 +72,7 @@ func (s *Store) ListAttempts(_ context.Context, consumerID string, limit int) ([
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	e := s.consumers[consumerID]
-	if e == nil || e.attempts == nil || limit < 1 {
+	if e == nil || len(e.attempts.b) == 0 || limit < 1 {
 		return []*webhooks.DeliveryAttempt{}, nil
 	}
 	records := e.attempts.records()
