@@ -91,9 +91,9 @@ func LoadForBench(ctx context.Context, e *Engine) error {
 // RecoverForBench runs Start's recovery on a loaded e, recording the
 // stream sweep's first marks.
 func RecoverForBench(ctx context.Context, e *Engine) {
-	var marks []uint64
-	e.sweep.recover(ctx, &marks)
-	e.sweep.setMarks(marks)
+	marks := newSweepMarks()
+	e.sweep.recover(ctx, marks)
+	e.sweep.marks = marks.done()
 }
 
 // SweepForBench runs one stream sweep of a loaded e.

@@ -22,10 +22,10 @@ import (
 // append or an engine's restart.
 //
 // Every sweep interval (WithSweepInterval) each engine lists the streams
-// its subscriptions match, as Start's recovery does, and keeps a hash of
-// each one's path and tail, its mark. A stream whose mark the previous
-// sweep did not keep (its tail moved, or it is new) gets what the missed call would have
-// done: its IDLE consumers with pending work are woken, and consumers it
+// its subscriptions match, as Start's recovery does, and keeps the sums
+// of the hashes of their paths and tails, their marks (sweep_marks.go).
+// A stream whose mark the previous sweep did not count (its tail moved,
+// or it is new) gets what the missed call would have done: its IDLE consumers with pending work are woken, and consumers it
 // lacks are spawned. The first tails come from Start's recovery, which
 // makes up for everything committed before them. So an append committed
 // while an engine runs is found by that engine's next sweep at the latest,
@@ -43,12 +43,12 @@ import (
 // GetSubscription a sweep until it is adopted, then one ConsumersByStream
 // per stream it matches.
 //
-// An idle sweep costs one StreamSource.MatchStreams per distinct pattern
-// and 8 bytes of memory per stream (the marks, a sorted slice: a map
-// took about 40, the most of an engine's memory that grew with its
-// consumers), and no Store access: only
-// streams that moved are looked up. Streams appended to through the
-// engine are looked at once more, at the sweep after their append.
+// An idle sweep costs one StreamSource.MatchStreams per distinct pattern,
+// a bounded memory (the marks, sweep_marks.go: sums by pattern and by
+// bucket of streams, not a mark per stream), and no Store access: only
+// streams that moved, and the few that share a bucket with them, are
+// looked up. Streams appended to through the engine are looked at once
+// more, at the sweep after their append.
 
 // sweepPolls is the default sweep interval, in poll intervals.
 const sweepPolls = 60
@@ -108,8 +108,8 @@ type streamSweep struct {
 	startIfPending func(ctx context.Context, id, subID string) error
 	swept          func()
 
-	// marks are the marks of the streams as last checked, sorted.
-	marks []uint64
+	// marks are the marks of the streams as last checked.
+	marks *sweepMarks
 	// known are the subscriptions a stream gets consumers of: those Start
 	// loaded, as the start-up sweep spawns only these, and those whose
 	// existing streams are adopted (Subscription.adopted). A subscription
@@ -129,12 +129,6 @@ func (s *streamSweep) mark(st StreamInfo) uint64 {
 	_ = h.WriteByte(0)
 	_, _ = h.WriteString(st.Tail)
 	return h.Sum64()
-}
-
-// setMarks keeps marks, sorted and without repeats, as the last checked.
-func (s *streamSweep) setMarks(marks []uint64) {
-	slices.Sort(marks)
-	s.marks = slices.Clip(slices.Compact(marks))
 }
 
 // begin readies the sweep for the subscriptions Start loaded.
@@ -163,9 +157,9 @@ func (s *streamSweep) Start(ctx context.Context) {
 // then a sweep every sweep interval, until ctx ends.
 func (s *streamSweep) run(ctx context.Context) {
 	s.begin()
-	var marks []uint64
-	s.recover(ctx, &marks)
-	s.setMarks(marks)
+	marks := newSweepMarks()
+	s.recover(ctx, marks)
+	s.marks = marks.done()
 	s.swept()
 	t := s.clock.Ticker(s.interval)
 	defer t.Stop()
@@ -193,44 +187,71 @@ func (s *streamSweep) sweep(ctx context.Context) {
 	// did not know the subscription yet got none of its consumers, and
 	// the tail it had then may never move again.
 	adopted := s.adopted(ctx, patterns)
-	prev := s.marks
-	marks := make([]uint64, 0, len(prev))
-	var moved []StreamInfo
-	isMoved := make(map[uint64]bool)
+	adoptedPatterns := make(map[string]bool)
+	for id := range adopted {
+		adoptedPatterns[patterns[id].String()] = true
+	}
+	prev, next := s.marks, newSweepMarks()
+	var prevPatterns map[string]uint64
+	if prev != nil {
+		prevPatterns = prev.patterns
+	}
+	// The listings of the patterns whose sum changed, kept until every
+	// pattern's streams are in the buckets' sums.
+	type listing struct {
+		pattern string
+		streams []StreamInfo
+	}
+	var changed []listing
 	for _, key := range slices.Sorted(maps.Keys(distinct)) {
 		streams, err := s.source.MatchStreams(ctx, distinct[key])
 		if err != nil {
 			if ctx.Err() == nil {
 				s.log.ErrorContext(ctx, "webhooks: stream sweep: matching streams", "pattern", key, "error", err)
 			}
-			// The previous tails stay, so nothing that moved is lost:
+			// The previous marks stay, so nothing that moved is lost:
 			// the next sweep finds it.
 			return
 		}
+		next.list(key)
 		for _, st := range streams {
-			m := s.mark(st)
-			marks = append(marks, m)
-			_, kept := slices.BinarySearch(prev, m)
-			if (!kept || s.matchesAny(st.Path, adopted)) && !isMoved[m] && nameableStreamPath(st.Path) == nil {
+			next.add(key, s.hash(st.Path), s.mark(st))
+		}
+		if old, ok := prevPatterns[key]; !ok || old != next.patterns[key] || adoptedPatterns[key] {
+			changed = append(changed, listing{key, streams})
+		}
+	}
+	next.done()
+	bucketChanged := bucketChanges(prev, next)
+	type movedStream struct {
+		StreamInfo
+		pattern string
+	}
+	var moved []movedStream
+	isMoved := make(map[uint64]bool)
+	for _, l := range changed {
+		for _, st := range l.streams {
+			h := s.hash(st.Path)
+			if !bucketChanged(h) && !s.matchesAny(st.Path, adopted) {
+				continue
+			}
+			if m := s.mark(st); !isMoved[m] && nameableStreamPath(st.Path) == nil {
 				isMoved[m] = true
-				moved = append(moved, st)
+				moved = append(moved, movedStream{st, l.pattern})
 			}
 		}
 	}
-	var (
-		failedMu sync.Mutex
-		failed   = make(map[uint64]bool)
-	)
+	var failedMu sync.Mutex
 	for id := range adopted {
 		s.known[id] = true
 	}
 	g := newSweepGroup()
 	for _, st := range moved {
 		ok := g.run(ctx, func() {
-			if err := s.sweepStream(ctx, st); err != nil && ctx.Err() == nil {
+			if err := s.sweepStream(ctx, st.StreamInfo); err != nil && ctx.Err() == nil {
 				// Forgotten, so that the next sweep tries it again.
 				failedMu.Lock()
-				failed[s.mark(st)] = true
+				next.forget(st.pattern, s.hash(st.Path))
 				failedMu.Unlock()
 				s.log.ErrorContext(ctx, "webhooks: stream sweep", "stream", st.Path, "error", err)
 			}
@@ -243,7 +264,7 @@ func (s *streamSweep) sweep(ctx context.Context) {
 	if ctx.Err() != nil {
 		return
 	}
-	s.setMarks(slices.DeleteFunc(marks, func(m uint64) bool { return failed[m] }))
+	s.marks = next
 	for id := range s.known {
 		if patterns[id] == nil {
 			delete(s.known, id) // deleted
@@ -318,37 +339,46 @@ func (s *streamSweep) sweepStream(ctx context.Context, st StreamInfo) error {
 // since adopt their streams themselves, at the tail; spawning them here
 // would race that and replay whole streams. Deadlines of WAKING and LIVE
 // consumers need no sweep: they are in the Store, and the scheduler acts
-// on overdue ones as soon as it starts. If marks is set, it appends there
+// on overdue ones as soon as it starts. If marks is set, it adds there
 // each stream's mark as listed, before it looks at its consumers: the
 // stream sweep's first marks. It looks at sweepWidth streams at once, so
 // that a Store that merges concurrent reads reads the consumers of many
 // streams per round trip.
-func (s *streamSweep) recover(ctx context.Context, marks *[]uint64) {
+//
+// Its memory does not grow with the streams: it holds one subscription's
+// listing and the consumers of sweepWidth streams at a time. A stream that
+// several subscriptions match is looked at with the first of them in ID
+// order whose listing did not fail, not remembered as looked at.
+func (s *streamSweep) recover(ctx context.Context, marks *sweepMarks) {
 	ids := slices.Sorted(maps.Keys(s.stored))
-	// Paths by hash: a million paths would take a hundred megabytes. Two
-	// that collide are told apart by the next stream sweep, which finds
-	// no mark for the second.
-	seen := make(map[uint64]bool)
+	failed := make(map[string]bool)
 	g := newSweepGroup()
 	defer g.wait()
 	for _, id := range ids {
-		streams, err := s.source.MatchStreams(ctx, s.stored[id])
+		p := s.stored[id]
+		streams, err := s.source.MatchStreams(ctx, p)
 		if err != nil {
 			if ctx.Err() == nil {
 				s.log.ErrorContext(ctx, "webhooks: start-up sweep: matching streams", "subscription_id", id, "error", err)
 			}
+			failed[id] = true
 			continue
 		}
-		for _, st := range streams {
-			h := s.hash(st.Path)
-			if seen[h] {
-				continue
+		// Each pattern's marks once, as a sweep adds them.
+		key, listed := p.String(), true
+		if marks != nil {
+			if _, listed = marks.patterns[key]; !listed {
+				marks.list(key)
 			}
-			seen[h] = true
-			if marks != nil {
-				*marks = append(*marks, s.mark(st))
+		}
+		for _, st := range streams {
+			if !listed {
+				marks.add(key, s.hash(st.Path), s.mark(st))
 			}
 			subs := slices.DeleteFunc(s.match(st.Path), func(sub string) bool { return s.stored[sub] == nil })
+			if slices.ContainsFunc(subs, func(sub string) bool { return sub < id && !failed[sub] }) {
+				continue // looked at with sub
+			}
 			ok := g.run(ctx, func() {
 				if err := s.spawnAndWake(ctx, st.Path, subs, &st); err != nil && ctx.Err() == nil {
 					s.log.ErrorContext(ctx, "webhooks: start-up sweep", "stream", st.Path, "error", err)

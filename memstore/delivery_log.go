@@ -25,14 +25,14 @@ func (l *attemptLog) records() [][]byte {
 	return out
 }
 
-// newAttemptLog encodes records, or returns nil for none.
-func newAttemptLog(records [][]byte) *attemptLog {
+// newAttemptLog encodes records, or returns an empty log for none.
+func newAttemptLog(records [][]byte) attemptLog {
 	size := 0
 	for _, r := range records {
 		size += binary.MaxVarintLen64 + len(r)
 	}
 	if size == 0 {
-		return nil
+		return attemptLog{}
 	}
 	b := make([]byte, 0, size)
 	for _, r := range records {
@@ -40,7 +40,7 @@ func newAttemptLog(records [][]byte) *attemptLog {
 		b = append(b, r...)
 	}
 	// The exact size: a log lives as long as its consumer.
-	return &attemptLog{b: append([]byte(nil), b...)}
+	return attemptLog{b: append([]byte(nil), b...)}
 }
 
 // AppendAttempts implements webhooks.DeliveryLog.
@@ -92,16 +92,14 @@ func (s *Store) AppendAttempts(_ context.Context, attempts []*webhooks.DeliveryA
 
 // appendRecords returns log with records appended, trimmed to the newest
 // keep.
-func appendRecords(log *attemptLog, records [][]byte, keep int) *attemptLog {
-	if log != nil {
-		records = append(log.records(), records...)
-	}
+func appendRecords(log attemptLog, records [][]byte, keep int) attemptLog {
+	records = append(log.records(), records...)
 	return newAttemptLog(records[max(len(records)-max(keep, 0), 0):])
 }
 
 // ListAttempts implements webhooks.DeliveryLog.
 func (s *Store) ListAttempts(_ context.Context, consumerID string, limit int) ([]*webhooks.DeliveryAttempt, error) {
-	var log *attemptLog
+	var log attemptLog
 	if id, ok := webhooks.DSDeliveryLogSubscription(consumerID); ok {
 		s.ds.mu.Lock()
 		if d, err := s.dsLive(id); err == nil {
@@ -115,7 +113,7 @@ func (s *Store) ListAttempts(_ context.Context, consumerID string, limit int) ([
 		}
 		s.mu.RUnlock()
 	}
-	if log == nil || limit < 1 {
+	if len(log.b) == 0 || limit < 1 {
 		return []*webhooks.DeliveryAttempt{}, nil
 	}
 	records := log.records()

@@ -18,9 +18,16 @@ var _ webhooks.DSStore = (*Store)(nil)
 type dsState struct {
 	mu   sync.Mutex
 	subs map[string]*dsSub // tombstones included
-	// byPath holds, for every linked path, the live subscriptions that
-	// link it.
-	byPath map[string]map[string]*dsSub
+	// byPath holds, for every linked path, its links in the live
+	// subscriptions that link it, ordered by subscription ID: an append
+	// finds its links in one lookup, whatever their subscriptions' size.
+	byPath map[string][]dsLinkRef
+}
+
+// dsLinkRef is a link and its subscription.
+type dsLinkRef struct {
+	sub  *dsSub
+	link *webhooks.DSLink
 }
 
 // dsSub is a stored DS subscription with its links. links and pending are
@@ -32,7 +39,7 @@ type dsSub struct {
 	order   pathList // every linked path
 	pending pathList // the paths of pending links
 	// attempts is its delivery log (webhooks.DSDeliveryLogKey).
-	attempts *attemptLog
+	attempts attemptLog
 }
 
 func (d *dsSub) cursor() webhooks.DSCursor {
@@ -56,7 +63,7 @@ func (s *Store) PutDSSubscription(_ context.Context, p *webhooks.PutDSSubscripti
 	defer s.ds.mu.Unlock()
 	if s.ds.subs == nil {
 		s.ds.subs = make(map[string]*dsSub)
-		s.ds.byPath = make(map[string]map[string]*dsSub)
+		s.ds.byPath = make(map[string][]dsLinkRef)
 	}
 	in := p.Subscription
 	d, ok := s.ds.subs[in.ID]
@@ -134,10 +141,11 @@ func (s *Store) DeleteDSSubscription(_ context.Context, id string) error {
 }
 
 func (s *Store) dsUnindex(d *dsSub, path string) {
-	subs := s.ds.byPath[path]
-	delete(subs, d.sub.ID)
-	if len(subs) == 0 {
+	refs := slices.DeleteFunc(s.ds.byPath[path], func(r dsLinkRef) bool { return r.sub == d })
+	if len(refs) == 0 {
 		delete(s.ds.byPath, path)
+	} else {
+		s.ds.byPath[path] = refs
 	}
 }
 
@@ -148,14 +156,12 @@ func (s *Store) dsLink(d *dsSub, specs []webhooks.DSLinkSpec) {
 			l.Type |= sp.Type
 			continue
 		}
-		d.links[sp.Path] = &webhooks.DSLink{Path: sp.Path, Type: sp.Type, AckedOffset: sp.Offset, TailOffset: sp.Offset}
+		l := &webhooks.DSLink{Path: sp.Path, Type: sp.Type, AckedOffset: sp.Offset, TailOffset: sp.Offset}
+		d.links[sp.Path] = l
 		d.order.insert(sp.Path)
-		subs := s.ds.byPath[sp.Path]
-		if subs == nil {
-			subs = make(map[string]*dsSub)
-			s.ds.byPath[sp.Path] = subs
-		}
-		subs[d.sub.ID] = d
+		refs := s.ds.byPath[sp.Path]
+		i, _ := slices.BinarySearchFunc(refs, d.sub.ID, func(r dsLinkRef, id string) int { return strings.Compare(r.sub.sub.ID, id) })
+		s.ds.byPath[sp.Path] = slices.Insert(refs, i, dsLinkRef{sub: d, link: l})
 	}
 }
 
@@ -201,7 +207,8 @@ func (s *Store) UnlinkDSStream(_ context.Context, p *webhooks.UnlinkDSStreamPara
 func (s *Store) DropDSStream(_ context.Context, path string) error {
 	s.ds.mu.Lock()
 	defer s.ds.mu.Unlock()
-	for _, d := range s.ds.byPath[path] {
+	for _, r := range s.ds.byPath[path] {
+		d := r.sub
 		delete(d.links, path)
 		d.order.remove(path)
 		d.pending.remove(path)
@@ -262,8 +269,8 @@ func (s *Store) NoteDSAppend(_ context.Context, p *webhooks.NoteDSAppendParams) 
 	s.ds.mu.Lock()
 	defer s.ds.mu.Unlock()
 	var out []webhooks.DSLinkedCursor
-	for id, d := range s.ds.byPath[p.Path] {
-		l := d.links[p.Path]
+	for _, r := range s.ds.byPath[p.Path] {
+		d, l := r.sub, r.link
 		if p.Tail > l.TailOffset {
 			dsSetOffsets(d, l, l.AckedOffset, p.Tail)
 		}
@@ -271,9 +278,8 @@ func (s *Store) NoteDSAppend(_ context.Context, p *webhooks.NoteDSAppendParams) 
 		if c.WakeID == "" && c.Holder == "" && c.DueAt.IsZero() && d.pending.len() > 0 {
 			c.DueAt = p.Now
 		}
-		out = append(out, webhooks.DSLinkedCursor{ID: id, Cursor: d.cursor()})
+		out = append(out, webhooks.DSLinkedCursor{ID: d.sub.ID, Cursor: d.cursor()})
 	}
-	slices.SortFunc(out, func(a, b webhooks.DSLinkedCursor) int { return strings.Compare(a.ID, b.ID) })
 	return out, nil
 }
 

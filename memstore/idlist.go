@@ -22,7 +22,7 @@ type idList struct {
 func (l *idList) chunk(id string) int {
 	i := sort.Search(len(l.chunks), func(i int) bool {
 		ch := l.chunks[i]
-		return ch[len(ch)-1].c.ID >= id
+		return ch[len(ch)-1].id >= id
 	})
 	return min(i, len(l.chunks)-1)
 }
@@ -32,9 +32,9 @@ func (l *idList) insert(e *entry) {
 		l.chunks = [][]*entry{{e}}
 		return
 	}
-	i := l.chunk(e.c.ID)
+	i := l.chunk(e.id)
 	ch := l.chunks[i]
-	j, _ := slices.BinarySearchFunc(ch, e.c.ID, cmpID)
+	j, _ := slices.BinarySearchFunc(ch, e.id, cmpID)
 	ch = slices.Insert(ch, j, e)
 	if len(ch) <= maxChunk {
 		l.chunks[i] = ch
@@ -51,9 +51,9 @@ func (l *idList) remove(e *entry) {
 	if len(l.chunks) == 0 {
 		return
 	}
-	i := l.chunk(e.c.ID)
+	i := l.chunk(e.id)
 	ch := l.chunks[i]
-	j, found := slices.BinarySearchFunc(ch, e.c.ID, cmpID)
+	j, found := slices.BinarySearchFunc(ch, e.id, cmpID)
 	if !found {
 		return
 	}
@@ -69,11 +69,11 @@ func (l *idList) after(id string) iter.Seq[*entry] {
 	return func(yield func(*entry) bool) {
 		i := sort.Search(len(l.chunks), func(i int) bool {
 			ch := l.chunks[i]
-			return ch[len(ch)-1].c.ID > id
+			return ch[len(ch)-1].id > id
 		})
 		for ; i < len(l.chunks); i++ {
 			ch := l.chunks[i]
-			j := sort.Search(len(ch), func(j int) bool { return ch[j].c.ID > id })
+			j := sort.Search(len(ch), func(j int) bool { return ch[j].id > id })
 			for _, e := range ch[j:] {
 				if !yield(e) {
 					return

@@ -67,19 +67,6 @@ type subEntry struct {
 	deleted bool // written under mu and Store.mu
 }
 
-// entry is a stored consumer, kept small because idle consumers may number
-// in the millions. c and deleted change only under both mu and Store.mu, so
-// either lock suffices to read them; heapPos belongs to Store.mu.
-type entry struct {
-	mu      sync.Mutex
-	heapPos int32 // -1 while c.Deadline is zero
-	deleted bool
-	c       webhooks.Consumer
-	// attempts is the consumer's delivery log, nil while empty. It
-	// belongs to Store.mu, and goes with the entry.
-	attempts *attemptLog
-}
-
 // New returns an empty Store.
 func New() *Store {
 	return &Store{
@@ -218,12 +205,14 @@ func (s *Store) removeAll(doomed []*entry) {
 			continue
 		}
 		e.deleted = true
-		delete(s.consumers, e.c.ID)
-		s.count(e.c.State, -1)
+		delete(s.consumers, e.id)
+		s.count(e.state, -1)
 		if e.heapPos >= 0 {
 			heap.Remove(&s.deadlines, int(e.heapPos))
 		}
-		forEachPath(&e.c, func(p string) { paths[p] = struct{}{} })
+		for _, p := range pathsOf(e.consumer()) {
+			paths[p] = struct{}{}
+		}
 	}
 	// One pass per path, not one per consumer: a path shared by many of the
 	// doomed consumers would otherwise cost quadratic time.
@@ -239,6 +228,10 @@ func (s *Store) removeAll(doomed []*entry) {
 
 // CreateConsumer implements webhooks.Store.
 func (s *Store) CreateConsumer(_ context.Context, c *webhooks.Consumer) error {
+	data, err := c.MarshalData()
+	if err != nil {
+		return err
+	}
 	s.mu.RLock()
 	se, ok := s.subs[c.SubscriptionID]
 	s.mu.RUnlock()
@@ -256,8 +249,8 @@ func (s *Store) CreateConsumer(_ context.Context, c *webhooks.Consumer) error {
 	if _, ok := s.consumers[c.ID]; ok {
 		return webhooks.ErrConsumerExists
 	}
-	e := &entry{heapPos: -1}
-	e.set(c)
+	e := &entry{heapPos: -1, id: c.ID, sub: c.SubscriptionID, primary: c.PrimaryStream}
+	e.set(c, withWakeRoom(c, data))
 	se.index(e)
 	s.consumers[c.ID] = e
 	s.count(c.State, 1)
@@ -276,7 +269,7 @@ func (s *Store) GetConsumer(_ context.Context, id string) (*webhooks.Consumer, e
 	if !ok {
 		return nil, webhooks.ErrConsumerNotFound
 	}
-	return e.c.Clone(), nil
+	return e.consumer(), nil
 }
 
 // UpdateConsumer implements webhooks.Store. fn must not change the
@@ -295,23 +288,28 @@ func (s *Store) UpdateConsumer(_ context.Context, id string, fn func(c *webhooks
 		return nil, webhooks.ErrConsumerNotFound
 	}
 
-	c := e.c.Clone()
+	c := e.consumer()
+	oldPaths := pathsOf(c)
 	action, err := fn(c)
 	if err != nil {
 		return nil, err
 	}
 	switch action {
 	case webhooks.UpdateNone:
-		return e.c.Clone(), nil
+		return e.consumer(), nil
 	case webhooks.UpdateSave:
-		if c.ID != e.c.ID || c.SubscriptionID != e.c.SubscriptionID || c.PrimaryStream != e.c.PrimaryStream {
+		if c.ID != e.id || c.SubscriptionID != e.sub || c.PrimaryStream != e.primary {
 			return nil, fmt.Errorf("memstore: update of consumer %q changed its ID, SubscriptionID or PrimaryStream", id)
 		}
+		data, err := c.MarshalData()
+		if err != nil {
+			return nil, err
+		}
 		s.mu.Lock()
-		s.save(e, c)
+		s.save(e, oldPaths, c, data)
 		s.mu.Unlock()
-		// save copied c: it is the caller's, who gave fn it, and is handed
-		// back without another copy, empty lists nil as Clone makes them.
+		// save encoded c: it is the caller's, who gave fn it, and is handed
+		// back without another copy, empty lists nil as decoding makes them.
 		for _, l := range []*[]webhooks.StreamOffset{&c.Streams, &c.WakeTails} {
 			if len(*l) == 0 {
 				*l = nil
@@ -323,7 +321,7 @@ func (s *Store) UpdateConsumer(_ context.Context, id string, fn func(c *webhooks
 		return c, nil
 	case webhooks.UpdateDelete:
 		s.mu.Lock()
-		s.remove(e)
+		s.remove(e, oldPaths)
 		s.mu.Unlock()
 		return nil, nil
 	default:
@@ -338,7 +336,7 @@ func (s *Store) ConsumersByStream(_ context.Context, path string) ([]*webhooks.C
 	es := s.byStream[path]
 	out := make([]*webhooks.Consumer, len(es))
 	for i, e := range es {
-		out[i] = e.c.Clone()
+		out[i] = e.consumer()
 	}
 	return out, nil
 }
@@ -359,10 +357,10 @@ func (s *Store) DueConsumers(_ context.Context, now time.Time, limit int) ([]*we
 	for len(out) < limit && f.Len() > 0 {
 		i := heap.Pop(f).(int)
 		e := s.deadlines[i]
-		if e.c.Deadline.After(now) {
+		if e.deadline.After(now) {
 			break
 		}
-		out = append(out, e.c.Clone())
+		out = append(out, e.consumer())
 		for child := 2*i + 1; child <= 2*i+2 && child < len(s.deadlines); child++ {
 			heap.Push(f, child)
 		}
@@ -377,7 +375,7 @@ func (s *Store) NextDeadline(_ context.Context) (time.Time, bool, error) {
 	if len(s.deadlines) == 0 {
 		return time.Time{}, false, nil
 	}
-	return s.deadlines[0].c.Deadline, true, nil
+	return s.deadlines[0].deadline, true, nil
 }
 
 // CountConsumers implements webhooks.Store. States with no consumers are
@@ -420,11 +418,11 @@ func (s *Store) ListConsumers(_ context.Context, p *webhooks.ListConsumersParams
 			n++
 		}
 	}
-	slices.SortFunc(page, func(a, b *entry) int { return strings.Compare(a.c.ID, b.c.ID) })
+	slices.SortFunc(page, func(a, b *entry) int { return strings.Compare(a.id, b.id) })
 	page = page[:min(len(page), p.Limit)]
 	out := make([]*webhooks.Consumer, len(page))
 	for i, e := range page {
-		out[i] = e.c.Clone()
+		out[i] = e.consumer()
 	}
 	return out, nil
 }
@@ -459,42 +457,34 @@ func (s *Store) LoadOrStoreSigningKey(_ context.Context, key []byte) ([]byte, er
 	return slices.Clone(s.key), nil
 }
 
-// set copies c into e so that the caller keeps sole ownership of c.
-func (e *entry) set(c *webhooks.Consumer) {
-	e.c = *c
-	e.c.Streams = slices.Clone(c.Streams)
-	e.c.WakeTails = slices.Clone(c.WakeTails)
-	e.c.TriggeredBy = slices.Clone(c.TriggeredBy)
-}
-
-// save stores c as e's new value and brings the indexes up to date. The
-// caller holds e.mu and s.mu.
-func (s *Store) save(e *entry, c *webhooks.Consumer) {
-	old := &e.c
-	forEachPath(old, func(p string) {
+// save stores c, encoded as data, as e's new value and brings the indexes
+// up to date; oldPaths are the paths of e's value before. The caller holds
+// e.mu and s.mu.
+func (s *Store) save(e *entry, oldPaths []string, c *webhooks.Consumer, data []byte) {
+	for _, p := range oldPaths {
 		if !hasPath(c, p) {
 			s.unindexStream(p, e)
 		}
-	})
+	}
 	forEachPath(c, func(p string) {
-		if !hasPath(old, p) {
+		if !slices.Contains(oldPaths, p) {
 			s.indexStream(p, e)
 		}
 	})
-	stateChanged := c.State != old.State
+	stateChanged := c.State != e.state
 	if stateChanged {
-		s.count(old.State, -1)
+		s.count(e.state, -1)
 		s.count(c.State, 1)
-		s.subs[c.SubscriptionID].unindex(e)
+		s.subs[e.sub].unindex(e)
 	}
-	wasScheduled, deadlineChanged := !old.Deadline.IsZero(), !c.Deadline.Equal(old.Deadline)
-	e.set(c)
+	wasScheduled, deadlineChanged := !e.deadline.IsZero(), !c.Deadline.Equal(e.deadline)
+	e.set(c, data)
 	if stateChanged {
-		s.subs[c.SubscriptionID].index(e)
+		s.subs[e.sub].index(e)
 	}
 	switch {
 	case !deadlineChanged:
-	case e.c.Deadline.IsZero():
+	case e.deadline.IsZero():
 		heap.Remove(&s.deadlines, int(e.heapPos))
 	case wasScheduled:
 		heap.Fix(&s.deadlines, int(e.heapPos))
@@ -503,37 +493,39 @@ func (s *Store) save(e *entry, c *webhooks.Consumer) {
 	}
 }
 
-// remove deletes e from the store and every index. The caller holds e.mu and
-// s.mu.
-func (s *Store) remove(e *entry) {
+// remove deletes e, whose paths are paths, from the store and every
+// index. The caller holds e.mu and s.mu.
+func (s *Store) remove(e *entry, paths []string) {
 	e.deleted = true
-	delete(s.consumers, e.c.ID)
-	s.count(e.c.State, -1)
+	delete(s.consumers, e.id)
+	s.count(e.state, -1)
 	if e.heapPos >= 0 {
 		heap.Remove(&s.deadlines, int(e.heapPos))
 	}
-	forEachPath(&e.c, func(p string) { s.unindexStream(p, e) })
-	s.subs[e.c.SubscriptionID].unindex(e)
+	for _, p := range paths {
+		s.unindexStream(p, e)
+	}
+	s.subs[e.sub].unindex(e)
 }
 
 // index adds e to the list of its state. The caller holds Store.mu.
 func (se *subEntry) index(e *entry) {
-	l := se.byState[e.c.State]
+	l := se.byState[e.state]
 	if l == nil {
 		l = &idList{}
-		se.byState[e.c.State] = l
+		se.byState[e.state] = l
 	}
 	l.insert(e)
 }
 
 // unindex removes e from the list of its state. The caller holds Store.mu.
 func (se *subEntry) unindex(e *entry) {
-	l := se.byState[e.c.State]
+	l := se.byState[e.state]
 	if l == nil {
 		return
 	}
 	if l.remove(e); len(l.chunks) == 0 {
-		delete(se.byState, e.c.State)
+		delete(se.byState, e.state)
 	}
 }
 
@@ -547,13 +539,13 @@ func (s *Store) count(st webhooks.ConsumerState, delta int) {
 
 func (s *Store) indexStream(path string, e *entry) {
 	es := s.byStream[path]
-	i, _ := slices.BinarySearchFunc(es, e.c.ID, cmpID)
+	i, _ := slices.BinarySearchFunc(es, e.id, cmpID)
 	s.byStream[path] = slices.Insert(es, i, e)
 }
 
 func (s *Store) unindexStream(path string, e *entry) {
 	es := s.byStream[path]
-	i, found := slices.BinarySearchFunc(es, e.c.ID, cmpID)
+	i, found := slices.BinarySearchFunc(es, e.id, cmpID)
 	if !found {
 		return
 	}
@@ -564,7 +556,7 @@ func (s *Store) unindexStream(path string, e *entry) {
 	}
 }
 
-func cmpID(e *entry, id string) int { return strings.Compare(e.c.ID, id) }
+func cmpID(e *entry, id string) int { return strings.Compare(e.id, id) }
 
 // forEachPath calls fn once for every distinct stream path of c: its primary
 // stream and the paths in Streams.
@@ -575,6 +567,14 @@ func forEachPath(c *webhooks.Consumer, fn func(path string)) {
 			fn(so.Path)
 		}
 	}
+}
+
+// pathsOf returns the distinct stream paths of c, as forEachPath calls
+// them.
+func pathsOf(c *webhooks.Consumer) []string {
+	var out []string
+	forEachPath(c, func(p string) { out = append(out, p) })
+	return out
 }
 
 func hasPath(c *webhooks.Consumer, path string) bool {
@@ -611,10 +611,10 @@ func (h *deadlineHeap) Pop() any {
 }
 
 func earlier(a, b *entry) bool {
-	if !a.c.Deadline.Equal(b.c.Deadline) {
-		return a.c.Deadline.Before(b.c.Deadline)
+	if !a.deadline.Equal(b.deadline) {
+		return a.deadline.Before(b.deadline)
 	}
-	return a.c.ID < b.c.ID
+	return a.id < b.id
 }
 
 // frontier is a min-heap of positions in a deadlineHeap, used by

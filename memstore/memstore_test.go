@@ -7,6 +7,7 @@ import (
 	"slices"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
@@ -341,4 +342,37 @@ func TestDeliveryLogOfOneAttemptIsSmall(t *testing.T) {
 	require.NoError(t, err)
 	require.Len(t, got, 1)
 	require.Equal(t, `{"done":true}`, got[0].ResponseBody)
+}
+
+// A consumer's wake and its return to IDLE rewrite its encoding in the
+// slice it was created with: what a woken consumer keeps is then not
+// allocated among the wake's garbage, where it would pin partly empty
+// memory that the GC cannot give back (the RSS per woken consumer was
+// twice its heap).
+func TestWakeRewritesConsumerInPlace(t *testing.T) {
+	ctx := context.Background()
+	path := "/tenants/0000042/agents/0000007/events"
+	s := setup(t, path)
+	id := webhooks.ConsumerID("s", path)
+	data := unsafe.SliceData(s.consumers[id].data)
+	tail := "0000000000000042"
+	_, err := s.UpdateConsumer(ctx, id, save(func(c *webhooks.Consumer) {
+		c.State, c.Epoch, c.WakeID = webhooks.StateWaking, c.Epoch+1, "w_0123456789abcdef0123456789abcdef"
+		c.WakeTails = []webhooks.StreamOffset{{Path: path, Offset: tail}}
+		c.TriggeredBy = []string{path}
+		c.Attempt, c.InFlight, c.Deadline, c.UpdatedAt = 1, true, t0.Add(time.Minute), t0.Add(time.Second)
+	}))
+	require.NoError(t, err)
+	require.Same(t, data, unsafe.SliceData(s.consumers[id].data), "the wake")
+	got, err := s.UpdateConsumer(ctx, id, save(func(c *webhooks.Consumer) {
+		c.State, c.InFlight, c.Deadline = webhooks.StateIdle, false, time.Time{}
+		c.Streams[0].Offset, c.WakeTails, c.TriggeredBy = tail, nil, nil
+	}))
+	require.NoError(t, err)
+	require.Same(t, data, unsafe.SliceData(s.consumers[id].data), "the return to IDLE")
+	stored, err := s.GetConsumer(ctx, id)
+	require.NoError(t, err)
+	require.Equal(t, got, stored)
+	require.Equal(t, tail, stored.Streams[0].Offset)
+	require.Equal(t, "w_0123456789abcdef0123456789abcdef", stored.WakeID)
 }

@@ -329,8 +329,10 @@ func (s *Store) ListDSLinks(ctx context.Context, p *webhooks.ListDSLinksParams) 
 		rows, err = s.r.query(ctx, "SELECT "+dsLinkCols+` FROM ds_links WHERE subscription_id = ?
 			AND path IN (SELECT value FROM json_each(?)) ORDER BY path`, p.ID, string(paths))
 	case p.PendingOnly:
-		rows, err = s.r.query(ctx, "SELECT "+dsLinkCols+` FROM ds_links WHERE subscription_id = ? AND pending = 1
-			AND path > ? ORDER BY path LIMIT ?`, p.ID, p.After, p.Limit)
+		// Without stats SQLite seeks the primary key from After and
+		// filters every link after it: the pending index is named.
+		rows, err = s.r.query(ctx, "SELECT "+dsLinkCols+` FROM ds_links INDEXED BY ds_links_pending
+			WHERE subscription_id = ? AND pending = 1 AND path > ? ORDER BY path LIMIT ?`, p.ID, p.After, p.Limit)
 	default:
 		rows, err = s.r.query(ctx, "SELECT "+dsLinkCols+` FROM ds_links WHERE subscription_id = ?
 			AND path > ? ORDER BY path LIMIT ?`, p.ID, p.After, p.Limit)

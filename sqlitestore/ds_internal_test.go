@@ -73,6 +73,10 @@ func TestDSStatementsUseIndexes(t *testing.T) {
 	// A search by subscription alone reads every link of it, unless it
 	// is the partial index of the pending ones.
 	allLinks := regexp.MustCompile(`^SEARCH (ds_links|l) USING (PRIMARY KEY|(COVERING )?INDEX (\w+)) \(subscription_id=\?\)$`)
+	// A statement that selects pending links by subscription reads
+	// them from the partial index: the primary key from a path on
+	// filters every link after it.
+	pendingBySub := regexp.MustCompile(`^SEARCH (ds_links|l) USING (PRIMARY KEY|(COVERING )?INDEX (\w+)) \(subscription_id=\?`)
 	param := regexp.MustCompile(`\?(\d*)`)
 	checked := 0
 	for _, q := range queries {
@@ -104,6 +108,9 @@ func TestDSStatementsUseIndexes(t *testing.T) {
 		for _, step := range plan {
 			require.False(t, scanLinks.MatchString(step), "%s\nscans the links: %v", q, plan)
 			require.False(t, !listAll && scanSubs.MatchString(step), "%s\nscans the subscriptions: %v", q, plan)
+			if m := pendingBySub.FindStringSubmatch(step); m != nil && strings.Contains(q, "pending = 1") {
+				require.Equal(t, "ds_links_pending", m[4], "%s\nreads pending links from another index: %v", q, plan)
+			}
 			if m := allLinks.FindStringSubmatch(step); m != nil && m[4] != "ds_links_pending" {
 				require.True(t, strings.HasPrefix(q, "DELETE FROM ds_links WHERE subscription_id = ?"), "%s\nreads every link of a subscription: %v", q, plan)
 			}

@@ -145,16 +145,22 @@ func BenchmarkDSCost(b *testing.B, s webhooks.Store) {
 // BenchmarkDSCostRatio measures what BenchmarkDSCost does, for a shared
 // machine: the link counts take turns, in rounds of batches, and each
 // operation's fastest batch per count is kept, so that load that comes
-// and goes weighs on every count alike. It reports, per operation, the
-// fastest batch's time per call at each count (ns/ack@10, …) and the
-// ratio of the largest count's to the smallest's (ack-ratio, …), which
-// is about 1 for a Store whose calls cost what they touch.
+// and goes weighs on every count alike. A batch touches dsRatioBatch
+// distinct links, at every count the same work: the appends make idle
+// links pending, the pages list the pending links as a wake does, the
+// acks that follow ack the same links at their tails, which makes them
+// idle again, and the links add new streams. The paths
+// and offsets are made before a batch is timed. It reports, per
+// operation, the fastest batch's time per call at each count (ns/ack@10,
+// …) and the ratio of the largest count's to the smallest's (ack-ratio,
+// …), which is about 1 for a Store whose calls cost what they touch.
 func BenchmarkDSCostRatio(b *testing.B, s webhooks.Store) {
 	d := dsStore(b, s)
 	type sub struct {
-		id  string
-		n   int
-		gen int64
+		id   string
+		n    int
+		gen  int64
+		next int // the first link of the next batch, in stride order
 	}
 	var subs []*sub
 	for _, n := range DSLinkCounts {
@@ -170,35 +176,50 @@ func BenchmarkDSCostRatio(b *testing.B, s webhooks.Store) {
 		}
 		subs = append(subs, &sub{id: id, n: n, gen: startWake(b, d, id, "w1", time.Time{})})
 	}
-	const batch = 50
-	ops := []string{"ack", "append", "link"}
+	// At most the smallest count, so that a batch's links are distinct.
+	const batch = dsRatioBatch
+	ops := []string{"append", "page", "ack", "link"}
 	best := map[string]time.Duration{}
-	seq := 0
-	run := func(sb *sub, op string) {
-		for range batch {
-			seq++
-			path := fmt.Sprintf("events/%d/%07d", sb.n, (seq*7919)%sb.n)
-			var err error
-			switch op {
-			case "ack":
-				_, err = d.AckDS(b.Context(), &webhooks.AckDSParams{ID: sb.id, Generation: sb.gen, WakeID: "w1", Now: at(0),
-					Acks: []webhooks.DSAck{{Path: path, Offset: off(1 + seq)}}})
-			case "append":
-				_, err = d.NoteDSAppend(b.Context(), &webhooks.NoteDSAppendParams{Path: path, Tail: off(1_000_000 + seq), Now: at(0)})
-			case "link":
-				err = d.LinkDSStreams(b.Context(), &webhooks.LinkDSStreamsParams{ID: sb.id,
-					Links: []webhooks.DSLinkSpec{glob(fmt.Sprintf("new/%09d", seq), 1)}})
-			}
-			if err != nil {
-				b.Fatal(err)
-			}
-		}
-	}
+	seq := 1
+	paths, offsets := make([]string, batch), make([]string, batch)
 	for b.Loop() {
-		for _, op := range ops {
-			for _, sb := range subs {
+		for _, sb := range subs {
+			// A stride prime to every count spreads the links touched.
+			for j := range batch {
+				paths[j] = fmt.Sprintf("events/%d/%07d", sb.n, ((sb.next+j)*7919)%sb.n)
+				offsets[j] = off(1_000_000 + seq + j)
+			}
+			sb.next += batch
+			seq += batch
+			for _, op := range ops {
+				if op == "link" {
+					for j := range batch {
+						paths[j] = fmt.Sprintf("new/%d/%09d", sb.n, seq+j)
+					}
+				}
+				var err error
 				start := time.Now()
-				run(sb, op)
+				for j := range batch {
+					switch op {
+					case "append":
+						_, err = d.NoteDSAppend(b.Context(), &webhooks.NoteDSAppendParams{Path: paths[j], Tail: offsets[j], Now: at(0)})
+					case "page":
+						var ls []webhooks.DSLink
+						ls, err = d.ListDSLinks(b.Context(), &webhooks.ListDSLinksParams{ID: sb.id, Limit: 1000, PendingOnly: true})
+						if err == nil && len(ls) != batch {
+							err = fmt.Errorf("%d links pending, want %d", len(ls), batch)
+						}
+					case "ack":
+						_, err = d.AckDS(b.Context(), &webhooks.AckDSParams{ID: sb.id, Generation: sb.gen, WakeID: "w1", Now: at(0),
+							Acks: []webhooks.DSAck{{Path: paths[j], Offset: offsets[j]}}})
+					case "link":
+						err = d.LinkDSStreams(b.Context(), &webhooks.LinkDSStreamsParams{ID: sb.id,
+							Links: []webhooks.DSLinkSpec{glob(paths[j], 1)}})
+					}
+					if err != nil {
+						b.Fatal(err)
+					}
+				}
 				key := fmt.Sprintf("%s@%d", op, sb.n)
 				if el := time.Since(start); best[key] == 0 || el < best[key] {
 					best[key] = el
@@ -213,4 +234,14 @@ func BenchmarkDSCostRatio(b *testing.B, s webhooks.Store) {
 		}
 		b.ReportMetric(float64(best[fmt.Sprintf("%s@%d", op, hi)])/float64(best[fmt.Sprintf("%s@%d", op, lo)]), op+"-ratio")
 	}
+	// The calls of one link's wake together: which of them first loads a
+	// link that is not in the cache depends on their order.
+	cycle := func(n int) time.Duration {
+		return best[fmt.Sprintf("append@%d", n)] + best[fmt.Sprintf("page@%d", n)] + best[fmt.Sprintf("ack@%d", n)]
+	}
+	b.ReportMetric(float64(cycle(hi))/float64(cycle(lo)), "append+page+ack-ratio")
 }
+
+// dsRatioBatch is the calls of a batch of BenchmarkDSCostRatio: the
+// smallest of DSLinkCounts, so that a batch touches distinct links.
+const dsRatioBatch = 10

@@ -5,6 +5,7 @@
 //
 //	capacity seed -schema big -subs 10000 -consumers 1000000   # -deadlines: every consumer WAKING, due in a year
 //	capacity run -schema big -baseline small                    # RSS, Start, sweep, scheduler, append → wake
+//	capacity run -schema small -pad 1000000                     # the same, with as many streams in the process as big's
 //	capacity notify -schema big -instances 3                    # subscription changes seen by 3 engines
 //	capacity drop -schema big
 //
@@ -36,6 +37,7 @@ func main() {
 	fs.IntVar(&c.subs, "subs", 10_000, "seed: subscriptions")
 	fs.IntVar(&c.consumers, "consumers", 1_000_000, "seed: consumers, one stream each, spread over the subscriptions")
 	fs.BoolVar(&c.deadlines, "deadlines", false, "seed: every consumer WAKING with a deadline a year away")
+	fs.IntVar(&c.pad, "pad", 0, "run: streams that no subscription matches, added to the host's streams before Start, so that a small schema's engine starts in a process holding as many streams as a big one's")
 	fs.IntVar(&c.samples, "samples", 2000, "run: appends measured per engine")
 	fs.DurationVar(&c.idleFor, "idle-for", 0, "run: how long the idle engine's CPU is measured (0: 10 poll intervals)")
 	fs.StringVar(&c.heapProfile, "heapprofile", "", "run: write the live heap, once the start-up sweep has ended, to this file")
@@ -69,7 +71,7 @@ func main() {
 // config holds the flags.
 type config struct {
 	dsn, schema, baseline string
-	subs, consumers       int
+	subs, consumers, pad  int
 	deadlines             bool
 	samples               int
 	idleFor               time.Duration

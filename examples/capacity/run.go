@@ -11,6 +11,7 @@ import (
 	"os"
 	"runtime"
 	"runtime/debug"
+	"runtime/metrics"
 	"runtime/pprof"
 	"slices"
 	"strconv"
@@ -114,6 +115,9 @@ func openEnv(ctx context.Context, c config, schema string) (*env, error) {
 	}
 	for i := range hotStreams {
 		e.source.put(hotPath(i), seedTail)
+	}
+	for j := range c.pad {
+		e.source.put("/pad/"+strconv.Itoa(j), seedTail)
 	}
 	if e.hook, err = newHookServer(); err != nil {
 		pool.Close()
@@ -228,6 +232,45 @@ func memory() (heap, rss uint64) {
 	return ms.HeapAlloc, rss
 }
 
+// memClasses are the runtime's memory classes that make up the RSS: the
+// live heap, the free space in its spans (fragmentation), stacks and the
+// runtime's own metadata.
+var memClasses = []string{
+	"/memory/classes/heap/objects:bytes",
+	"/memory/classes/heap/unused:bytes",
+	"/memory/classes/heap/free:bytes",
+	"/memory/classes/heap/stacks:bytes",
+	"/memory/classes/os-stacks:bytes",
+	"/memory/classes/metadata/mspan/inuse:bytes",
+	"/memory/classes/metadata/other:bytes",
+	"/memory/classes/other:bytes",
+	"/memory/classes/profiling/buckets:bytes",
+}
+
+// readClasses reads memClasses, after memory has run.
+func readClasses() []uint64 {
+	samples := make([]metrics.Sample, len(memClasses))
+	for i, name := range memClasses {
+		samples[i].Name = name
+	}
+	metrics.Read(samples)
+	out := make([]uint64, len(samples))
+	for i, s := range samples {
+		out[i] = s.Value.Uint64()
+	}
+	return out
+}
+
+// classDeltas formats what each memory class grew by from a to b.
+func classDeltas(a, b []uint64) string {
+	var sb strings.Builder
+	for i, name := range memClasses {
+		name = strings.TrimSuffix(strings.TrimPrefix(name, "/memory/classes/"), ":bytes")
+		fmt.Fprintf(&sb, " %s_mb=%.1f", strings.NewReplacer("/", "_", "-", "_").Replace(name), mb(int64(b[i])-int64(a[i])))
+	}
+	return sb.String()
+}
+
 // cpu returns the process's CPU time so far.
 func cpu() time.Duration {
 	var ru syscall.Rusage
@@ -243,11 +286,13 @@ func run(ctx context.Context, c config) error {
 	}
 	defer e.close()
 	heap1, rss1 := memory()
+	classes1 := readClasses()
 	startTook, sweepTook, err := e.start(ctx)
 	if err != nil {
 		return err
 	}
 	heap2, rss2 := memory()
+	classes2 := readClasses()
 	if c.heapProfile != "" {
 		if err := writeHeapProfile(c.heapProfile); err != nil {
 			return err
@@ -257,6 +302,7 @@ func run(ctx context.Context, c config) error {
 		e.name, e.subs, e.consumers, e.deadlines, ms(startTook), sweepTook.Seconds(), e.store.byStream.Load(), e.store.byStreamRows.Load())
 	fmt.Printf("CAPACITY memory schema=%s subs=%d consumers=%d streams_heap_mb=%.1f streams_rss_mb=%.1f engine_heap_mb=%.1f engine_rss_mb=%.1f process_rss_mb=%.1f\n",
 		e.name, e.subs, e.consumers, mb(heap1-heap0), mb(rss1-rss0), mb(heap2-heap1), mb(int64(rss2)-int64(rss1)), mb(rss2))
+	fmt.Printf("CAPACITY memclasses schema=%s consumers=%d%s\n", e.name, e.consumers, classDeltas(classes1, classes2))
 
 	// The idle engine: its scheduler polls the Store's deadlines.
 	idleFor := c.idleFor
