@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/streamhooks/webhooks/internal/startstop"
@@ -102,8 +103,16 @@ type dsDelivery struct {
 	e     *Engine
 	store DSStore
 	kick  chan struct{}
-	// sends are the wakes being sent, which Stop waits for.
-	sends sync.WaitGroup
+	// sends are the wakes being sent, which Stop waits for; sending
+	// counts them for tests (DSSendsRunning).
+	sends   sync.WaitGroup
+	sending atomic.Int64
+	// parked is set while the scheduler waits for its timer, armed at
+	// armed (zero for none), with no kick pending: a test moves a mock
+	// clock only while it is idle (DSSchedulerParked).
+	parkMu sync.Mutex
+	parked bool
+	armed  time.Time
 
 	mu sync.RWMutex
 	// subs are the live subscriptions, for glob matching on appends.
@@ -149,12 +158,24 @@ func (d *dsDelivery) remember(id string, sub *DSSubscription) {
 	d.subs[id] = sub
 }
 
-// poke wakes the scheduler.
+// poke wakes the scheduler. The kick is sent with parked cleared, under
+// one lock, so that the scheduler never counts as parked with a kick it
+// is about to take.
 func (d *dsDelivery) poke() {
+	d.parkMu.Lock()
+	defer d.parkMu.Unlock()
+	d.parked = false
 	select {
 	case d.kick <- struct{}{}:
 	default:
 	}
+}
+
+// park records whether the scheduler waits, and for which time.
+func (d *dsDelivery) park(waiting bool, armed time.Time) {
+	d.parkMu.Lock()
+	d.parked, d.armed = waiting && len(d.kick) == 0, armed
+	d.parkMu.Unlock()
 }
 
 // relative is the stream-root-relative path of stream path, and false for
@@ -269,20 +290,32 @@ func (d *dsDelivery) run(ctx context.Context) {
 		} else if ok {
 			wait = max(d.e.clock.Until(next), 0)
 		}
-		var timer <-chan time.Time
-		if wait >= 0 {
-			t := d.e.clock.Timer(wait)
-			defer t.Stop()
-			timer = t.C
-		}
-		d.e.signals.dsSchedulerParked.Send()
-		select {
-		case <-ctx.Done():
+		if !d.wait(ctx, wait) {
 			return
-		case <-d.kick:
-		case <-timer:
 		}
 	}
+}
+
+// wait parks the scheduler until wait has passed (never if negative), a
+// poke, or ctx's end, and reports false at ctx's end.
+func (d *dsDelivery) wait(ctx context.Context, wait time.Duration) bool {
+	var timer <-chan time.Time
+	var armed time.Time
+	if wait >= 0 {
+		t := d.e.clock.Timer(wait)
+		defer t.Stop()
+		timer, armed = t.C, d.e.clock.Now().Add(wait)
+	}
+	d.park(true, armed)
+	defer d.park(false, time.Time{})
+	d.e.signals.dsSchedulerParked.Send()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-d.kick:
+	case <-timer:
+	}
+	return true
 }
 
 // runDue acts on the subscriptions due now.
@@ -347,6 +380,7 @@ func (d *dsDelivery) step(ctx context.Context, id string) error {
 	}
 	w := *send
 	d.sends.Add(1)
+	d.sending.Add(1)
 	go func() {
 		defer d.sends.Done()
 		d.deliver(ctx, sub, mech, w)
@@ -357,7 +391,10 @@ func (d *dsDelivery) step(ctx context.Context, id string) error {
 // deliver sends wake w of sub and applies the outcome, fenced on w.
 func (d *dsDelivery) deliver(ctx context.Context, sub *DSSubscription, mech dsMechanism, w dsWake) {
 	out := mech.send(ctx, d, sub, w)
-	defer d.e.signals.dsAttemptEnded.Send()
+	defer func() {
+		d.sending.Add(-1)
+		d.e.signals.dsAttemptEnded.Send()
+	}()
 	now := d.e.clock.Now()
 	if out.done {
 		cur, err := d.store.AckDS(ctx, &AckDSParams{ID: sub.ID, Generation: w.generation, WakeID: w.wakeID, Acks: out.acks, Done: true, Now: now})

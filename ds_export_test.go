@@ -1,0 +1,15 @@
+package webhooks
+
+// DSSchedulerParked reports whether e's __ds scheduler waits for work,
+// its timer, if any, armed after the clock's time and no kick pending: it
+// acts again only when the clock passes its timer or something pokes it.
+func DSSchedulerParked(e *Engine) bool {
+	d := e.ds
+	d.parkMu.Lock()
+	defer d.parkMu.Unlock()
+	return d.parked && (d.armed.IsZero() || d.armed.After(e.clock.Now()))
+}
+
+// DSSendsRunning is how many __ds wakes e has started sending and not
+// finished with.
+func DSSendsRunning(e *Engine) int64 { return e.ds.sending.Load() }
