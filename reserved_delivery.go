@@ -397,7 +397,15 @@ func (d *dsDelivery) deliver(ctx context.Context, sub *DSSubscription, mech dsMe
 	}()
 	now := d.e.clock.Now()
 	if out.done {
-		cur, err := d.store.AckDS(ctx, &AckDSParams{ID: sub.ID, Generation: w.generation, WakeID: w.wakeID, Acks: out.acks, Done: true, Now: now})
+		p := &AckDSParams{ID: sub.ID, Generation: w.generation, WakeID: w.wakeID, Acks: out.acks, Done: true, Now: now}
+		cur, err := d.store.AckDS(ctx, p)
+		if errors.Is(err, ErrDSNotLinked) {
+			// A stream unlinked during the wake is not acked; the
+			// rest of the snapshot is, and the wake ends (section 7.1).
+			if p.Acks, err = d.stillLinked(ctx, sub.ID, p.Acks); err == nil {
+				cur, err = d.store.AckDS(ctx, p)
+			}
+		}
 		if err != nil && !errors.Is(err, ErrDSFenced) && !errors.Is(err, ErrDSSubscriptionNotFound) {
 			d.e.log.ErrorContext(ctx, "webhooks: __ds auto-ack failed", "subscription", sub.ID, "error", err)
 		}
@@ -433,6 +441,29 @@ func (d *dsDelivery) deliver(ctx context.Context, sub *DSSubscription, mech dsMe
 		d.e.log.WarnContext(ctx, "webhooks: __ds delivery failed; retrying", "subscription", sub.ID, "generation", w.generation, "attempt", w.attempt, "error", out.err)
 	}
 	d.poke()
+}
+
+// stillLinked are those of acks whose streams subscription id links.
+func (d *dsDelivery) stillLinked(ctx context.Context, id string, acks []DSAck) ([]DSAck, error) {
+	paths := make([]string, len(acks))
+	for i, a := range acks {
+		paths[i] = a.Path
+	}
+	links, err := d.store.ListDSLinks(ctx, &ListDSLinksParams{ID: id, Paths: paths})
+	if err != nil {
+		return nil, err
+	}
+	linked := make(map[string]bool, len(links))
+	for _, l := range links {
+		linked[l.Path] = true
+	}
+	out := acks[:0:0]
+	for _, a := range acks {
+		if linked[a.Path] {
+			out = append(out, a)
+		}
+	}
+	return out, nil
 }
 
 // pendingLinks are up to dsLinkPage of sub's links with pending work.

@@ -639,6 +639,39 @@ func TestDSTwoEnginesOneStore(t *testing.T) {
 	})
 }
 
+// Section 7.1: {"done": true} acks the wake's snapshot and ends the wake
+// even if one of its streams was unlinked while the webhook worked: the
+// others are acked, and the lease is released, not left to expire.
+func TestDSWebhookDoneAfterAStreamWasUnlinked(t *testing.T) {
+	h, _ := newDSHarness(t)
+	hold := make(chan struct{})
+	h.recv.queue(reply{status: http.StatusInternalServerError}, reply{status: http.StatusOK, body: `{"done":true}`, hold: hold})
+	h.dsPut("s1", map[string]any{"type": "webhook", "streams": []string{"manual/a", "manual/b"}, "webhook": map[string]string{"url": h.recv.url()}})
+	h.create("/manual/a", 3)
+	h.nextDSWake() // fails; its retry shows both streams
+	h.create("/manual/b", 4)
+	ds := h.store.(webhooks.DSStore)
+	var retry time.Time
+	require.True(t, h.waitProgress(func() bool {
+		sub, err := ds.GetDSSubscription(context.Background(), "s1")
+		require.NoError(t, err)
+		retry = sub.Cursor.DueAt
+		return sub.Cursor.Status == webhooks.DSFailed && sub.Cursor.LeaseExpiresAt.IsZero() && webhooks.DSSchedulerParked(h.engine)
+	}))
+	h.clock.Set(retry)
+	w, _ := h.nextDSWake()
+	require.Len(t, w.Streams, 2)
+	r := h.ds(http.MethodDelete, "subscriptions/s1/streams/manual%2Fb", nil, "")
+	require.Equal(t, http.StatusNoContent, r.status, r.raw)
+	close(hold)
+	require.True(t, h.waitProgress(func() bool {
+		sub, err := ds.GetDSSubscription(context.Background(), "s1")
+		require.NoError(t, err)
+		return sub.Cursor.WakeID == ""
+	}), "the wake never ended")
+	require.Equal(t, offset(3), h.dsAcked("s1", "manual/a"), "the snapshot's other stream was not acked")
+}
+
 // Section 7.3: a callback without done extends a webhook's lease, which
 // may now end before the retry the scheduler waits for; its expiry, with
 // work pending, still wakes at once.
