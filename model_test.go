@@ -61,7 +61,7 @@ import (
 
 var (
 	modelSeed   = flag.Uint64("model.seed", 0, "run only the model-test sequence with this seed")
-	modelRuns   = flag.Int("model.runs", 0, "model-test sequences to run at most (default 2000, 200 with -short)")
+	modelRuns   = flag.Int("model.runs", 0, "model-test sequences to run at most (default: TestModel 2000, 200 with -short; TestModelDS 30, 10 with -short)")
 	modelBudget = flag.Duration("model.budget", 0, "start no model-test sequence after this long (default 40s, 10s with -short)")
 )
 
@@ -71,16 +71,23 @@ var (
 const modelWorkers = 4
 
 func TestModel(t *testing.T) {
+	runModelSequences(t, "TestModel", 2000, 200, modelRun, modelCoverage)
+}
+
+// runModelSequences runs sequences of run, from seeds counted up from the
+// clock, at most runs of them (shortRuns with -short, or -model.runs)
+// within the budget, stopping at the first failure; -model.seed runs only
+// that seed. It logs what cov counted.
+func runModelSequences(t *testing.T, name string, runs, shortRuns int, run func(t *testing.T, seed uint64), cov *modelCounts) {
 	if *modelSeed != 0 {
-		t.Run(fmt.Sprintf("seed=%d", *modelSeed), func(t *testing.T) { modelRun(t, *modelSeed) })
+		t.Run(fmt.Sprintf("seed=%d", *modelSeed), func(t *testing.T) { run(t, *modelSeed) })
 		return
 	}
-	runs, budget := *modelRuns, *modelBudget
-	if runs == 0 {
-		runs = 2000
-		if testing.Short() {
-			runs = 200
-		}
+	budget := *modelBudget
+	if *modelRuns != 0 {
+		runs = *modelRuns
+	} else if testing.Short() {
+		runs = shortRuns
 	}
 	if budget == 0 {
 		budget = 40 * time.Second
@@ -103,15 +110,18 @@ func TestModel(t *testing.T) {
 					return
 				}
 				seed := base + uint64(i)
-				if !t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) { modelRun(t, seed) }) {
+				if !t.Run(fmt.Sprintf("seed=%d", seed), func(t *testing.T) { run(t, seed) }) {
 					failed.Store(true)
 				}
 			}
 		}()
 	}
 	wg.Wait()
+	if failed.Load() {
+		t.Logf("replay the failed sequence with: go test -race -run '%s$' -model.seed=N (N from the failed subtest's name)", name)
+	}
 	t.Logf("%d sequences from seed %d in %v exercised:\n%s",
-		min(next.Load(), int64(runs)), base, time.Since(start).Round(time.Millisecond), modelCoverage.report())
+		min(next.Load(), int64(runs)), base, time.Since(start).Round(time.Millisecond), cov.report())
 }
 
 // modelCounts counts what the sequences exercised; TestModel logs it, so
@@ -123,10 +133,12 @@ type modelCounts struct {
 
 var modelCoverage = &modelCounts{n: map[string]int{}}
 
-func modelCount(what string) {
-	modelCoverage.mu.Lock()
-	modelCoverage.n[what]++
-	modelCoverage.mu.Unlock()
+func modelCount(what string) { modelCoverage.add(what) }
+
+func (c *modelCounts) add(what string) {
+	c.mu.Lock()
+	c.n[what]++
+	c.mu.Unlock()
 }
 
 func (c *modelCounts) report() string {
@@ -1070,13 +1082,15 @@ func (r *modelRig) failf(check, format string, args ...any) {
 
 func (r *modelRig) pick(n int) int { return r.rng.IntN(n) }
 
-// pickWeighted returns i with probability weights[i] / sum(weights).
-func (r *modelRig) pickWeighted(weights ...int) int {
+func (r *modelRig) pickWeighted(weights ...int) int { return modelPickWeighted(r.rng, weights...) }
+
+// modelPickWeighted returns i with probability weights[i] / sum(weights).
+func modelPickWeighted(rng *rand.Rand, weights ...int) int {
 	total := 0
 	for _, w := range weights {
 		total += w
 	}
-	n := r.pick(total)
+	n := rng.IntN(total)
 	for i, w := range weights {
 		if n -= w; n < 0 {
 			return i

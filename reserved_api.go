@@ -482,9 +482,9 @@ func (e *Engine) dsAck(ctx context.Context, r *http.Request, at dsTarget) (int, 
 		return 0, nil, err
 	}
 	next := req.Done && cur.Pending
-	if next {
-		e.ds.poke()
-	}
+	// Both the next wake and a heartbeat's lease end, which may come
+	// before the retry the scheduler waits for, are new due times.
+	e.ds.poke()
 	return http.StatusOK, dsAckResponse{OK: true, NextWake: next}, nil
 }
 

@@ -117,6 +117,12 @@ type dsDelivery struct {
 	e     *Engine
 	store DSStore
 	kick  chan struct{}
+	// parked is set while the scheduler waits for its timer, armed at
+	// armed (zero for none), with no kick pending: a test moves a mock
+	// clock only while it is idle (DSSchedulerParked).
+	parkMu sync.Mutex
+	parked bool
+	armed  time.Time
 
 	mu sync.RWMutex
 	// subs are the live subscriptions, for glob matching on appends.
@@ -164,10 +170,20 @@ func (d *dsDelivery) remember(id string, sub *DSSubscription) {
 
 // poke wakes the scheduler.
 func (d *dsDelivery) poke() {
+	d.parkMu.Lock()
+	defer d.parkMu.Unlock()
+	d.parked = false
 	select {
 	case d.kick <- struct{}{}:
 	default:
 	}
+}
+
+// park records whether the scheduler waits, and for which time.
+func (d *dsDelivery) park(waiting bool, armed time.Time) {
+	d.parkMu.Lock()
+	d.parked, d.armed = waiting && len(d.kick) == 0, armed
+	d.parkMu.Unlock()
 }
 
 // relative is the stream-root-relative path of stream path, and false for
@@ -307,20 +323,32 @@ func (d *dsDelivery) run(ctx context.Context) {
 		} else if ok {
 			wait = max(d.e.clock.Until(next), 0)
 		}
-		var timer <-chan time.Time
-		if wait >= 0 {
-			t := d.e.clock.Timer(wait)
-			defer t.Stop()
-			timer = t.C
-		}
-		d.e.signals.dsSchedulerParked.Send()
-		select {
-		case <-ctx.Done():
+		if !d.wait(ctx, wait) {
 			return
-		case <-d.kick:
-		case <-timer:
 		}
 	}
+}
+
+// wait parks the scheduler until wait has passed (never if negative), a
+// poke, or ctx's end, and reports false at ctx's end.
+func (d *dsDelivery) wait(ctx context.Context, wait time.Duration) bool {
+	var timer <-chan time.Time
+	var armed time.Time
+	if wait >= 0 {
+		t := d.e.clock.Timer(wait)
+		defer t.Stop()
+		timer, armed = t.C, d.e.clock.Now().Add(wait)
+	}
+	d.park(true, armed)
+	defer d.park(false, time.Time{})
+	d.e.signals.dsSchedulerParked.Send()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-d.kick:
+	case <-timer:
+	}
+	return true
 }
 
 // runDue acts on the subscriptions due now.

@@ -656,3 +656,69 @@ func TestDSTwoEnginesOneStore(t *testing.T) {
 		}
 	})
 }
+
+// Section 7.1: {"done": true} acks the wake's snapshot and ends the wake
+// even if one of its streams was unlinked while the webhook worked: the
+// others are acked, and the lease is released, not left to expire.
+func TestDSWebhookDoneAfterAStreamWasUnlinked(t *testing.T) {
+	h, _ := newDSHarness(t)
+	hold := make(chan struct{})
+	h.recv.queue(reply{status: http.StatusInternalServerError}, reply{status: http.StatusOK, body: `{"done":true}`, hold: hold})
+	h.dsPut("s1", map[string]any{"type": "webhook", "streams": []string{"manual/a", "manual/b"}, "webhook": map[string]string{"url": h.recv.url()}})
+	h.create("/manual/a", 3)
+	h.nextDSWake() // fails; its retry shows both streams
+	h.create("/manual/b", 4)
+	ds := h.store.(webhooks.DSStore)
+	var retry time.Time
+	require.True(t, h.waitProgress(func() bool {
+		sub, err := ds.GetDSSubscription(context.Background(), "s1")
+		require.NoError(t, err)
+		retry = sub.Cursor.DueAt
+		return sub.Cursor.Status == webhooks.DSFailed && sub.Cursor.LeaseExpiresAt.IsZero() && webhooks.DSSchedulerParked(h.engine)
+	}))
+	h.clock.Set(retry)
+	w, _ := h.nextDSWake()
+	require.Len(t, w.Streams, 2)
+	r := h.ds(http.MethodDelete, "subscriptions/s1/streams/manual%2Fb", nil, "")
+	require.Equal(t, http.StatusNoContent, r.status, r.raw)
+	close(hold)
+	require.True(t, h.waitProgress(func() bool {
+		sub, err := ds.GetDSSubscription(context.Background(), "s1")
+		require.NoError(t, err)
+		return sub.Cursor.WakeID == ""
+	}), "the wake never ended")
+	require.Equal(t, offset(3), h.dsAcked("s1", "manual/a"), "the snapshot's other stream was not acked")
+}
+
+// Section 7.3: a callback without done extends a webhook's lease, which
+// may now end before the retry the scheduler waits for; its expiry, with
+// work pending, still wakes at once.
+func TestDSHeartbeatLeaseEndingBeforeARetryWakes(t *testing.T) {
+	h, _ := newDSHarness(t)
+	h.recv.queue(reply{status: http.StatusInternalServerError}, reply{status: http.StatusInternalServerError})
+	h.dsPut("s1", webhookSub(h, "events/*")) // a lease of 1 s
+	h.create("/events/a", 10)
+	ds := h.store.(webhooks.DSStore)
+	retryAt := func(attempt int) time.Time {
+		var due time.Time
+		require.True(t, h.waitProgress(func() bool {
+			sub, err := ds.GetDSSubscription(context.Background(), "s1")
+			require.NoError(t, err)
+			due = sub.Cursor.DueAt
+			return sub.Cursor.Attempt == attempt && sub.Cursor.Status == webhooks.DSFailed && sub.Cursor.LeaseExpiresAt.IsZero() &&
+				webhooks.DSSchedulerParked(h.engine)
+		}), "attempt %d never failed", attempt)
+		return due
+	}
+	w, _ := h.nextDSWake()
+	h.clock.Set(retryAt(1))
+	h.nextDSWake()
+	due := retryAt(2) // 2 s ± 20 % away
+	r := h.ds(http.MethodPost, "subscriptions/s1/callback", ackBody(w, false), w.CallbackToken)
+	require.Equal(t, http.StatusOK, r.status, r.raw)
+	require.True(t, h.clock.Now().Add(time.Second).Before(due))
+	require.True(t, h.waitProgress(func() bool { return webhooks.DSSchedulerParked(h.engine) }))
+	h.clock.Add(time.Second)
+	w2, _ := h.nextDSWake()
+	require.Equal(t, w.Generation+1, w2.Generation, "the lease's expiry did not wake a new generation")
+}

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/streamhooks/webhooks/examples/internal/exampleserver"
+	"github.com/streamhooks/webhooks/internal/pgtest"
 )
 
 // conformanceDir holds the npm project pinning the published Durable
@@ -40,9 +41,10 @@ var conformanceGroups = []string{
 
 // TestConformanceSuite runs the published conformance suite, with its
 // subscription tests, against the example server serving the reserved
-// `__ds` API under /v1/stream, where the suite expects it. It needs node
-// and `npm ci` run in testdata/conformance; without them it skips, except
-// under CI.
+// `__ds` API under /v1/stream, where the suite expects it: on the memory
+// Store, on SQLite and on PostgreSQL (STREAMHOOKS_TEST_POSTGRES; skipped
+// without it, except under CI). It needs node and `npm ci` run in
+// testdata/conformance; without them it skips, except under CI.
 func TestConformanceSuite(t *testing.T) {
 	node, err := exec.LookPath("node")
 	vitest := filepath.Join("node_modules", "vitest", "vitest.mjs")
@@ -59,14 +61,25 @@ func TestConformanceSuite(t *testing.T) {
 		}
 		t.Skip(msg)
 	}
+	for _, store := range []struct {
+		name string
+		cfg  func(t *testing.T) exampleserver.Config
+	}{
+		{"memory", func(*testing.T) exampleserver.Config { return exampleserver.Config{} }},
+		{"sqlite", func(t *testing.T) exampleserver.Config { return exampleserver.Config{DataDir: t.TempDir()} }},
+		{"postgres", func(t *testing.T) exampleserver.Config { return exampleserver.Config{Postgres: pgtest.SchemaDSN(t)} }},
+	} {
+		t.Run(store.name, func(t *testing.T) { runConformance(t, node, vitest, store.cfg(t)) })
+	}
+}
 
+// runConformance runs the suite against an example server started with
+// cfg, its address, stream root and logger set here.
+func runConformance(t *testing.T, node, vitest string, cfg exampleserver.Config) {
 	ctx := context.Background()
-	srv, err := exampleserver.Start(ctx, exampleserver.Config{
-		Addr:       "127.0.0.1:0",
-		Dev:        true,
-		StreamRoot: "/v1/stream",
-		Logger:     slog.New(slog.NewTextHandler(io.Discard, nil)),
-	})
+	cfg.Addr, cfg.Dev, cfg.StreamRoot = "127.0.0.1:0", true, "/v1/stream"
+	cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	srv, err := exampleserver.Start(ctx, cfg)
 	require.NoError(t, err)
 	t.Cleanup(func() {
 		shutdown, cancel := context.WithTimeout(ctx, 10*time.Second)

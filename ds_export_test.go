@@ -1,0 +1,16 @@
+package webhooks
+
+// DSSchedulerParked reports whether e's __ds scheduler waits for work,
+// its timer, if any, armed after the clock's time and no kick pending: it
+// acts again only when the clock passes its timer or something pokes it.
+func DSSchedulerParked(e *Engine) bool {
+	d := e.ds
+	d.parkMu.Lock()
+	defer d.parkMu.Unlock()
+	return d.parked && (d.armed.IsZero() || d.armed.After(e.clock.Now()))
+}
+
+// DSSendsRunning is how many __ds wakes e has started sending and not
+// finished with: the pipeline's attempts, which are all __ds ones where no
+// seed-001 consumer is woken.
+func DSSendsRunning(e *Engine) int64 { return e.pipeline.attempts.Load() }
