@@ -14,5 +14,6 @@ func Parts(e *Engine) map[string]Part {
 	return map[string]Part{
 		"scheduler": e.sched, "sweep": e.sweep, "feed": e.feed, "pipeline": e.pipeline,
 		"outcomes": e.outcomes, "keys": e.keys, "metrics": e.metrics, "verifier": e.verifier,
+		"ds": e.ds,
 	}
 }

@@ -28,7 +28,7 @@ func TestPartsStartAndStopIdempotently(t *testing.T) {
 		return e
 	}
 	names := slices.Sorted(maps.Keys(webhooks.Parts(newLoaded(t))))
-	require.Len(t, names, 8)
+	require.Len(t, names, 9)
 	for _, name := range names {
 		t.Run(name, func(t *testing.T) {
 			defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
