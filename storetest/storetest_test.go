@@ -428,6 +428,8 @@ type flawedLease struct {
 	flaw   string
 	mu     sync.Mutex
 	leases map[string]flawedLeaseEntry
+	// window counts the racy callers that have checked and not granted.
+	window atomic.Int32
 }
 
 type flawedLeaseEntry struct {
@@ -443,9 +445,13 @@ func (s *flawedLease) TryLease(_ context.Context, name, holder string, now, unti
 	s.mu.Lock()
 	cur, held := s.leases[name]
 	if s.flaw == "racy" {
-		// Checks, then grants under a second hold of the lock.
+		// Checks, then grants under a second hold of the lock. The window
+		// stays open until a second caller has checked too, so that the
+		// race happens however a busy machine schedules the callers; a
+		// caller alone gives up after a while.
+		s.window.Add(1)
 		s.mu.Unlock()
-		for range 8 {
+		for i := 0; s.window.Load() < 2 && i < 1_000_000; i++ {
 			runtime.Gosched()
 		}
 		s.mu.Lock()
