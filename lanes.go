@@ -74,7 +74,7 @@ func laneKey(webhook string) string {
 type attempt struct {
 	ctx context.Context
 	// key names what the attempt delivers for: a consumer's ID, or a
-	// `__ds` subscription's attempt key (dsAttemptKey). A lane keeps one
+	// `__ds` subscription's DSDeliveryLogKey. A lane keeps one
 	// waiting attempt per key.
 	key string
 	// deadline is when a waiting attempt is no longer worth starting;

@@ -419,23 +419,19 @@ func (d *dsDelivery) step(ctx context.Context, id string) error {
 	// it again; one not taken, as at Stop, waits for its due time.
 	w := *send
 	d.e.pipeline.submit(mech.lane(d, sub), &attempt{
-		key: dsAttemptKey(sub.ID), deadline: deadline, ended: d.e.signals.dsAttemptEnded.Send,
+		key: DSDeliveryLogKey(sub.ID), deadline: deadline, ended: d.e.signals.dsAttemptEnded.Send,
 		run: func(ctx context.Context, answered func(string)) { d.deliver(ctx, sub, mech, w, answered) },
 	})
 	return nil
 }
 
-// dsAttemptKey is the key of subscription id's attempts in the shared
-// core: its lanes, its telemetry, the failure log and the delivery log.
-// No consumer ID and no seed-001 subscription ID has a "/".
-func dsAttemptKey(id string) string { return DSDeliveryLogKey(id) }
-
 // dsAttemptView is attempt w of sub as the shared core sees an attempt:
-// a consumer and a subscription named by its attempt key, which carry the
+// a consumer and a subscription named by DSDeliveryLogKey, the key of its
+// attempts in the lanes, the telemetry and the logs, which carry the
 // attempt's identity (generation, wake id, number) and destination, and
 // none of its cursors, which stay in the DSStore.
 func dsAttemptView(sub *DSSubscription, w dsWake) (*Consumer, *Subscription) {
-	key := dsAttemptKey(sub.ID)
+	key := DSDeliveryLogKey(sub.ID)
 	return &Consumer{ID: key, SubscriptionID: key, Epoch: w.generation, WakeID: w.wakeID, Attempt: w.attempt},
 		&Subscription{ID: key, Webhook: sub.WebhookURL, Signature: SignatureEd25519}
 }
