@@ -5,13 +5,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/benbjohnson/clock"
+	"github.com/streamhooks/webhooks/internal/mockclock"
 )
 
 // benchTokens returns a token issuer on a mock clock, as the engine makes
 // one.
 func benchTokens() *tokens {
-	clk := clock.NewMock()
+	clk := mockclock.New()
 	clk.Set(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	return newTokens([]byte(strings.Repeat("k", MinTokenKeyLength)), time.Hour, clk)
 }

@@ -17,10 +17,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/benbjohnson/clock"
 	"github.com/stretchr/testify/require"
 
 	webhooks "github.com/streamhooks/webhooks"
+	"github.com/streamhooks/webhooks/internal/mockclock"
 	"github.com/streamhooks/webhooks/memstore"
 	"github.com/streamhooks/webhooks/receiver"
 )
@@ -287,7 +287,7 @@ func (failingKeys) UpdateWebhookKeys(context.Context, func([]byte) ([]byte, erro
 // TestStartFailsWithoutWebhookKeys: an engine whose Store cannot give it
 // its keys does not start, as without its token key.
 func TestStartFailsWithoutWebhookKeys(t *testing.T) {
-	e, err := webhooks.New(failingKeys{memstore.New()}, newFakeSource(), webhooks.WithCallbackBaseURL(callbackBase), webhooks.WithClock(clock.NewMock()))
+	e, err := webhooks.New(failingKeys{memstore.New()}, newFakeSource(), webhooks.WithCallbackBaseURL(callbackBase), webhooks.WithClock(mockclock.New()))
 	require.NoError(t, err)
 	require.ErrorIs(t, e.Start(t.Context()), webhooks.ErrStoreUnavailable)
 }

@@ -14,10 +14,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/benbjohnson/clock"
 	"github.com/stretchr/testify/require"
 
 	webhooks "github.com/streamhooks/webhooks"
+	"github.com/streamhooks/webhooks/internal/mockclock"
 	"github.com/streamhooks/webhooks/memstore"
 	"github.com/streamhooks/webhooks/receiver"
 )
@@ -97,7 +97,7 @@ func (ce *challengeEndpoint) nextChallenge(t *testing.T) receiver.Challenge {
 
 // newVerifyHarness is a harness whose engine signals checked after each
 // pass of its verifier.
-func newVerifyHarness(t *testing.T, store webhooks.Store, clk *clock.Mock, checked chan struct{}) *harness {
+func newVerifyHarness(t *testing.T, store webhooks.Store, clk *mockclock.Clock, checked chan struct{}) *harness {
 	t.Helper()
 	h := &harness{t: t, clock: clk, store: store, source: newFakeSource(), recv: newReceiver(t)}
 	h.startVerifyEngine(checked)

@@ -9,8 +9,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/benbjohnson/clock"
 	"github.com/stretchr/testify/require"
+
+	"github.com/streamhooks/webhooks/internal/mockclock"
 )
 
 // failLogLines decodes the JSON log lines in buf.
@@ -26,8 +27,8 @@ func failLogLines(t *testing.T, buf *bytes.Buffer) []map[string]any {
 	return out
 }
 
-func newTestFailureLog() (*failureLog, *clock.Mock, *bytes.Buffer) {
-	clk := clock.NewMock()
+func newTestFailureLog() (*failureLog, *mockclock.Clock, *bytes.Buffer) {
+	clk := mockclock.New()
 	clk.Set(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
 	var buf bytes.Buffer
 	return newFailureLog(slog.New(slog.NewJSONHandler(&buf, nil)), clk), clk, &buf
@@ -68,7 +69,7 @@ func TestFailureLogForgetsIdleSubscriptions(t *testing.T) {
 // A success is logged at Debug with a failure's fields, and the first
 // success of a subscription after failures at Info, with their count.
 func TestFailureLogSuccesses(t *testing.T) {
-	clk := clock.NewMock()
+	clk := mockclock.New()
 	var buf bytes.Buffer
 	l := newFailureLog(slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelDebug})), clk)
 	ctx := context.Background()

@@ -13,11 +13,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/benbjohnson/clock"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
 	webhooks "github.com/streamhooks/webhooks"
+	"github.com/streamhooks/webhooks/internal/mockclock"
 	"github.com/streamhooks/webhooks/internal/openapitest"
 	"github.com/streamhooks/webhooks/memstore"
 	"github.com/streamhooks/webhooks/receiver"
@@ -172,7 +172,7 @@ func (r *endpoint) url() string { return r.srv.URL + "/hook" }
 // passes one), a fake source and one webhook receiver.
 type harness struct {
 	t       testing.TB
-	clock   *clock.Mock
+	clock   *mockclock.Clock
 	store   webhooks.Store
 	source  *fakeSource
 	recv    *endpoint
@@ -210,8 +210,8 @@ const callbackBase = "http://streams.test"
 // TestSchedulerPollsTheStore checks the default.
 const testPollInterval = time.Hour
 
-func newMockClock() *clock.Mock {
-	c := clock.NewMock()
+func newMockClock() *mockclock.Clock {
+	c := mockclock.New()
 	c.Set(testStart)
 	return c
 }

@@ -17,11 +17,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/benbjohnson/clock"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	webhooks "github.com/streamhooks/webhooks"
+	"github.com/streamhooks/webhooks/internal/mockclock"
 	"github.com/streamhooks/webhooks/internal/pgtest"
 	"github.com/streamhooks/webhooks/pgstore"
 	"github.com/streamhooks/webhooks/receiver"
@@ -107,7 +107,7 @@ func pgHandle(t *testing.T, cfg *pgxpool.Config) sharedStore {
 // on one database.
 type cluster struct {
 	t        *testing.T
-	clock    *clock.Mock
+	clock    *mockclock.Clock
 	source   *fakeSource
 	stores   []sharedStore
 	engines  []*webhooks.Engine
@@ -735,11 +735,11 @@ func TestInstancesStoreUnreachable(t *testing.T) {
 	cfg.ConnConfig.Fallbacks = nil
 	cfg.ConnConfig.ConnectTimeout = time.Second
 	logs := &logCounter{counts: map[string]int{}}
-	clk := &pollClock{Mock: newMockClock(), armed: make(chan time.Time, 64)}
+	clk := &pollClock{Clock: newMockClock(), armed: make(chan time.Time, 64)}
 	const poll = 10 * time.Second
 	c := newCluster(t, []sharedStore{pgHandle(t, cfg)},
 		webhooks.WithClock(clk), webhooks.WithLogger(slog.New(logs)), webhooks.WithPollInterval(poll))
-	c.clock = clk.Mock
+	c.clock = clk.Clock
 	const (
 		busy = "/agents/busy" // LIVE through the outage
 		idle = "/agents/idle" // IDLE, and appended to in the outage

@@ -6,14 +6,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/benbjohnson/clock"
 	"github.com/stretchr/testify/require"
+
+	"github.com/streamhooks/webhooks/internal/mockclock"
 )
 
 // laneRig drives lanes by hand: started attempts are collected, not sent.
 type laneRig struct {
 	t       *testing.T
-	clock   *clock.Mock
+	clock   *mockclock.Clock
 	ls      *lanes
 	started []*attempt
 	n       int
@@ -21,7 +22,7 @@ type laneRig struct {
 }
 
 func newLaneRig(t *testing.T, maxTotal, maxPerHost int) *laneRig {
-	r := &laneRig{t: t, clock: clock.NewMock()}
+	r := &laneRig{t: t, clock: mockclock.New()}
 	r.clock.Set(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC))
 	r.ls = newLanes(r.clock, maxTotal, maxPerHost, func(a *attempt) { r.started = append(r.started, a) })
 	// The adaptive limits bind from the first POST; TestLanesSpareCapacity

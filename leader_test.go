@@ -7,12 +7,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/benbjohnson/clock"
 	"github.com/stretchr/testify/require"
 	sdkmetric "go.opentelemetry.io/otel/sdk/metric"
 	"go.opentelemetry.io/otel/sdk/metric/metricdata"
 
 	webhooks "github.com/streamhooks/webhooks"
+	"github.com/streamhooks/webhooks/internal/mockclock"
 	"github.com/streamhooks/webhooks/memstore"
 )
 
@@ -85,7 +85,7 @@ type instance struct {
 	logs   *logCapture
 }
 
-func newInstance(t *testing.T, store webhooks.Store, clk *clock.Mock, opts ...webhooks.Option) *instance {
+func newInstance(t *testing.T, store webhooks.Store, clk *mockclock.Clock, opts ...webhooks.Option) *instance {
 	t.Helper()
 	reader := sdkmetric.NewManualReader()
 	mp := sdkmetric.NewMeterProvider(sdkmetric.WithReader(reader))

@@ -432,9 +432,9 @@ func modelDSRun(t *testing.T, seed uint64) {
 		reqTimeout = 4 * time.Second
 	}
 	recv := newModelReceiver(t, seed) // before the harness: the engine stops first
-	clk := &modelClock{Mock: newMockClock()}
+	clk := &modelClock{Clock: newMockClock()}
 	var src *appendingSource
-	h := &harness{t: t, clock: clk.Mock, store: memstore.New(), source: newFakeSource(), recv: newReceiver(t), dsSignals: true}
+	h := &harness{t: t, clock: clk.Clock, store: memstore.New(), source: newFakeSource(), recv: newReceiver(t), dsSignals: true}
 	h.recv.srv.Close() // the harness's receiver; this test has its own
 	h.wrap = func(f *fakeSource) webhooks.StreamSource {
 		src = &appendingSource{fakeSource: f, events: map[string][][]byte{},

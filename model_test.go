@@ -52,10 +52,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/benbjohnson/clock"
 	"github.com/stretchr/testify/require"
 
 	webhooks "github.com/streamhooks/webhooks"
+	"github.com/streamhooks/webhooks/internal/mockclock"
 	"github.com/streamhooks/webhooks/receiver"
 )
 
@@ -801,7 +801,7 @@ func modelMatch(pattern, path string) bool {
 // engine may act. Clock advances stop at each, so that a timer never fires
 // inside an advance and the engine always acts at exactly the time it meant.
 type modelClock struct {
-	*clock.Mock
+	*mockclock.Clock
 	mu    sync.Mutex
 	until []time.Time
 }
@@ -950,7 +950,7 @@ func modelRun(t *testing.T, seed uint64) {
 	cfg := newModelConfig(rng)
 	split := rng.IntN(2) == 0
 	recv := newModelReceiver(t, seed) // before the harness: the engine stops first
-	clk := &modelClock{Mock: newMockClock()}
+	clk := &modelClock{Clock: newMockClock()}
 	opts := []webhooks.Option{
 		webhooks.WithTimeouts(cfg.waking, cfg.liveness, cfg.request),
 		webhooks.WithBackoff(modelBackoff),
@@ -961,7 +961,7 @@ func modelRun(t *testing.T, seed uint64) {
 		webhooks.WithClock(clk),
 	}
 	h := newHarness(t, opts...)
-	h.clock = clk.Mock
+	h.clock = clk.Clock
 	h.recv.srv.Close() // the harness's receiver; this test has its own
 	engines, handlers := []*webhooks.Engine{h.engine}, []http.Handler{h.handler}
 	if split {

@@ -6,11 +6,11 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/benbjohnson/clock"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
 	webhooks "github.com/streamhooks/webhooks"
+	"github.com/streamhooks/webhooks/internal/mockclock"
 	"github.com/streamhooks/webhooks/memstore"
 )
 
@@ -21,7 +21,7 @@ import (
 // set running past Stop, and goleak would find them.
 func TestPartsStartAndStopIdempotently(t *testing.T) {
 	newLoaded := func(t *testing.T) *webhooks.Engine {
-		e, err := webhooks.New(memstore.New(), newFakeSource(), webhooks.WithClock(clock.NewMock()),
+		e, err := webhooks.New(memstore.New(), newFakeSource(), webhooks.WithClock(mockclock.New()),
 			webhooks.WithCallbackBaseURL(callbackBase))
 		require.NoError(t, err)
 		require.NoError(t, webhooks.LoadForBench(context.Background(), e))

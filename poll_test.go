@@ -5,17 +5,17 @@ import (
 	"testing"
 	"time"
 
-	"github.com/benbjohnson/clock"
 	"github.com/stretchr/testify/require"
 
 	webhooks "github.com/streamhooks/webhooks"
+	"github.com/streamhooks/webhooks/internal/mockclock"
 	"github.com/streamhooks/webhooks/memstore"
 )
 
 // pollClock is a mock clock that reports each time the scheduler arms its
 // timer, which it does through Until.
 type pollClock struct {
-	*clock.Mock
+	*mockclock.Clock
 	armed chan time.Time
 }
 
@@ -34,14 +34,14 @@ func (c *pollClock) Until(t time.Time) time.Duration {
 func TestSchedulerPollsTheStore(t *testing.T) {
 	for _, poll := range []time.Duration{0, 3 * time.Second} {
 		t.Run(poll.String(), func(t *testing.T) {
-			clk := &pollClock{Mock: newMockClock(), armed: make(chan time.Time, 16)}
+			clk := &pollClock{Clock: newMockClock(), armed: make(chan time.Time, 16)}
 			opts := []webhooks.Option{webhooks.WithClock(clk)}
 			want := webhooks.DefaultPollInterval
 			if poll > 0 {
 				opts, want = append(opts, webhooks.WithPollInterval(poll)), poll
 			}
 			h := newUnstartedHarness(t, memstore.New(), opts...)
-			h.clock = clk.Mock
+			h.clock = clk.Clock
 			startForTest(t, h.engine)
 			select {
 			case at := <-clk.armed:

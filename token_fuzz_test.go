@@ -5,8 +5,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/benbjohnson/clock"
 	"github.com/stretchr/testify/require"
+
+	"github.com/streamhooks/webhooks/internal/mockclock"
 )
 
 // tokenFuzzKey is fixed so that a failing input replays: seeds can hold
@@ -19,7 +20,7 @@ const tokenFuzzTTL = time.Hour
 
 // tokenFuzzTokens returns the fuzzed token issuer with its clock at t.
 func tokenFuzzTokens(t time.Time) *tokens {
-	clk := clock.NewMock()
+	clk := mockclock.New()
 	clk.Set(t)
 	return newTokens(tokenFuzzKey, tokenFuzzTTL, clk)
 }

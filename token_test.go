@@ -5,14 +5,15 @@ import (
 	"testing"
 	"time"
 
-	"github.com/benbjohnson/clock"
 	"github.com/golang-jwt/jwt/v5"
 	"github.com/stretchr/testify/require"
+
+	"github.com/streamhooks/webhooks/internal/mockclock"
 )
 
-func testTokens(t *testing.T) (*tokens, *clock.Mock) {
+func testTokens(t *testing.T) (*tokens, *mockclock.Clock) {
 	t.Helper()
-	clk := clock.NewMock()
+	clk := mockclock.New()
 	clk.Set(time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC))
 	return newTokens([]byte(strings.Repeat("k", MinTokenKeyLength)), time.Hour, clk), clk
 }

@@ -14,9 +14,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/benbjohnson/clock"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"github.com/streamhooks/webhooks/internal/mockclock"
 )
 
 // memAppender keeps what is appended, and fails while err is set.
@@ -74,10 +75,10 @@ func testProviders() []Provider {
 
 // newTestHandler returns a Handler for testProviders on a memAppender and
 // a mock clock.
-func newTestHandler(t *testing.T, opts ...Option) (*Handler, *memAppender, *clock.Mock) {
+func newTestHandler(t *testing.T, opts ...Option) (*Handler, *memAppender, *mockclock.Clock) {
 	t.Helper()
 	app := &memAppender{}
-	clk := clock.NewMock()
+	clk := mockclock.New()
 	clk.Set(receivedAt)
 	h, err := New(app, testProviders(), append([]Option{WithClock(clk)}, opts...)...)
 	require.NoError(t, err)

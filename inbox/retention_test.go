@@ -10,11 +10,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/benbjohnson/clock"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	webhooks "github.com/streamhooks/webhooks"
+	"github.com/streamhooks/webhooks/internal/mockclock"
 )
 
 // memStreams are JSON streams in memory, created on their first append,
@@ -113,7 +113,7 @@ func (m *memStreams) paths() []string {
 // unpartitioned stream.
 func TestRetention(t *testing.T) {
 	ctx := context.Background()
-	clk := clock.NewMock()
+	clk := mockclock.New()
 	clk.Set(time.Date(2026, 1, 1, 10, 0, 0, 0, time.UTC))
 	st := newMemStreams()
 	providers := []Provider{{Name: "github", Scheme: GitHub{Secret: "s"}}}
@@ -161,7 +161,7 @@ func TestRetention(t *testing.T) {
 // stream's records and the partitions', in order, a page at a time.
 func TestPartitionsAreProcessedAndListed(t *testing.T) {
 	ctx := context.Background()
-	clk := clock.NewMock()
+	clk := mockclock.New()
 	clk.Set(time.Date(2026, 1, 1, 10, 0, 0, 0, time.UTC))
 	st := newMemStreams()
 	providers := []Provider{{Name: "github", Scheme: GitHub{Secret: "s"}}}

@@ -10,8 +10,9 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/benbjohnson/clock"
 	"github.com/stretchr/testify/require"
+
+	"github.com/streamhooks/webhooks/internal/mockclock"
 )
 
 // downStorage is a storage whose reads fail, as in an outage.
@@ -30,7 +31,7 @@ func (downStorage) stat(context.Context, string) (streamMeta, bool, error) {
 // flood the log, and no failure goes uncounted.
 func TestStorageFailuresAreSampled(t *testing.T) {
 	var logs bytes.Buffer
-	mock := clock.NewMock()
+	mock := mockclock.New()
 	s := New(Options{Clock: mock, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	s.store = downStorage{s.store}
 	fail := func(n int) {

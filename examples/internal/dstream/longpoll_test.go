@@ -6,8 +6,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/benbjohnson/clock"
 	"github.com/stretchr/testify/require"
+
+	"github.com/streamhooks/webhooks/internal/mockclock"
 )
 
 // boundedCtx bounds a request that must not wait for the long-poll timeout.
@@ -59,7 +60,7 @@ func TestLongPollWakesOnAppend(t *testing.T) {
 
 func TestLongPollTimeout(t *testing.T) {
 	eachMode(t, func(t *testing.T, open func(Options) *Server) {
-		mock := clock.NewMock()
+		mock := mockclock.New()
 		mock.Set(cursorEpoch.Add(100*cursorInterval + time.Second))
 		s := open(Options{Clock: mock, LongPollTimeout: 5 * time.Second})
 		waiting := watchWaiting(s)
@@ -162,7 +163,7 @@ func TestCloseEndsLongPolls(t *testing.T) {
 
 func TestCursor(t *testing.T) {
 	eachMode(t, func(t *testing.T, open func(Options) *Server) {
-		mock := clock.NewMock()
+		mock := mockclock.New()
 		mock.Set(cursorEpoch.Add(100*cursorInterval + time.Second))
 		s := open(Options{Clock: mock})
 

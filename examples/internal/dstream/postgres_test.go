@@ -11,13 +11,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/benbjohnson/clock"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"github.com/streamhooks/webhooks"
+	"github.com/streamhooks/webhooks/internal/mockclock"
 	"github.com/streamhooks/webhooks/internal/pgtest"
 )
 
@@ -108,7 +108,7 @@ func TestPostgresServersShareStreams(t *testing.T) {
 // moves, so only the notification can wake it.
 func TestPostgresLongPollWakesOnOtherServersAppend(t *testing.T) {
 	db := newDatabase(t)
-	sa := db.open(t)(Options{Clock: clock.NewMock()})
+	sa := db.open(t)(Options{Clock: mockclock.New()})
 	waiting := watchWaiting(sa)
 	a, b := serve(t, sa), serve(t, db.open(t)(Options{}))
 	tail := a.mustCreate(t, "/j", "application/json", `{"n":0}`)
@@ -135,7 +135,7 @@ func TestPostgresLongPollWakesOnOtherServersAppend(t *testing.T) {
 // every listening connection on the database, whatever its channel.
 func TestPostgresAnnouncesOnlyWaitedStreams(t *testing.T) {
 	db := newDatabase(t)
-	sa := db.open(t)(Options{Clock: clock.NewMock()})
+	sa := db.open(t)(Options{Clock: mockclock.New()})
 	waiting := watchWaiting(sa)
 	a, b := serve(t, sa), serve(t, db.open(t)(Options{}))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -216,7 +216,7 @@ func TestPostgresReadLoadsOnlyWhatTheLimitUses(t *testing.T) {
 // reads again a recheck interval later.
 func TestPostgresLongPollRechecks(t *testing.T) {
 	db := newDatabase(t)
-	mock := clock.NewMock()
+	mock := mockclock.New()
 	s := db.open(t)(Options{Clock: mock})
 	waiting := watchWaiting(s)
 	f := serve(t, s)
