@@ -1,14 +1,14 @@
-// Package mockclock is benbjohnson/clock's Mock with an Add that leaves no
-// timer due and unfired, for tests.
+// Package mockclock is benbjohnson/clock's Mock with an Add that does not
+// leave a timer due and unfired, for tests.
 //
-// clock.Mock.Add fires the timers due by the new time one at a time, at each
-// timer's own time, and sets the new time last. A goroutine that one of
-// those timers woke may re-arm a timer, from the time it was woken at, after
-// Add has last looked at its timers and before the new time is set. That
-// timer is then due but unfired, and a mock fires timers only when it is
-// moved: a test that waits for what the timer would do waits for ever,
-// though a real clock would have fired it at once. The engine's scheduler
-// re-arms its one timer that way.
+// clock.Mock.Add fires the timers due by the new time one at a time, each at
+// its own time, and sets the new time last. A goroutine that one of those
+// timers woke may re-arm a timer, from the time it was woken at, after Add
+// has last looked at its timers and before the new time is set. That timer
+// is then due and unfired, and a mock fires timers only when it is moved: a
+// test that waits for what the timer would do waits for ever, though a real
+// clock would have fired it at once. The engine's scheduler re-arms its one
+// timer that way.
 package mockclock
 
 import (
@@ -17,8 +17,21 @@ import (
 	"github.com/benbjohnson/clock"
 )
 
-// Clock is a clock.Mock whose Add and Set fire, before they return, every
-// timer due by the new time, including the ones re-armed while they ran.
+// settleRounds is how many times Set looks again at the timers once the new
+// time is set. A timer left due can only be armed while the time is behind
+// the new one: during the first look, or during a later one that fired such
+// a timer and so took the time back to that timer's own. A look that fires
+// nothing arms nothing. Each look ends with a millisecond's sleep (the
+// Mock's), in which the goroutines it woke re-arm.
+const settleRounds = 2
+
+// Clock is a clock.Mock whose Add and Set fire the timers that goroutines
+// woken during the move re-armed for a time the move has passed.
+//
+// It does not probe for such timers with a timer of its own: a timer due at
+// once can be fired twice by a Mock, from two goroutines creating timers at
+// the same moment, and the second send on its channel then blocks with the
+// Mock's lock held.
 type Clock struct {
 	*clock.Mock
 }
@@ -33,30 +46,9 @@ func (c *Clock) Add(d time.Duration) {
 	c.Set(c.Mock.Now().Add(d))
 }
 
-// Set moves the time to t.
+// Set moves the time to t, firing every timer due by t at its own time.
 func (c *Clock) Set(t time.Time) {
-	c.Mock.Set(t)
-	for c.fireLeftover(t) {
+	for range 1 + settleRounds {
+		c.Mock.Set(t)
 	}
-}
-
-// fireLeftover fires the timers that are due at t but unfired, at their own
-// times as Set would have, and reports whether it found any.
-//
-// The probe is a timer due now; creating it fires the earliest due timer.
-// If that is the probe, nothing earlier is due, and Set fires any timer due
-// at exactly t. Otherwise an earlier timer fired and took the time back to
-// its own, and Set fires the rest and sets t again. A goroutine woken here
-// re-arms from the time it was woken at, so the caller probes again.
-func (c *Clock) fireLeftover(t time.Time) bool {
-	probe := c.Mock.Timer(0)
-	var clear bool
-	select {
-	case <-probe.C:
-		clear = true
-	default:
-		probe.Stop()
-	}
-	c.Mock.Set(t)
-	return !clear
 }
