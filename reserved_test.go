@@ -551,6 +551,8 @@ func TestDSTwoEnginesOneStore(t *testing.T) {
 			return engines[next.Add(1)%2].StreamAppended(ctx, path)
 		}}
 		recv := newReceiver(t)
+		// The first POST fails, so a retry waits on the clock.
+		recv.queue(reply{status: http.StatusInternalServerError})
 		for range 200 {
 			recv.queue(reply{status: http.StatusOK, body: `{"done":true}`})
 		}
@@ -595,11 +597,30 @@ func TestDSTwoEnginesOneStore(t *testing.T) {
 			}
 			wakeIDs[w.Generation][w.WakeID] = true
 		}
+		// A retry (of a Store error or of a POST that failed on a busy
+		// machine) waits on the mock clock: once both engines wait for
+		// nothing else, the clock moves to the earlier of their timers.
+		moveClock := func() {
+			var at time.Time
+			for _, e := range engines {
+				armed, idle := webhooks.DSSchedulerIdle(e)
+				if !idle {
+					return
+				}
+				if !armed.IsZero() && (at.IsZero() || armed.Before(at)) {
+					at = armed
+				}
+			}
+			if !at.IsZero() {
+				clk.Set(at)
+			}
+		}
 		wait := func(done func() bool) bool {
 			timeout := time.After(waitFor)
 			for !done() {
 				select {
 				case <-progressed:
+					moveClock()
 				case d := <-recv.deliveries:
 					note(d)
 				case <-timeout:
