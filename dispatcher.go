@@ -123,6 +123,15 @@ func (s *scheduler) run(ctx context.Context) {
 			continue
 		}
 		s.armed.Store(next.UnixNano())
+		// A tick left from before a kick woke it is dropped: a clock whose
+		// timers keep it across Reset (a mock's) would fire into a full
+		// channel.
+		if !timer.Stop() {
+			select {
+			case <-timer.C:
+			default:
+			}
+		}
 		timer.Reset(wait)
 		if s.clock.Since(now) > armSlack {
 			// The clock jumped while the timer was being armed (a paused

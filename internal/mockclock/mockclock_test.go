@@ -1,6 +1,7 @@
 package mockclock
 
 import (
+	"sync"
 	"testing"
 	"time"
 
@@ -52,5 +53,71 @@ func TestAddFiresWhatIsDue(t *testing.T) {
 	}
 	if got := c.Now(); !got.Equal(start.Add(time.Second)) {
 		t.Fatalf("now %v, want %v", got, start.Add(time.Second))
+	}
+}
+
+// mover is a clock a test moves: a Clock, or the clock.Mock it fixes.
+type mover interface {
+	clock.Clock
+	Add(time.Duration)
+}
+
+// movesWhileTimersAreCreated moves c while goroutines create timers and wait
+// on some, and reports whether the moves ended. A timer fired twice blocks
+// the second send with the Mock's lock held, and the moves never end.
+func movesWhileTimersAreCreated(c mover, moves int) bool {
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range 4 { // waiting on timers, as the engine's loops do
+		wg.Go(func() {
+			for {
+				tm := c.Timer(time.Second)
+				select {
+				case <-stop:
+					tm.Stop()
+					return
+				case <-tm.C:
+				}
+				tm.Stop()
+			}
+		})
+	}
+	for range 2 { // creating timers, as the engine's requests do
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				c.Timer(time.Hour).Stop()
+			}
+		})
+	}
+	moved := make(chan struct{})
+	go func() {
+		defer close(moved)
+		for range moves {
+			c.Add(time.Second)
+		}
+	}()
+	select {
+	case <-moved:
+		close(stop)
+		wg.Wait()
+		return true
+	case <-time.After(30 * time.Second): // only a hung clock waits this long
+		return false // its goroutines stay blocked
+	}
+}
+
+// A Clock fires each timer once while other goroutines create timers. On a
+// clock.Mock the same moves hang in most runs (clock.Mock hung in 4 of 5
+// runs of 300 moves).
+func TestTimersCreatedWhileMovingFireOnce(t *testing.T) {
+	c := New()
+	c.Set(start)
+	if !movesWhileTimersAreCreated(c, 300) {
+		t.Fatal("the clock hung: a timer fired twice blocked on its full channel")
 	}
 }
