@@ -145,7 +145,7 @@ func TestFailedAttemptsAreLoggedAndCounted(t *testing.T) {
 			}))
 			t.Cleanup(srv.Close)
 			return srv.URL + "/hook", []webhooks.Option{webhooks.WithTimeouts(time.Hour, 0, 30*time.Second)}, func(h *harness) {
-				<-arrived
+				receive(t, arrived)
 				h.clock.Add(30 * time.Second)
 			}
 		}},
@@ -302,7 +302,7 @@ func TestHungAttemptIsLoggedAtItsWakingTimeout(t *testing.T) {
 	require.Equal(t, c.Deadline.Format(time.RFC3339Nano), line["next_retry"])
 
 	fh.clock.Add(webhooks.DefaultRequestTimeout - webhooks.DefaultWakingTimeout)
-	<-d.ctx.Done()
+	receive(t, d.ctx.Done())
 	fh.faultRequireSettled(agentAID)
 	require.Len(t, fh.logs.lines(t, failedMsg), 1)
 	require.Equal(t, map[string]int64{"timeout": 1}, fh.failures(t))

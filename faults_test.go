@@ -193,7 +193,7 @@ func TestFaultAnswerAfterRequestTimeoutIsAFailure(t *testing.T) {
 	require.NoError(t, first.ctx.Err())
 
 	h.clock.Add(time.Millisecond)
-	<-first.ctx.Done()
+	receive(t, first.ctx.Done())
 	c := h.waitConsumer(agentAID, func(c *webhooks.Consumer) bool { return c.Failures == 1 && !c.InFlight })
 	require.Equal(t, h.clock.Now().Add(time.Second), c.Deadline)
 	h.faultRequireSettled(agentAID)
@@ -217,7 +217,7 @@ func TestFaultHungAttemptFailsOnce(t *testing.T) {
 	h.clock.Add(webhooks.DefaultWakingTimeout)
 	h.waitConsumer(agentAID, func(c *webhooks.Consumer) bool { return c.Failures == 1 && !c.InFlight })
 	h.clock.Add(webhooks.DefaultRequestTimeout - webhooks.DefaultWakingTimeout)
-	<-d.ctx.Done()
+	receive(t, d.ctx.Done())
 	c := h.faultRequireSettled(agentAID)
 	require.Equal(t, 1, c.Failures)
 	require.Equal(t, 1, c.Attempt)
@@ -447,7 +447,7 @@ func TestFaultEarlyStatusThenSlowBody(t *testing.T) {
 	})
 	h.subscribe("s1", "/agents/*")
 	h.create(agentA, 10)
-	<-got
+	receive(t, got)
 	c := h.waitConsumer(agentAID, func(c *webhooks.Consumer) bool { return c.State == webhooks.StateLive })
 	require.Zero(t, c.Failures)
 
@@ -577,7 +577,7 @@ func TestFaultGCWhileAttemptHangs(t *testing.T) {
 	require.NoError(t, hung.ctx.Err())
 	require.Equal(t, 1, webhooks.FaultSlotsInUse(h.engine))
 	h.clock.Add(webhooks.DefaultRequestTimeout)
-	<-hung.ctx.Done()
+	receive(t, hung.ctx.Done())
 	require.True(t, h.waitProgress(func() bool { return webhooks.FaultSlotsInUse(h.engine) == 0 }), "a delivery never ended")
 	require.Equal(t, webhooks.StateFailed, h.consumer(agentAID).State, "the late outcome revived the consumer")
 }

@@ -75,7 +75,7 @@ func TestLiveReportsAStalledScheduler(t *testing.T) {
 	store.held.Store(true)
 	h := newUnstartedHarness(t, store, webhooks.WithPollInterval(testPollInterval))
 	startForTest(t, h.engine)
-	<-store.entered
+	receive(t, store.entered)
 	require.NoError(t, h.engine.Live(), "stuck for no time yet")
 	h.clock.Add(webhooks.StalledAfter - time.Second)
 	require.NoError(t, h.engine.Live())

@@ -77,7 +77,7 @@ func TestFaultEarlyStatusThenSlowBodyOfKnownLength(t *testing.T) {
 	})
 	h.subscribe("s1", "/agents/*")
 	h.create(agentA, 10)
-	<-got
+	receive(t, got)
 	select {
 	case <-deferred:
 	case <-time.After(waitFor):
