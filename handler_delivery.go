@@ -139,8 +139,11 @@ func (x *executor) callHandler(ctx context.Context, sub *Subscription, b *Batch,
 	defer timer.Stop()
 	done := make(chan error, 1) // the handler never blocks on sending, even abandoned
 	go func() {
-		done <- runHandler(ctx, h, b)
+		err := runHandler(ctx, h, b)
+		// Free the stream before answering: the caller may call the
+		// handler for its next batch at once.
 		x.handling.Delete(key)
+		done <- err
 		x.handlerReturned()
 	}()
 	select {
