@@ -314,30 +314,36 @@ func (d *dsDelivery) Start(ctx context.Context) {
 // the next due time or a poke.
 func (d *dsDelivery) run(ctx context.Context) {
 	for {
-		wait := time.Duration(-1)
+		var next time.Time // none
 		if err := d.runDue(ctx); err != nil {
 			d.e.log.WarnContext(ctx, "webhooks: __ds scheduler: the store failed; retrying", "error", err)
-			wait = storeErrorRetry
-		} else if next, ok, err := d.store.NextDSDeadline(ctx); err != nil {
-			wait = storeErrorRetry
+			next = d.e.clock.Now().Add(storeErrorRetry)
+		} else if due, ok, err := d.store.NextDSDeadline(ctx); err != nil {
+			next = d.e.clock.Now().Add(storeErrorRetry)
 		} else if ok {
-			wait = max(d.e.clock.Until(next), 0)
+			next = due
 		}
-		if !d.wait(ctx, wait) {
+		if !d.wait(ctx, next) {
 			return
 		}
 	}
 }
 
-// wait parks the scheduler until wait has passed (never if negative), a
-// poke, or ctx's end, and reports false at ctx's end.
-func (d *dsDelivery) wait(ctx context.Context, wait time.Duration) bool {
+// wait parks the scheduler until next (never if zero), a poke, or ctx's
+// end, and reports false at ctx's end.
+func (d *dsDelivery) wait(ctx context.Context, next time.Time) bool {
 	var timer <-chan time.Time
 	var armed time.Time
-	if wait >= 0 {
-		t := d.e.clock.Timer(wait)
+	if !next.IsZero() {
+		now := d.e.clock.Now()
+		t := d.e.clock.Timer(next.Sub(now))
 		defer t.Stop()
-		timer, armed = t.C, d.e.clock.Now().Add(wait)
+		if d.e.clock.Since(now) > armSlack {
+			// The clock jumped while the timer was being armed, which
+			// then fires late by the jump: look again.
+			return true
+		}
+		timer, armed = t.C, later(next, now)
 	}
 	d.park(true, armed)
 	defer d.park(false, time.Time{})

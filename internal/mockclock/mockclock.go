@@ -63,12 +63,22 @@ func (c *Clock) Set(t time.Time) {
 	}
 }
 
-// Timer creates a timer that fires once d has passed. As the Mock's does, its
-// creation fires the earliest timer if that one is due.
+// Timer creates a timer that fires once d has passed since the call. A move
+// it waited for may have passed that time already: the timer then fires at
+// once. As the Mock's does, its creation fires any timer due; unlike the
+// Mock's, it leaves the time where it was.
 func (c *Clock) Timer(d time.Duration) *clock.Timer {
+	due := c.Mock.Now().Add(d)
 	c.firing.Lock()
 	defer c.firing.Unlock()
-	return c.Mock.Timer(d)
+	now := c.Mock.Now()
+	t := c.Mock.Timer(max(due.Sub(now), 0))
+	// The Mock fired the earliest due timer at that timer's own time, and
+	// may have left more due: fire them, and go back to now.
+	if c.Mock.Now().Before(now) {
+		c.Mock.Set(now)
+	}
+	return t
 }
 
 // After returns the channel of a new timer of d.

@@ -121,3 +121,25 @@ func TestTimersCreatedWhileMovingFireOnce(t *testing.T) {
 		t.Fatal("the clock hung: a timer fired twice blocked on its full channel")
 	}
 }
+
+// Creating a timer fires a timer left due, as a Mock's creation does, and
+// leaves the time where it was, which a Mock's does not.
+func TestTimerCreationFiresWhatIsDueAndKeepsTheTime(t *testing.T) {
+	c := New()
+	c.Set(start)
+	early := leftover(c, c.Timer(time.Hour), start.Add(-time.Minute))
+	now := leftover(c, c.Timer(time.Hour), start)
+	due := c.Timer(0)
+	later := c.Timer(time.Second)
+	for name, ch := range map[string]<-chan time.Time{"the earlier leftover": early, "the leftover due now": now, "the timer due at once": due.C} {
+		if _, ok := fired(ch); !ok {
+			t.Fatalf("%s did not fire", name)
+		}
+	}
+	if _, ok := fired(later.C); ok {
+		t.Fatal("a timer not yet due fired")
+	}
+	if got := c.Now(); !got.Equal(start) {
+		t.Fatalf("now %v, want %v", got, start)
+	}
+}
