@@ -78,6 +78,15 @@ const DeliveryLogLinger = attemptLogLinger
 // set, for more attempts to join those it holds.
 func DeliveryLogLingering(e *Engine) bool { return e.outcomes.attemptLog.lingering.Load() }
 
+// DeliveryLogPending is how many attempts e's delivery log holds that its
+// writer has not taken.
+func DeliveryLogPending(e *Engine) int {
+	l := e.outcomes.attemptLog
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return len(l.pending)
+}
+
 // LoadForBench loads e's signing key and subscriptions, as Start does,
 // without starting it, and readies its stream sweep.
 func LoadForBench(ctx context.Context, e *Engine) error {
