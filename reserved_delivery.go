@@ -336,7 +336,7 @@ func (d *dsDelivery) wait(ctx context.Context, next time.Time) bool {
 	var armed time.Time
 	if !next.IsZero() {
 		now := d.e.clock.Now()
-		t := d.e.clock.Timer(next.Sub(now))
+		t := d.e.clock.Timer(d.e.clock.Until(next))
 		defer t.Stop()
 		if d.e.clock.Since(now) > armSlack {
 			// The clock jumped while the timer was being armed, which
