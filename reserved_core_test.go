@@ -3,6 +3,7 @@ package webhooks_test
 import (
 	"context"
 	"net/http"
+	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -203,4 +204,62 @@ func TestDSDeliveryLog(t *testing.T) {
 
 	_, err := h.engine.DSDeliveryLog(ctx, "absent", 10)
 	require.ErrorIs(t, err, webhooks.ErrDSSubscriptionNotFound)
+}
+
+// dsReloadStore is a memstore whose subscription feed is the test's: the
+// engine's changed function is sent on watching. While hold is set, each
+// ListDSSubscriptions takes its list, says so on listed, and returns it
+// only when release is sent.
+type dsReloadStore struct {
+	*memstore.Store
+	watching chan func()
+	hold     atomic.Bool
+	listed   chan struct{}
+	release  chan struct{}
+}
+
+func (s *dsReloadStore) WatchSubscriptions(ctx context.Context, changed func()) error {
+	s.watching <- changed
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+func (s *dsReloadStore) ListDSSubscriptions(ctx context.Context) ([]*webhooks.DSSubscription, error) {
+	subs, err := s.Store.ListDSSubscriptions(ctx)
+	if !s.hold.Load() {
+		return subs, err
+	}
+	select {
+	case s.listed <- struct{}{}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	select {
+	case <-s.release:
+		return subs, err
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// A __ds subscription created through this engine while a reload of the
+// subscription feed reads the subscriptions is not dropped by that reload,
+// whose read predates it: a stream created next is linked and woken.
+func TestDSSubscriptionCreatedDuringAReloadIsKept(t *testing.T) {
+	s := &dsReloadStore{Store: memstore.New(), watching: make(chan func(), 1), listed: make(chan struct{}), release: make(chan struct{})}
+	h, _ := newDSHarnessStore(t, s)
+	reloaded := make(chan struct{}, 1)
+	webhooks.SignalReloaded(h.engine, reloaded)
+	changed := receive(t, s.watching)
+	s.hold.Store(true)
+	changed()
+	receive(t, s.listed)
+	s.hold.Store(false)
+	h.dsPut("s1", webhookSub(h, "events/*"))
+	s.release <- struct{}{}
+	receive(t, reloaded)
+	h.create("/events/a", 1)
+	w, _ := h.nextDSWake()
+	require.Len(t, w.Streams, 1)
+	require.Equal(t, "events/a", w.Streams[0].Path)
 }

@@ -127,6 +127,9 @@ type dsDelivery struct {
 	mu sync.RWMutex
 	// subs are the live subscriptions, for glob matching on appends.
 	subs map[string]*DSSubscription
+	// remembered counts remember's changes to subs, so that a reload whose
+	// read may predate one reads again rather than undo it.
+	remembered uint64
 }
 
 func newDSDelivery(e *Engine) *dsDelivery {
@@ -137,23 +140,35 @@ func newDSDelivery(e *Engine) *dsDelivery {
 // enabled reports whether the Store keeps `__ds` subscriptions.
 func (d *dsDelivery) enabled() bool { return d.store != nil }
 
-// reload reads the live subscriptions for glob matching.
+// reload reads the live subscriptions for glob matching. A subscription
+// this engine creates or deletes during the read is remembered after its
+// commit, which the read may not have seen: the read is then made again.
 func (d *dsDelivery) reload(ctx context.Context) error {
 	if d.store == nil {
 		return nil
 	}
-	subs, err := d.store.ListDSSubscriptions(ctx)
-	if err != nil {
-		return fmt.Errorf("webhooks: loading __ds subscriptions: %w", err)
+	for {
+		d.mu.RLock()
+		before := d.remembered
+		d.mu.RUnlock()
+		subs, err := d.store.ListDSSubscriptions(ctx)
+		if err != nil {
+			return fmt.Errorf("webhooks: loading __ds subscriptions: %w", err)
+		}
+		m := make(map[string]*DSSubscription, len(subs))
+		for _, s := range subs {
+			m[s.ID] = s
+		}
+		d.mu.Lock()
+		current := d.remembered == before
+		if current {
+			d.subs = m
+		}
+		d.mu.Unlock()
+		if current {
+			return nil
+		}
 	}
-	m := make(map[string]*DSSubscription, len(subs))
-	for _, s := range subs {
-		m[s.ID] = s
-	}
-	d.mu.Lock()
-	d.subs = m
-	d.mu.Unlock()
-	return nil
 }
 
 // remember adds or drops sub in the glob index after this engine created
@@ -161,6 +176,7 @@ func (d *dsDelivery) reload(ctx context.Context) error {
 func (d *dsDelivery) remember(id string, sub *DSSubscription) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	d.remembered++
 	if sub == nil {
 		delete(d.subs, id)
 		return
