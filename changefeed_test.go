@@ -97,16 +97,25 @@ func (s *probeStore) ListSubscriptions(ctx context.Context) ([]*webhooks.Subscri
 	if !s.hold.Load() {
 		return subs, err
 	}
+	if err := holdList(ctx, s.listed, s.release); err != nil {
+		return nil, err
+	}
+	return subs, err
+}
+
+// holdList says on listed that a list is taken, and returns once release
+// is sent, or with ctx's error.
+func holdList(ctx context.Context, listed, release chan struct{}) error {
 	select {
-	case s.listed <- struct{}{}:
+	case listed <- struct{}{}:
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		return ctx.Err()
 	}
 	select {
-	case <-s.release:
-		return subs, err
+	case <-release:
+		return nil
 	case <-ctx.Done():
-		return nil, ctx.Err()
+		return ctx.Err()
 	}
 }
 

@@ -229,17 +229,10 @@ func (s *dsReloadStore) ListDSSubscriptions(ctx context.Context) ([]*webhooks.DS
 	if !s.hold.Load() {
 		return subs, err
 	}
-	select {
-	case s.listed <- struct{}{}:
-	case <-ctx.Done():
-		return nil, ctx.Err()
+	if err := holdList(ctx, s.listed, s.release); err != nil {
+		return nil, err
 	}
-	select {
-	case <-s.release:
-		return subs, err
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	}
+	return subs, err
 }
 
 // A __ds subscription created through this engine while a reload of the
